@@ -1,0 +1,93 @@
+//! `cargo xtask bench`: figures for the build system, measured against a baseline in the same run.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use xshell::{Shell, cmd};
+
+use crate::build::{self, BuildOptions, BuildPlan};
+use crate::flags::{BenchFlags, BenchTarget};
+use crate::progress::ProgressMode;
+
+pub async fn run(root: &Path, flags: BenchFlags) -> anyhow::Result<()> {
+    match flags.what {
+        BenchTarget::Build { runs, common } => {
+            let mut opts = BuildOptions::new(root);
+            common.apply(&mut opts);
+            bench_build(opts, runs.max(1)).await
+        }
+    }
+}
+
+/// No-op rebuild of the whole graph vs. a `docker build` (classic builder, warm layer cache) of
+/// every image with the same contexts and build args.
+async fn bench_build(mut opts: BuildOptions, runs: usize) -> anyhow::Result<()> {
+    eprintln!("warming up: building the whole graph once");
+    let report = build::build(&opts).await?;
+    report.ensure_success()?;
+    let images = report.results.len();
+    opts.progress = ProgressMode::Quiet;
+
+    let mut noop = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        let report = build::build(&opts).await?;
+        noop.push(started.elapsed());
+        anyhow::ensure!(report.built().is_empty(), "a no-op build rebuilt {:?}", report.built());
+    }
+
+    let sh = Shell::new()?;
+    let dir = tempfile::tempdir()?;
+    for plan in &report.plans {
+        materialize(plan, &dir.path().join(&plan.name))?;
+    }
+    let mut docker = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        for plan in &report.plans {
+            docker_build(&sh, plan, &dir.path().join(&plan.name))?;
+        }
+        docker.push(started.elapsed());
+    }
+
+    let (noop, docker) = (median(noop), median(docker));
+    println!("images in the graph:                          {images}");
+    println!("no-op `cargo xtask build` (median of {runs}):       {:>8.3} s", noop.as_secs_f64());
+    println!("warm `docker build` of each (median of {runs}):   {:>8.3} s", docker.as_secs_f64());
+    println!(
+        "ratio (docker build / no-op xtask build):     {:>8.1}x",
+        docker.as_secs_f64() / noop.as_secs_f64()
+    );
+    println!("targets: no-op under 1 s, at least 10x faster than the docker build loop");
+    Ok(())
+}
+
+fn materialize(plan: &BuildPlan, dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    for (path, file) in &plan.context.files {
+        let target = dir.join(path);
+        std::fs::create_dir_all(target.parent().expect("a file has a folder"))?;
+        std::fs::write(&target, &file.data).with_context(|| format!("cannot write {}", target.display()))?;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(file.mode))?;
+    }
+    Ok(())
+}
+
+fn docker_build(sh: &Shell, plan: &BuildPlan, dir: &Path) -> anyhow::Result<()> {
+    // The classic builder, as the xtask uses: the comparison is of the two drivers, not builders.
+    let _builder = sh.push_env("DOCKER_BUILDKIT", "0");
+    let args: Vec<String> =
+        plan.build_args.iter().flat_map(|(k, v)| ["--build-arg".to_string(), format!("{k}={v}")]).collect();
+    let tag = format!("agent-sandbox-bench/{}:latest", plan.name);
+    cmd!(sh, "docker build --quiet {args...} --tag {tag} {dir}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .with_context(|| format!("docker build of '{}' failed", plan.name))
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}

@@ -1,0 +1,603 @@
+//! `cargo xtask build`: a topological walk over the image graph, siblings built in parallel,
+//! images whose inputs have not changed skipped, every result tagged and written to images.lock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use tokio::task::JoinSet;
+use xshell::Shell;
+
+use crate::context::BuildContext;
+use crate::engine::{BuildEvent, BuildFailure, Engine};
+use crate::graph::{Base, ImageGraph, instructions};
+use crate::lock::{ImagesLock, LockedImage};
+use crate::os::{Bootstrap, OS_ARG, OsSource};
+use crate::progress::{Progress, ProgressMode};
+use crate::{labels, project};
+
+/// Files the xtask makes and puts into any context whose Dockerfile copies them.
+pub const SANDBOX_INIT: &str = "sandbox-init";
+/// The name extra CA certificates get in root images' contexts and trust stores.
+pub const EXTRA_CA_NAME: &str = "agent-sandbox-extra-ca.crt";
+/// The environment variable that `--ca-bundle` reads when not given.
+pub const CA_BUNDLE_ENV: &str = "AGENT_SANDBOX_CA_BUNDLE";
+
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// The workspace: sandbox-init's sources and the git checkout.
+    pub root: PathBuf,
+    pub images_dir: PathBuf,
+    pub lock_path: PathBuf,
+    /// The images to build (with their ancestors); empty means all.
+    pub images: Vec<String>,
+    pub jobs: usize,
+    /// `None`: mirror where mmdebstrap is installed, else registry.
+    pub os_source: Option<OsSource>,
+    pub bootstrap: Bootstrap,
+    pub refresh_os: bool,
+    pub prefix: String,
+    pub ca_bundle: Option<PathBuf>,
+    /// Verify only: fail if anything would differ from the lock.
+    pub locked: bool,
+    pub progress: ProgressMode,
+}
+
+impl BuildOptions {
+    /// The environment variables through which `cargo xtask test` hands its build settings to the
+    /// suites, so the images they ask for are the ones it built.
+    pub const ENV_OS_SOURCE: &str = "AGENT_SANDBOX_OS_SOURCE";
+
+    /// Defaults, overridden by the variables `cargo xtask test` sets (see [`Self::export_env`]).
+    pub fn from_env(root: &Path) -> anyhow::Result<BuildOptions> {
+        let mut opts = BuildOptions::new(root);
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if let Some(source) = var(Self::ENV_OS_SOURCE) {
+            opts.os_source = Some(<OsSource as clap::ValueEnum>::from_str(&source, true).map_err(|_| {
+                anyhow::anyhow!("{}={source}: expected mirror or registry", Self::ENV_OS_SOURCE)
+            })?);
+        }
+        if let Some(mirror) = var(crate::os::MIRROR_ENV) {
+            opts.bootstrap.mirror = mirror;
+        }
+        if let Some(security) = var(crate::os::SECURITY_MIRROR_ENV) {
+            opts.bootstrap.security_mirror = (security != "none").then_some(security);
+        }
+        if let Some(prefix) = var(project::PREFIX_ENV) {
+            opts.prefix = prefix;
+        }
+        opts.ca_bundle = var(CA_BUNDLE_ENV).map(PathBuf::from);
+        opts.progress = ProgressMode::Plain;
+        Ok(opts)
+    }
+
+    /// The variables [`Self::from_env`] reads, for a child process.
+    pub fn export_env(&self) -> Vec<(&'static str, String)> {
+        let mut vars = vec![
+            (crate::os::MIRROR_ENV, self.bootstrap.mirror.clone()),
+            (
+                crate::os::SECURITY_MIRROR_ENV,
+                self.bootstrap.security_mirror.clone().unwrap_or_else(|| "none".into()),
+            ),
+            (project::PREFIX_ENV, self.prefix.clone()),
+        ];
+        if let Some(source) = self.os_source {
+            vars.push((Self::ENV_OS_SOURCE, source.to_string()));
+        }
+        if let Some(ca) = &self.ca_bundle {
+            vars.push((CA_BUNDLE_ENV, ca.display().to_string()));
+        }
+        vars
+    }
+
+    pub fn new(root: &Path) -> BuildOptions {
+        BuildOptions {
+            root: root.to_path_buf(),
+            images_dir: root.join("images"),
+            lock_path: root.join(crate::lock::FILE_NAME),
+            images: Vec::new(),
+            jobs: 2,
+            os_source: None,
+            bootstrap: Bootstrap::default(),
+            refresh_os: false,
+            prefix: project::DEFAULT_PREFIX.to_string(),
+            ca_bundle: None,
+            locked: false,
+            progress: ProgressMode::Auto,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Built {
+        id: String,
+        seconds: f64,
+    },
+    /// An image with the same input hash existed.
+    UpToDate {
+        id: String,
+    },
+    Failed {
+        message: String,
+    },
+    /// Not attempted because an ancestor failed (named).
+    NotBuilt {
+        because: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageResult {
+    pub name: String,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone)]
+pub struct BuildReport {
+    /// In build order.
+    pub results: Vec<ImageResult>,
+    /// What each image's build was given (or would have been), in build order.
+    pub plans: Vec<BuildPlan>,
+    pub lock: ImagesLock,
+    pub os_source: OsSource,
+}
+
+impl BuildReport {
+    fn names(&self, pick: impl Fn(&Outcome) -> bool) -> Vec<&str> {
+        self.results.iter().filter(|r| pick(&r.outcome)).map(|r| r.name.as_str()).collect()
+    }
+
+    pub fn built(&self) -> Vec<&str> {
+        self.names(|o| matches!(o, Outcome::Built { .. }))
+    }
+
+    pub fn up_to_date(&self) -> Vec<&str> {
+        self.names(|o| matches!(o, Outcome::UpToDate { .. }))
+    }
+
+    pub fn id(&self, name: &str) -> Option<&str> {
+        self.results.iter().find(|r| r.name == name).and_then(|r| match &r.outcome {
+            Outcome::Built { id, .. } | Outcome::UpToDate { id } => Some(id.as_str()),
+            _ => None,
+        })
+    }
+
+    /// An error naming every image that failed and every one left unbuilt because of it.
+    pub fn ensure_success(&self) -> anyhow::Result<()> {
+        let mut failed = Vec::new();
+        let mut skipped = Vec::new();
+        for r in &self.results {
+            match &r.outcome {
+                Outcome::Failed { .. } => failed.push(r.name.as_str()),
+                Outcome::NotBuilt { because } => skipped.push(format!("{} (needs {because})", r.name)),
+                _ => {}
+            }
+        }
+        if failed.is_empty() {
+            return Ok(());
+        }
+        let mut msg = format!("cannot build {}", quoted(&failed));
+        if !skipped.is_empty() {
+            msg.push_str(&format!("; not built because of it: {}", skipped.join(", ")));
+        }
+        Err(anyhow::anyhow!(msg))
+    }
+}
+
+fn quoted(names: &[&str]) -> String {
+    names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
+}
+
+/// What one image's build is given: for tools that want to build it another way (the bench).
+#[derive(Debug, Clone)]
+pub struct BuildPlan {
+    pub name: String,
+    pub context: BuildContext,
+    pub build_args: BTreeMap<String, String>,
+}
+
+/// Everything one image's build needs, computed before it starts.
+struct Prepared {
+    context: BuildContext,
+    build_args: BTreeMap<String, String>,
+    from: String,
+    inputs: String,
+}
+
+/// Builds (or, with `locked`, verifies) the selected images. Failures of single images are in
+/// the report (see [`BuildReport::ensure_success`]); errors are for what stops the whole walk.
+pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
+    let graph = ImageGraph::discover(&opts.images_dir)?;
+    let order: Vec<String> = graph.closure(&opts.images)?.into_iter().map(String::from).collect();
+    let engine = Engine::connect().await?;
+    let sh = Shell::new()?;
+    let os_source = opts.os_source.unwrap_or_else(|| OsSource::detect(&sh));
+    let progress = Arc::new(Progress::new(opts.progress, order.len()));
+
+    let extra_ca = read_ca_bundle(opts.ca_bundle.as_deref())?;
+    let needs_init = order.iter().any(|n| copies(&graph.get(n).expect("in graph").dockerfile, SANDBOX_INIT));
+    let sandbox_init = if needs_init {
+        progress.note("building sandbox-init (static)");
+        Some(project::build_sandbox_init(&sh, &opts.root)?)
+    } else {
+        None
+    };
+    let os_base = os_override(&graph, &order, os_source, opts, &engine, &sh, &progress).await?;
+    let revision = project::git_revision(&sh, &opts.root);
+    let old_lock = ImagesLock::read(&opts.lock_path)?;
+
+    let mut ids: HashMap<String, String> = HashMap::new();
+    let mut results: BTreeMap<String, Outcome> = BTreeMap::new();
+    let mut lock = old_lock.clone();
+    lock.images.retain(|name, _| graph.get(name).is_some());
+    let mut pending: Vec<String> = order.clone();
+    let mut running: JoinSet<(String, Prepared, Result<String, BuildFailure>, f64)> = JoinSet::new();
+    let mut mismatches = Vec::new();
+    let mut plans = Vec::new();
+
+    loop {
+        // Start everything whose parent is done, up to the bound.
+        let mut i = 0;
+        while i < pending.len() && running.len() < opts.jobs.max(1) {
+            let name = pending[i].clone();
+            let node = graph.get(&name).expect("in graph");
+            let parent = node.parent().map(str::to_string);
+            if let Some(parent) = &parent {
+                match results.get(parent) {
+                    None => {
+                        i += 1;
+                        continue;
+                    }
+                    Some(Outcome::Failed { .. }) | Some(Outcome::NotBuilt { .. }) => {
+                        let because = match &results[parent] {
+                            Outcome::NotBuilt { because } => because.clone(),
+                            _ => parent.clone(),
+                        };
+                        progress.finish(&name, &format!("not built: needs '{because}'"));
+                        results.insert(name.clone(), Outcome::NotBuilt { because });
+                        pending.remove(i);
+                        continue;
+                    }
+                    Some(_) => {}
+                }
+            }
+            pending.remove(i);
+            let prepared = prepare(
+                &name,
+                node,
+                parent.as_deref().map(|p| ids[p].as_str()),
+                os_base.as_deref(),
+                sandbox_init.as_deref(),
+                extra_ca.as_deref(),
+            )?;
+            plans.push(BuildPlan {
+                name: name.clone(),
+                context: prepared.context.clone(),
+                build_args: prepared.build_args.clone(),
+            });
+            let existing = engine.images_with_label(labels::INPUTS, &prepared.inputs).await?;
+            if opts.locked {
+                let locked = old_lock.images.get(&name);
+                match (existing.first(), locked) {
+                    (Some(id), Some(entry)) if *id == entry.id && entry.inputs == prepared.inputs => {}
+                    (found, entry) => {
+                        mismatches.push(describe_mismatch(&name, found, entry, &prepared.inputs))
+                    }
+                }
+            }
+            if let Some(id) = existing.into_iter().next() {
+                progress.finish(&name, &format!("up to date ({})", short(&id)));
+                record(&engine, opts, &name, parent, &prepared, &id, revision.as_deref(), &mut lock).await?;
+                ids.insert(name.clone(), id.clone());
+                results.insert(name, Outcome::UpToDate { id });
+                continue;
+            }
+            if opts.locked {
+                progress.finish(&name, "would be rebuilt (--locked)");
+                results.insert(name, Outcome::Failed { message: "would be rebuilt".into() });
+                continue;
+            }
+            progress.state(&name, "building");
+            let build_labels = image_labels(opts, node, &prepared, revision.as_deref());
+            let engine = engine.clone();
+            let progress = progress.clone();
+            running.spawn(async move {
+                let started = Instant::now();
+                let tar = prepared.context.to_tar();
+                let args: HashMap<String, String> = prepared.build_args.clone().into_iter().collect();
+                let result = engine
+                    .build(tar, &args, &build_labels, |event| {
+                        if let BuildEvent::Step(step) = event {
+                            progress.state(&name, &step);
+                        }
+                    })
+                    .await;
+                (name, prepared, result, started.elapsed().as_secs_f64())
+            });
+        }
+        let Some(joined) = running.join_next().await else { break };
+        let (name, prepared, result, seconds) = joined.context("a build task panicked")?;
+        match result {
+            Ok(id) => {
+                progress.finish(&name, &format!("built {} in {seconds:.1}s", short(&id)));
+                let parent = graph.get(&name).and_then(|n| n.parent()).map(str::to_string);
+                record(&engine, opts, &name, parent, &prepared, &id, revision.as_deref(), &mut lock).await?;
+                ids.insert(name.clone(), id.clone());
+                results.insert(name, Outcome::Built { id, seconds });
+            }
+            Err(failure) => {
+                progress.finish(&name, &format!("FAILED after {seconds:.1}s: {}", failure.message));
+                progress.note(&failure_report(&name, &failure));
+                results.insert(name, Outcome::Failed { message: failure.message });
+            }
+        }
+    }
+    progress.done();
+
+    if opts.locked {
+        if !mismatches.is_empty() {
+            anyhow::bail!(
+                "--locked: the build would change {}:\n  {}",
+                opts.lock_path.display(),
+                mismatches.join("\n  ")
+            );
+        }
+    } else if lock != old_lock {
+        lock.write(&opts.lock_path)?;
+    }
+    let results = order
+        .iter()
+        .map(|name| ImageResult {
+            name: name.clone(),
+            outcome: results.remove(name).expect("every image has an outcome"),
+        })
+        .collect();
+    Ok(BuildReport { results, plans, lock, os_source })
+}
+
+fn describe_mismatch(
+    name: &str,
+    found: Option<&String>,
+    entry: Option<&LockedImage>,
+    inputs: &str,
+) -> String {
+    match (found, entry) {
+        (_, None) => format!("{name}: not in the lock"),
+        (_, Some(entry)) if entry.inputs != inputs => {
+            format!("{name}: inputs changed ({} in the lock, {} now)", short(&entry.inputs), short(inputs))
+        }
+        (None, Some(_)) => format!("{name}: no local image has the locked inputs; it would be rebuilt"),
+        (Some(id), Some(entry)) => {
+            format!("{name}: the local image is {} but the lock has {}", short(id), short(&entry.id))
+        }
+    }
+}
+
+/// The OS layer's image for root images that take one through [`OS_ARG`]: the mirror bootstrap,
+/// or, for the registry source, the Dockerfile's own pinned default (pulled with a clear error).
+async fn os_override(
+    graph: &ImageGraph,
+    order: &[String],
+    source: OsSource,
+    opts: &BuildOptions,
+    engine: &Engine,
+    sh: &Shell,
+    progress: &Progress,
+) -> anyhow::Result<Option<String>> {
+    let roots: Vec<&Base> = order
+        .iter()
+        .map(|n| &graph.get(n).expect("in graph").base)
+        .filter(|b| matches!(b, Base::External { arg: Some(arg), .. } if arg == OS_ARG))
+        .collect();
+    let Some(Base::External { reference, .. }) = roots.first() else { return Ok(None) };
+    match source {
+        OsSource::Mirror => {
+            progress.note(&format!("OS layer: mmdebstrap bootstrap from {}", opts.bootstrap.mirror));
+            let id = opts.bootstrap.ensure(engine, sh, opts.refresh_os).await?;
+            Ok(Some(id))
+        }
+        OsSource::Registry => {
+            progress.note(&format!("OS layer: {reference} from its registry"));
+            engine.ensure_pulled(reference).await.map_err(|e| {
+                anyhow::anyhow!("{e}\nno registry is reachable? use `--os-source mirror` (needs mmdebstrap)")
+            })?;
+            Ok(None)
+        }
+    }
+}
+
+fn prepare(
+    name: &str,
+    node: &crate::graph::ImageNode,
+    parent_id: Option<&str>,
+    os_base: Option<&str>,
+    sandbox_init: Option<&[u8]>,
+    extra_ca: Option<&[u8]>,
+) -> anyhow::Result<Prepared> {
+    let mut context = BuildContext::from_dir(&node.dir)
+        .with_context(|| format!("cannot read the build context of '{name}'"))?;
+    let mut build_args = BTreeMap::new();
+    let from = match (&node.base, parent_id) {
+        (Base::Local { arg, .. }, Some(parent_id)) => {
+            build_args.insert(arg.clone(), parent_id.to_string());
+            parent_id.to_string()
+        }
+        (Base::External { arg: Some(arg), .. }, _) if arg == OS_ARG && os_base.is_some() => {
+            let os = os_base.expect("checked");
+            build_args.insert(arg.clone(), os.to_string());
+            os.to_string()
+        }
+        (Base::External { reference, .. }, _) => reference.clone(),
+        (Base::Local { image, .. }, None) => unreachable!("'{image}' is built before '{name}'"),
+    };
+    if let Some(binary) = sandbox_init {
+        if copies(&node.dockerfile, SANDBOX_INIT) && !context.files.contains_key(SANDBOX_INIT) {
+            context.insert(SANDBOX_INIT, 0o755, binary.to_vec());
+        }
+    }
+    if let (Some(ca), Base::External { .. }) = (extra_ca, &node.base) {
+        inject_ca(&mut context, ca);
+    }
+    let inputs = context.input_hash(&build_args, &from);
+    Ok(Prepared { context, build_args, from, inputs })
+}
+
+/// Root images get the extra CA certificates: into the folder update-ca-certificates reads (so
+/// every trust store built later includes them) and NODE_EXTRA_CA_CERTS. Without a bundle the
+/// Dockerfile is left exactly as written.
+fn inject_ca(context: &mut BuildContext, ca: &[u8]) {
+    let target = format!("/usr/local/share/ca-certificates/{EXTRA_CA_NAME}");
+    let dockerfile = context.dockerfile().unwrap_or_default().to_string();
+    let injected = format!(
+        "{}\n# Added by `cargo xtask build --ca-bundle`\nCOPY {EXTRA_CA_NAME} {target}\nENV NODE_EXTRA_CA_CERTS={target}\n",
+        dockerfile.trim_end()
+    );
+    context.insert("Dockerfile", 0o644, injected.into_bytes());
+    context.insert(EXTRA_CA_NAME, 0o644, ca.to_vec());
+}
+
+fn read_ca_bundle(path: Option<&Path>) -> anyhow::Result<Option<Vec<u8>>> {
+    let Some(path) = path else { return Ok(None) };
+    let bytes =
+        std::fs::read(path).with_context(|| format!("cannot read the CA bundle {}", path.display()))?;
+    if !String::from_utf8_lossy(&bytes).contains("-----BEGIN CERTIFICATE-----") {
+        anyhow::bail!("{}: not a PEM certificate bundle (no BEGIN CERTIFICATE line)", path.display());
+    }
+    Ok(Some(bytes))
+}
+
+/// Whether a Dockerfile COPYs or ADDs `source` from its context.
+fn copies(dockerfile: &str, source: &str) -> bool {
+    instructions(dockerfile).iter().any(|ins| {
+        (ins.keyword == "COPY" || ins.keyword == "ADD") && {
+            let words: Vec<&str> = ins.args.split_whitespace().filter(|w| !w.starts_with("--")).collect();
+            words.len() >= 2 && words[..words.len() - 1].contains(&source)
+        }
+    })
+}
+
+fn image_labels(
+    opts: &BuildOptions,
+    node: &crate::graph::ImageNode,
+    prepared: &Prepared,
+    revision: Option<&str>,
+) -> HashMap<String, String> {
+    let mut l = HashMap::from([
+        (labels::IMAGE.to_string(), node.name.clone()),
+        (labels::INPUTS.to_string(), prepared.inputs.clone()),
+        (labels::OCI_TITLE.to_string(), format!("{}{}", crate::graph::LOCAL_PREFIX, node.name)),
+        (labels::OCI_VERSION.to_string(), project::VERSION.to_string()),
+        (labels::OCI_REVISION.to_string(), revision.unwrap_or("unknown").to_string()),
+        (labels::OCI_SOURCE.to_string(), project::SOURCE_URL.to_string()),
+        (labels::OCI_LICENSES.to_string(), project::LICENSES.to_string()),
+    ]);
+    let base_name = match &node.base {
+        Base::Local { image, .. } => {
+            l.insert(labels::PARENT.to_string(), image.clone());
+            format!("{}:{}", project::repository(&opts.prefix, image), project::VERSION)
+        }
+        Base::External { reference, .. } => reference.clone(),
+    };
+    l.insert(labels::OCI_BASE_NAME.to_string(), base_name);
+    l
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn record(
+    engine: &Engine,
+    opts: &BuildOptions,
+    name: &str,
+    parent: Option<String>,
+    prepared: &Prepared,
+    id: &str,
+    revision: Option<&str>,
+    lock: &mut ImagesLock,
+) -> anyhow::Result<()> {
+    let repository = project::repository(&opts.prefix, name);
+    engine.tag(id, &repository, project::VERSION).await?;
+    if let Some(rev) = revision {
+        engine.tag(id, &repository, &format!("sha-{rev}")).await?;
+    }
+    let pinned = lock.images.get(name).filter(|old| old.id == id).and_then(|old| old.pinned.clone());
+    lock.images.insert(
+        name.to_string(),
+        LockedImage {
+            id: id.to_string(),
+            parent,
+            from: prepared.from.clone(),
+            inputs: prepared.inputs.clone(),
+            tags: vec![format!("{repository}:{}", project::VERSION)],
+            pinned,
+        },
+    );
+    Ok(())
+}
+
+fn failure_report(name: &str, failure: &BuildFailure) -> String {
+    let mut out = format!("error: cannot build '{name}'");
+    if let Some(step) = &failure.step {
+        out.push_str(&format!("\n  at {step}"));
+    }
+    out.push_str(&format!("\n  {}", failure.message.trim()));
+    if !failure.tail.is_empty() {
+        out.push_str("\n  last lines from the engine:");
+        for line in &failure.tail {
+            out.push_str(&format!("\n    {line}"));
+        }
+    }
+    out
+}
+
+/// `sha256:0123456789ab…` → `0123456789ab`
+pub fn short(digest: &str) -> &str {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    &hex[..hex.len().min(12)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_reads_copy_and_add_sources_only() {
+        assert!(copies("FROM x\nCOPY sandbox-init /usr/local/bin/\n", "sandbox-init"));
+        assert!(copies("FROM x\ncopy --chmod=755 a sandbox-init /dst/\n", "sandbox-init"));
+        assert!(copies("FROM x\nADD sandbox-init /x\n", "sandbox-init"));
+        assert!(!copies("FROM x\nCOPY other /usr/local/bin/sandbox-init\n", "sandbox-init"));
+        assert!(!copies("FROM x\nRUN cp sandbox-init /x\n", "sandbox-init"));
+    }
+
+    #[test]
+    fn the_ca_goes_after_the_dockerfile_and_changes_the_inputs() {
+        let mut ctx = BuildContext::default();
+        ctx.insert("Dockerfile", 0o644, b"ARG OS_IMAGE=x\nFROM ${OS_IMAGE}\n".to_vec());
+        let before = ctx.input_hash(&BTreeMap::new(), "x");
+        inject_ca(&mut ctx, b"-----BEGIN CERTIFICATE-----\n");
+        let dockerfile = ctx.dockerfile().unwrap();
+        assert!(dockerfile.starts_with("ARG OS_IMAGE=x\nFROM ${OS_IMAGE}\n"), "{dockerfile}");
+        assert!(dockerfile.contains(&format!("COPY {EXTRA_CA_NAME} /usr/local/share/ca-certificates/")));
+        assert!(dockerfile.contains("ENV NODE_EXTRA_CA_CERTS="));
+        assert!(ctx.files.contains_key(EXTRA_CA_NAME));
+        assert_ne!(before, ctx.input_hash(&BTreeMap::new(), "x"));
+    }
+
+    #[test]
+    fn a_ca_bundle_must_be_pem() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        std::fs::write(&path, "not a certificate").unwrap();
+        let err = read_ca_bundle(Some(&path)).unwrap_err().to_string();
+        assert!(err.ends_with("not a PEM certificate bundle (no BEGIN CERTIFICATE line)"), "{err}");
+        assert!(read_ca_bundle(Some(&dir.path().join("missing"))).is_err());
+        assert_eq!(read_ca_bundle(None).unwrap(), None);
+    }
+
+    #[test]
+    fn short_keeps_twelve_hex_digits() {
+        assert_eq!(short("sha256:0123456789abcdef"), "0123456789ab");
+        assert_eq!(short("abc"), "abc");
+    }
+}

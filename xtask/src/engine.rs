@@ -1,0 +1,204 @@
+//! Every call to the container engine goes through here (bollard); the rest of the xtask is
+//! engine-free logic.
+
+use std::collections::{HashMap, VecDeque};
+
+use bollard::Docker;
+use bollard::errors::Error as BollardError;
+use bollard::query_parameters::{
+    BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder, ListImagesOptionsBuilder,
+    TagImageOptionsBuilder,
+};
+use futures_util::StreamExt as _;
+
+/// How many of the engine's last output lines a failure report keeps.
+const TAIL_LINES: usize = 25;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(
+        "no container engine answers at {endpoint}: {cause}\n\
+         DOCKER_HOST is {docker_host}.\n\
+         Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or install one \
+         (Debian: `sudo apt-get install docker.io`), or point DOCKER_HOST at a running engine."
+    )]
+    Unreachable { endpoint: String, docker_host: String, cause: String },
+    #[error("the engine refused {what}: {source}")]
+    Call {
+        what: String,
+        #[source]
+        source: BollardError,
+    },
+    #[error("cannot pull '{reference}': {message}")]
+    Pull { reference: String, message: String },
+}
+
+/// A build that the engine reported as failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct BuildFailure {
+    pub message: String,
+    /// The last `Step N/M : …` line the engine printed, if any.
+    pub step: Option<String>,
+    pub tail: Vec<String>,
+}
+
+/// What a running build reports, for progress display.
+#[derive(Debug, Clone)]
+pub enum BuildEvent {
+    Step(String),
+    Line(String),
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    docker: Docker,
+}
+
+impl Engine {
+    /// Connects to the engine named by DOCKER_HOST (or the local socket) and checks it answers.
+    pub async fn connect() -> Result<Engine, EngineError> {
+        let docker_host = std::env::var("DOCKER_HOST").ok();
+        let endpoint = docker_host.clone().unwrap_or_else(|| "unix:///var/run/docker.sock".to_string());
+        let unreachable = |cause: String| EngineError::Unreachable {
+            endpoint: endpoint.clone(),
+            docker_host: docker_host.clone().map_or("not set".into(), |h| format!("'{h}'")),
+            cause,
+        };
+        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
+        // The engine may be older than bollard's default API version; speak the engine's.
+        let docker = docker.negotiate_version().await.map_err(|e| unreachable(e.to_string()))?;
+        docker.ping().await.map_err(|e| unreachable(e.to_string()))?;
+        Ok(Engine { docker })
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// The id of a local image, `None` when there is none by that reference.
+    pub async fn image_id(&self, reference: &str) -> Result<Option<String>, EngineError> {
+        match self.docker.inspect_image(reference).await {
+            Ok(image) => Ok(image.id),
+            Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
+            Err(source) => Err(EngineError::Call { what: format!("inspecting '{reference}'"), source }),
+        }
+    }
+
+    pub async fn image_labels(&self, reference: &str) -> Result<HashMap<String, String>, EngineError> {
+        let image = self
+            .docker
+            .inspect_image(reference)
+            .await
+            .map_err(|source| EngineError::Call { what: format!("inspecting '{reference}'"), source })?;
+        Ok(image.config.and_then(|c| c.labels).unwrap_or_default())
+    }
+
+    /// Ids of local images carrying `key=value`, newest first.
+    pub async fn images_with_label(&self, key: &str, value: &str) -> Result<Vec<String>, EngineError> {
+        let filters = HashMap::from([("label", vec![format!("{key}={value}")])]);
+        let options = ListImagesOptionsBuilder::default().filters(&filters).build();
+        let mut images = self
+            .docker
+            .list_images(Some(options))
+            .await
+            .map_err(|source| EngineError::Call { what: format!("listing images labelled {key}"), source })?;
+        images.sort_by_key(|i| std::cmp::Reverse(i.created));
+        Ok(images.into_iter().map(|i| i.id).collect())
+    }
+
+    /// Points `repository:tag` at `id`.
+    pub async fn tag(&self, id: &str, repository: &str, tag: &str) -> Result<(), EngineError> {
+        let options = TagImageOptionsBuilder::default().repo(repository).tag(tag).build();
+        self.docker.tag_image(id, Some(options)).await.map_err(|source| EngineError::Call {
+            what: format!("tagging {id} as {repository}:{tag}"),
+            source,
+        })
+    }
+
+    /// Pulls `reference` unless it is already present.
+    pub async fn ensure_pulled(&self, reference: &str) -> Result<String, EngineError> {
+        if let Some(id) = self.image_id(reference).await? {
+            return Ok(id);
+        }
+        let options = CreateImageOptionsBuilder::default().from_image(reference).build();
+        let mut stream = self.docker.create_image(Some(options), None, None);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                return Err(EngineError::Pull { reference: reference.into(), message: e.to_string() });
+            }
+        }
+        self.image_id(reference).await?.ok_or_else(|| EngineError::Pull {
+            reference: reference.into(),
+            message: "the engine reported success but has no such image".into(),
+        })
+    }
+
+    /// Loads a `docker save`-format archive (the way to add an image with a chosen config).
+    pub async fn load(&self, archive: Vec<u8>) -> Result<(), EngineError> {
+        let options = ImportImageOptionsBuilder::default().quiet(true).build();
+        let mut stream = self.docker.import_image(options, bollard::body_full(archive.into()), None);
+        while let Some(item) = stream.next().await {
+            item.map_err(|source| EngineError::Call { what: "loading an image archive".into(), source })?;
+        }
+        Ok(())
+    }
+
+    /// Runs one build with the classic builder and returns the new image's id.
+    pub async fn build(
+        &self,
+        context_tar: Vec<u8>,
+        build_args: &HashMap<String, String>,
+        labels: &HashMap<String, String>,
+        mut on_event: impl FnMut(BuildEvent),
+    ) -> Result<String, BuildFailure> {
+        let options = BuildImageOptionsBuilder::default()
+            .dockerfile("Dockerfile")
+            .buildargs(build_args)
+            .labels(labels)
+            .rm(true)
+            .forcerm(true)
+            .build();
+        let mut stream = self.docker.build_image(options, None, Some(bollard::body_full(context_tar.into())));
+        let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
+        let mut step = None;
+        let mut id = None;
+        let failure = |message: String, step: &Option<String>, tail: &VecDeque<String>| BuildFailure {
+            message,
+            step: step.clone(),
+            tail: tail.iter().cloned().collect(),
+        };
+        while let Some(item) = stream.next().await {
+            let info = match item {
+                Ok(info) => info,
+                Err(BollardError::DockerStreamError { error }) => {
+                    return Err(failure(error, &step, &tail));
+                }
+                Err(e) => return Err(failure(e.to_string(), &step, &tail)),
+            };
+            if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                return Err(failure(detail, &step, &tail));
+            }
+            if let Some(image) = info.aux {
+                id = image.id;
+            }
+            for line in info.stream.iter().flat_map(|s| s.lines()) {
+                let line = line.trim_end();
+                if line.is_empty() {
+                    continue;
+                }
+                if tail.len() == TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line.to_string());
+                if line.starts_with("Step ") {
+                    step = Some(line.to_string());
+                    on_event(BuildEvent::Step(line.to_string()));
+                } else {
+                    on_event(BuildEvent::Line(line.to_string()));
+                }
+            }
+        }
+        id.ok_or_else(|| failure("the engine reported no image id".into(), &step, &tail))
+    }
+}

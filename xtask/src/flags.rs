@@ -1,0 +1,146 @@
+//! The command line of `cargo xtask`, declared in one place.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::os::OsSource;
+use crate::progress::ProgressMode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Build, test and publish the agent-sandbox images",
+    long_about = "Build, test and publish the agent-sandbox images.\n\n\
+        Every folder under images/ is an image; its Dockerfile's FROM names its parent. \
+        `cargo xtask graph` shows the graph, `cargo xtask build` builds it.",
+    after_help = "Exit codes: 0 success, 1 failure (the message says what failed), 2 bad usage.",
+    arg_required_else_help = true
+)]
+pub struct Xtask {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Build the images and their ancestors, in dependency order, and record them in images.lock
+    #[command(
+        long_about = "Build the images and their ancestors, in dependency order, and record them in images.lock.\n\n\
+            An image whose inputs (context files, build args, parent image) have not changed since \
+            an existing image was built is not rebuilt: it is tagged again. Siblings build in \
+            parallel. Each image is tagged <prefix>/agent-<name>:<version> and :sha-<commit>.",
+        after_help = "Examples:\n  cargo xtask build                 build every image\n  \
+            cargo xtask build shell           build shell and what it is built on\n  \
+            cargo xtask build --ca-bundle /usr/local/share/ca-certificates/corp.crt\n  \
+            cargo xtask build --locked        fail if images.lock would change"
+    )]
+    Build(BuildFlags),
+    /// Print the image graph (text tree, --json, or --dot for Graphviz)
+    Graph(GraphFlags),
+    /// Measure the build system (prints figures; asserts nothing)
+    Bench(BenchFlags),
+    /// Build what the suites need, then run them with cargo-nextest
+    #[command(
+        long_about = "Build what the suites need, then run them with cargo-nextest.\n\n\
+            Without --ci the container suites may give containers NET_ADMIN. With --ci only the \
+            suites that need no capability run, with the `ci` nextest profile (no fail-fast, JUnit).",
+        after_help = "Examples:\n  cargo xtask test\n  cargo xtask test --ci\n  cargo xtask test -- graph   (only tests whose name contains 'graph')"
+    )]
+    Test(TestFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct BuildFlags {
+    /// Images to build (with their ancestors); all when none is named
+    pub images: Vec<String>,
+    #[command(flatten)]
+    pub common: CommonBuildFlags,
+    /// Verify only: fail if building would change images.lock (nothing is built)
+    #[arg(long)]
+    pub locked: bool,
+}
+
+/// Build settings shared by every command that builds images.
+#[derive(Debug, Args, Clone)]
+pub struct CommonBuildFlags {
+    /// How many images may build at once
+    #[arg(long, short, default_value_t = 2)]
+    pub jobs: usize,
+    /// Where the OS layer comes from [default: mirror where mmdebstrap is installed, else registry]
+    #[arg(long, value_enum)]
+    pub os_source: Option<OsSource>,
+    /// Debian archive for the mirror source
+    #[arg(long, env = crate::os::MIRROR_ENV, default_value = crate::os::DEFAULT_MIRROR)]
+    pub debian_mirror: String,
+    /// Debian security archive for the mirror source ("none" to leave it out)
+    #[arg(long, env = crate::os::SECURITY_MIRROR_ENV, default_value = crate::os::DEFAULT_SECURITY_MIRROR)]
+    pub debian_security_mirror: String,
+    /// Bootstrap the OS layer again even if one with the same settings exists (picks up archive updates)
+    #[arg(long)]
+    pub refresh_os: bool,
+    /// Tag prefix: images are tagged <prefix>/agent-<name>
+    #[arg(long, env = crate::project::PREFIX_ENV, default_value = crate::project::DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// Extra CA certificates (PEM) to trust during builds and in the images, for TLS-intercepting proxies
+    #[arg(long, env = crate::build::CA_BUNDLE_ENV, value_name = "FILE")]
+    pub ca_bundle: Option<PathBuf>,
+    /// Progress display
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    pub progress: ProgressMode,
+}
+
+#[derive(Debug, Args)]
+pub struct GraphFlags {
+    /// Machine-readable JSON
+    #[arg(long, conflicts_with = "dot")]
+    pub json: bool,
+    /// Graphviz dot (`cargo xtask graph --dot | dot -Tsvg > graph.svg`)
+    #[arg(long)]
+    pub dot: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchFlags {
+    #[command(subcommand)]
+    pub what: BenchTarget,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchTarget {
+    /// No-op rebuild of the whole graph vs. `docker build` of every image with a warm cache
+    Build {
+        /// Repetitions of each measurement (the median is reported)
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[command(flatten)]
+        common: CommonBuildFlags,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct TestFlags {
+    /// Only the suites that need no capability (containers get none), with the `ci` profile
+    #[arg(long)]
+    pub ci: bool,
+    #[command(flatten)]
+    pub common: CommonBuildFlags,
+    /// Arguments passed on to `cargo nextest run`
+    #[arg(last = true)]
+    pub nextest_args: Vec<String>,
+}
+
+impl CommonBuildFlags {
+    pub fn apply(&self, opts: &mut crate::build::BuildOptions) {
+        opts.jobs = self.jobs;
+        opts.os_source = self.os_source;
+        opts.bootstrap.mirror = self.debian_mirror.clone();
+        opts.bootstrap.security_mirror =
+            (self.debian_security_mirror != "none").then(|| self.debian_security_mirror.clone());
+        opts.refresh_os = self.refresh_os;
+        opts.prefix = self.prefix.clone();
+        opts.ca_bundle = self.ca_bundle.clone();
+        opts.progress = self.progress;
+    }
+}

@@ -1,0 +1,22 @@
+//! Image labels: the project's own namespace, declared here once, and the OCI standard keys.
+
+/// Expands to a label key in the project's namespace, e.g. `ns!("image")`.
+macro_rules! ns {
+    ($key:literal) => {
+        concat!("io.github.agent-sandbox.", $key)
+    };
+}
+
+/// The graph node an image was built from (its folder name under images/).
+pub const IMAGE: &str = ns!("image");
+/// The hash of everything the build read: context files, build args, parent id.
+pub const INPUTS: &str = ns!("inputs");
+/// The graph parent's name, absent on roots.
+pub const PARENT: &str = ns!("parent");
+
+pub const OCI_TITLE: &str = "org.opencontainers.image.title";
+pub const OCI_VERSION: &str = "org.opencontainers.image.version";
+pub const OCI_REVISION: &str = "org.opencontainers.image.revision";
+pub const OCI_SOURCE: &str = "org.opencontainers.image.source";
+pub const OCI_LICENSES: &str = "org.opencontainers.image.licenses";
+pub const OCI_BASE_NAME: &str = "org.opencontainers.image.base.name";

@@ -1,0 +1,14 @@
+//! The agent-sandbox build system as a library: the binary and the container suites share it.
+
+pub mod bench;
+pub mod build;
+pub mod context;
+pub mod engine;
+pub mod flags;
+pub mod graph;
+pub mod labels;
+pub mod lock;
+pub mod os;
+pub mod progress;
+pub mod project;
+pub mod test;

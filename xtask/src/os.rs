@@ -1,0 +1,248 @@
+//! The OS layer: Debian 13 (trixie) bootstrapped with mmdebstrap (`mirror`), or the pinned
+//! `debian:trixie-slim` from a registry (`registry`).
+//!
+//! The bootstrap is loaded as an image whose configuration is written here (with oci-spec's
+//! types) rather than imported: with SOURCE_DATE_EPOCH fixed, mmdebstrap's tar is the same bytes
+//! every time, and so is the configuration, so the image id (the configuration's digest) is too.
+
+use std::fmt;
+use std::path::Path;
+
+use anyhow::Context as _;
+use oci_spec::image::{Arch, ConfigBuilder, HistoryBuilder, ImageConfigurationBuilder, Os, RootFsBuilder};
+use sha2::{Digest, Sha256};
+use xshell::{Shell, cmd};
+
+use crate::engine::Engine;
+
+/// The build arg through which a root image receives the OS layer.
+pub const OS_ARG: &str = "OS_IMAGE";
+pub const SUITE: &str = "trixie";
+pub const MIRROR_ENV: &str = "AGENT_SANDBOX_DEBIAN_MIRROR";
+pub const SECURITY_MIRROR_ENV: &str = "AGENT_SANDBOX_DEBIAN_SECURITY_MIRROR";
+pub const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
+pub const DEFAULT_SECURITY_MIRROR: &str = "http://deb.debian.org/debian-security";
+/// 2025-08-09, the day Debian 13 was released. Any fixed value gives reproducible output; this
+/// one keeps file dates plausible.
+pub const DEFAULT_SOURCE_DATE_EPOCH: i64 = 1_754_697_600;
+/// Where bootstraps are kept, whatever prefix the graph is tagged with.
+const BOOTSTRAP_REPOSITORY: &str = "localhost/agent-sandbox/bootstrap";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OsSource {
+    /// Bootstrap Debian with mmdebstrap from a Debian archive (reproducible)
+    Mirror,
+    /// Use the Dockerfile's `debian:trixie-slim@sha256:…`, pulled from its registry
+    Registry,
+}
+
+impl OsSource {
+    /// Mirror where mmdebstrap is installed, else registry.
+    pub fn detect(sh: &Shell) -> OsSource {
+        if cmd!(sh, "mmdebstrap --version").quiet().ignore_stdout().ignore_stderr().run().is_ok() {
+            OsSource::Mirror
+        } else {
+            OsSource::Registry
+        }
+    }
+}
+
+impl fmt::Display for OsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OsSource::Mirror => "mirror",
+            OsSource::Registry => "registry",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bootstrap {
+    pub mirror: String,
+    pub security_mirror: Option<String>,
+    pub source_date_epoch: i64,
+}
+
+impl Default for Bootstrap {
+    fn default() -> Self {
+        Bootstrap {
+            mirror: DEFAULT_MIRROR.into(),
+            security_mirror: Some(DEFAULT_SECURITY_MIRROR.into()),
+            source_date_epoch: DEFAULT_SOURCE_DATE_EPOCH,
+        }
+    }
+}
+
+impl Bootstrap {
+    fn sources(&self) -> Vec<String> {
+        let mut sources = vec![format!("deb {} {SUITE} main", self.mirror)];
+        if let Some(security) = &self.security_mirror {
+            sources.push(format!("deb {security} {SUITE}-security main"));
+        }
+        sources
+    }
+
+    /// The tag a bootstrap with these settings is kept under.
+    pub fn reference(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(format!("v1\n{SUITE}\nminbase\n{}\n{:?}\n", self.source_date_epoch, self.sources()));
+        format!("{BOOTSTRAP_REPOSITORY}:{SUITE}-{}", &format!("{:x}", h.finalize())[..12])
+    }
+
+    /// Runs mmdebstrap into `out` (a tar).
+    pub fn run_mmdebstrap(&self, sh: &Shell, out: &Path) -> anyhow::Result<()> {
+        if cmd!(sh, "mmdebstrap --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+            anyhow::bail!(
+                "mmdebstrap is not installed: install it (Debian: `sudo apt-get install mmdebstrap`) \
+                 or use `--os-source registry`"
+            );
+        }
+        let epoch = self.source_date_epoch.to_string();
+        let _epoch = sh.push_env("SOURCE_DATE_EPOCH", &epoch);
+        let sources = self.sources();
+        cmd!(sh, "mmdebstrap --variant=minbase --format=tar --quiet {SUITE} {out} {sources...}")
+            .run()
+            .with_context(|| {
+                format!(
+                    "mmdebstrap could not bootstrap Debian {SUITE} from {} (is the archive reachable? \
+                     choose another with --debian-mirror, or use --os-source registry)",
+                    self.mirror
+                )
+            })
+    }
+
+    /// Returns the bootstrap image's id, bootstrapping and loading it unless it already exists
+    /// (or `refresh` asks for a new one, to pick up archive updates).
+    pub async fn ensure(&self, engine: &Engine, sh: &Shell, refresh: bool) -> anyhow::Result<String> {
+        let reference = self.reference();
+        if !refresh {
+            if let Some(id) = engine.image_id(&reference).await? {
+                return Ok(id);
+            }
+        }
+        let dir = tempfile::tempdir().context("cannot create a temporary folder")?;
+        let tar = dir.path().join("rootfs.tar");
+        eprintln!("bootstrapping Debian {SUITE} from {} with mmdebstrap", self.mirror);
+        self.run_mmdebstrap(sh, &tar)?;
+        let rootfs = std::fs::read(&tar).with_context(|| format!("cannot read {}", tar.display()))?;
+        let (archive, id) = self.image_archive(rootfs, &reference)?;
+        engine.load(archive).await.context("cannot load the bootstrapped OS image")?;
+        Ok(id)
+    }
+
+    /// A `docker save`-format archive holding one image: `rootfs` as its single layer.
+    /// Returns the archive and the image id the engine will give it.
+    pub fn image_archive(&self, rootfs: Vec<u8>, tag: &str) -> anyhow::Result<(Vec<u8>, String)> {
+        let layer_digest = format!("{:x}", Sha256::digest(&rootfs));
+        let created = rfc3339(self.source_date_epoch);
+        let config = ImageConfigurationBuilder::default()
+            .created(created.clone())
+            .architecture(Arch::default())
+            .os(Os::Linux)
+            .config(
+                ConfigBuilder::default()
+                    .env(vec![
+                        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+                    ])
+                    .cmd(vec!["bash".to_string()])
+                    .build()?,
+            )
+            .rootfs(RootFsBuilder::default().diff_ids(vec![format!("sha256:{layer_digest}")]).build()?)
+            .history(vec![
+                HistoryBuilder::default()
+                    .created(created)
+                    .created_by(format!("mmdebstrap --variant=minbase {SUITE} {:?}", self.sources()))
+                    .build()?,
+            ])
+            .build()?;
+        let config = serde_json::to_vec(&config)?;
+        let config_digest = format!("{:x}", Sha256::digest(&config));
+        let manifest = serde_json::to_vec(&serde_json::json!([{
+            "Config": format!("{config_digest}.json"),
+            "RepoTags": [tag],
+            "Layers": [format!("{layer_digest}/layer.tar")],
+        }]))?;
+
+        let mut builder = tar::Builder::new(Vec::with_capacity(rootfs.len() + 4096));
+        let mut append = |path: &str, data: &[u8]| -> std::io::Result<()> {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_mtime(self.source_date_epoch.max(0) as u64);
+            builder.append_data(&mut header, path, data)
+        };
+        append(&format!("{layer_digest}/layer.tar"), &rootfs)?;
+        append(&format!("{config_digest}.json"), &config)?;
+        append("manifest.json", &manifest)?;
+        Ok((builder.into_inner()?, format!("sha256:{config_digest}")))
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time (days to civil date: Howard Hinnant's algorithm).
+fn rfc3339(epoch: i64) -> String {
+    let (days, secs) = (epoch.div_euclid(86_400), epoch.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(DEFAULT_SOURCE_DATE_EPOCH), "2025-08-09T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400 + 3661), "2000-02-29T01:01:01Z");
+    }
+
+    #[test]
+    fn the_archive_is_deterministic_and_names_its_config_digest() {
+        let b = Bootstrap::default();
+        let (a1, id1) = b.image_archive(b"layer bytes".to_vec(), "x:y").unwrap();
+        let (a2, id2) = b.image_archive(b"layer bytes".to_vec(), "x:y").unwrap();
+        assert_eq!((a1.clone(), &id1), (a2, &id2));
+        let (_, other) = b.image_archive(b"other bytes".to_vec(), "x:y").unwrap();
+        assert_ne!(id1, other, "the layer is part of the identity");
+
+        let mut archive = tar::Archive::new(std::io::Cursor::new(a1));
+        let mut config = None;
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let path = entry.path().unwrap().to_string_lossy().into_owned();
+            if path.ends_with(".json") && path != "manifest.json" {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+                config = Some((path, bytes));
+            }
+        }
+        let (path, bytes) = config.expect("a config in the archive");
+        assert_eq!(format!("sha256:{:x}", Sha256::digest(&bytes)), id1);
+        assert_eq!(path, format!("{}.json", id1.trim_start_matches("sha256:")));
+    }
+
+    #[test]
+    fn the_reference_changes_with_every_setting() {
+        let b = Bootstrap::default();
+        let mut other_epoch = b.clone();
+        other_epoch.source_date_epoch += 1;
+        let mut other_mirror = b.clone();
+        other_mirror.mirror = "http://mirror.example/debian".into();
+        let mut no_security = b.clone();
+        no_security.security_mirror = None;
+        let refs =
+            [b.reference(), other_epoch.reference(), other_mirror.reference(), no_security.reference()];
+        for (i, r) in refs.iter().enumerate() {
+            assert!(r.starts_with("localhost/agent-sandbox/bootstrap:trixie-"), "{r}");
+            assert!(refs.iter().skip(i + 1).all(|o| o != r), "{refs:?}");
+        }
+    }
+}
