@@ -21,7 +21,7 @@ pub async fn run(root: &Path, flags: BenchFlags) -> anyhow::Result<()> {
 }
 
 /// No-op rebuild of the whole graph vs. a `docker build` (classic builder, warm layer cache) of
-/// every image with the same contexts and build args.
+/// every image with the same contexts, build args and labels.
 async fn bench_build(mut opts: BuildOptions, runs: usize) -> anyhow::Result<()> {
     eprintln!("warming up: building the whole graph once");
     let report = build::build(&opts).await?;
@@ -77,8 +77,11 @@ fn materialize(plan: &BuildPlan, dir: &Path) -> anyhow::Result<()> {
 fn docker_build(sh: &Shell, plan: &BuildPlan, dir: &Path) -> anyhow::Result<()> {
     // The classic builder, as the xtask uses: the comparison is of the two drivers, not builders.
     let _builder = sh.push_env("DOCKER_BUILDKIT", "0");
-    let args: Vec<String> =
+    let mut args: Vec<String> =
         plan.build_args.iter().flat_map(|(k, v)| ["--build-arg".to_string(), format!("{k}={v}")]).collect();
+    let mut labels: Vec<_> = plan.labels.iter().collect();
+    labels.sort();
+    args.extend(labels.into_iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]));
     let tag = format!("agent-sandbox-bench/{}:latest", plan.name);
     cmd!(sh, "docker build --quiet {args...} --tag {tag} {dir}")
         .quiet()

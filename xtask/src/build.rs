@@ -197,6 +197,7 @@ pub struct BuildPlan {
     pub name: String,
     pub context: BuildContext,
     pub build_args: BTreeMap<String, String>,
+    pub labels: HashMap<String, String>,
 }
 
 /// Everything one image's build needs, computed before it starts.
@@ -214,20 +215,26 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
     let order: Vec<String> = graph.closure(&opts.images)?.into_iter().map(String::from).collect();
     let engine = Engine::connect().await?;
     let sh = Shell::new()?;
-    let os_source = opts.os_source.unwrap_or_else(|| OsSource::detect(&sh));
+    let os_source = opts.os_source.unwrap_or_else(OsSource::detect);
     let progress = Arc::new(Progress::new(opts.progress, order.len()));
 
+    // git takes a few milliseconds: a no-op build is short enough for that to matter, so it
+    // runs beside the engine calls.
+    let revision = {
+        let root = opts.root.clone();
+        std::thread::spawn(move || Shell::new().ok().and_then(|sh| project::git_revision(&sh, &root)))
+    };
     let extra_ca = read_ca_bundle(opts.ca_bundle.as_deref())?;
     let needs_init = order.iter().any(|n| copies(&graph.get(n).expect("in graph").dockerfile, SANDBOX_INIT));
     let sandbox_init = if needs_init {
         progress.note("building sandbox-init (static)");
-        Some(project::build_sandbox_init(&sh, &opts.root)?)
+        Some(project::sandbox_init_binary(&sh, &opts.root)?)
     } else {
         None
     };
     let os_base = os_override(&graph, &order, os_source, opts, &engine, &sh, &progress).await?;
-    let revision = project::git_revision(&sh, &opts.root);
     let old_lock = ImagesLock::read(&opts.lock_path)?;
+    let revision = revision.join().expect("git_revision does not panic");
 
     let mut ids: HashMap<String, String> = HashMap::new();
     let mut results: BTreeMap<String, Outcome> = BTreeMap::new();
@@ -273,24 +280,43 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
                 sandbox_init.as_deref(),
                 extra_ca.as_deref(),
             )?;
+            let build_labels = image_labels(opts, node, &prepared, revision.as_deref());
             plans.push(BuildPlan {
                 name: name.clone(),
                 context: prepared.context.clone(),
                 build_args: prepared.build_args.clone(),
+                labels: build_labels.clone(),
             });
-            let existing = engine.images_with_label(labels::INPUTS, &prepared.inputs).await?;
+            // Found by the inputs tag, not by the label alone: labels are inherited, so every
+            // image built FROM ours carries the same values.
+            let existing = engine
+                .find(&project::inputs_tag(&name, &prepared.inputs))
+                .await?
+                .filter(|image| image.labels.get(labels::INPUTS) == Some(&prepared.inputs));
             if opts.locked {
                 let locked = old_lock.images.get(&name);
-                match (existing.first(), locked) {
+                match (existing.as_ref().map(|i| &i.id), locked) {
                     (Some(id), Some(entry)) if *id == entry.id && entry.inputs == prepared.inputs => {}
                     (found, entry) => {
                         mismatches.push(describe_mismatch(&name, found, entry, &prepared.inputs))
                     }
                 }
             }
-            if let Some(id) = existing.into_iter().next() {
+            if let Some(image) = existing {
+                let id = image.id;
                 progress.finish(&name, &format!("up to date ({})", short(&id)));
-                record(&engine, opts, &name, parent, &prepared, &id, revision.as_deref(), &mut lock).await?;
+                record(
+                    &engine,
+                    &image.tags,
+                    opts,
+                    &name,
+                    parent,
+                    &prepared,
+                    &id,
+                    revision.as_deref(),
+                    &mut lock,
+                )
+                .await?;
                 ids.insert(name.clone(), id.clone());
                 results.insert(name, Outcome::UpToDate { id });
                 continue;
@@ -301,7 +327,6 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
                 continue;
             }
             progress.state(&name, "building");
-            let build_labels = image_labels(opts, node, &prepared, revision.as_deref());
             let engine = engine.clone();
             let progress = progress.clone();
             running.spawn(async move {
@@ -324,7 +349,8 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
             Ok(id) => {
                 progress.finish(&name, &format!("built {} in {seconds:.1}s", short(&id)));
                 let parent = graph.get(&name).and_then(|n| n.parent()).map(str::to_string);
-                record(&engine, opts, &name, parent, &prepared, &id, revision.as_deref(), &mut lock).await?;
+                record(&engine, &[], opts, &name, parent, &prepared, &id, revision.as_deref(), &mut lock)
+                    .await?;
                 ids.insert(name.clone(), id.clone());
                 results.insert(name, Outcome::Built { id, seconds });
             }
@@ -433,10 +459,11 @@ fn prepare(
         (Base::External { reference, .. }, _) => reference.clone(),
         (Base::Local { image, .. }, None) => unreachable!("'{image}' is built before '{name}'"),
     };
-    if let Some(binary) = sandbox_init {
-        if copies(&node.dockerfile, SANDBOX_INIT) && !context.files.contains_key(SANDBOX_INIT) {
-            context.insert(SANDBOX_INIT, 0o755, binary.to_vec());
-        }
+    if let Some(binary) = sandbox_init
+        && copies(&node.dockerfile, SANDBOX_INIT)
+        && !context.files.contains_key(SANDBOX_INIT)
+    {
+        context.insert(SANDBOX_INIT, 0o755, binary.to_vec());
     }
     if let (Some(ca), Base::External { .. }) = (extra_ca, &node.base) {
         inject_ca(&mut context, ca);
@@ -508,6 +535,7 @@ fn image_labels(
 #[allow(clippy::too_many_arguments)]
 async fn record(
     engine: &Engine,
+    current_tags: &[String],
     opts: &BuildOptions,
     name: &str,
     parent: Option<String>,
@@ -517,9 +545,16 @@ async fn record(
     lock: &mut ImagesLock,
 ) -> anyhow::Result<()> {
     let repository = project::repository(&opts.prefix, name);
-    engine.tag(id, &repository, project::VERSION).await?;
-    if let Some(rev) = revision {
-        engine.tag(id, &repository, &format!("sha-{rev}")).await?;
+    let inputs_tag = project::inputs_tag(name, &prepared.inputs);
+    if !current_tags.contains(&inputs_tag) {
+        let (repository, tag) = inputs_tag.rsplit_once(':').expect("a tag");
+        engine.tag(id, repository, tag).await?;
+    }
+    let sha = revision.map(|rev| format!("sha-{rev}"));
+    for tag in std::iter::once(project::VERSION).chain(sha.as_deref()) {
+        if !current_tags.contains(&format!("{repository}:{tag}")) {
+            engine.tag(id, &repository, tag).await?;
+        }
     }
     let pinned = lock.images.get(name).filter(|old| old.id == id).and_then(|old| old.pinned.clone());
     lock.images.insert(

@@ -6,8 +6,8 @@ use std::collections::{HashMap, VecDeque};
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::query_parameters::{
-    BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder, ListImagesOptionsBuilder,
-    TagImageOptionsBuilder,
+    BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder,
+    RemoveImageOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures_util::StreamExt as _;
 
@@ -50,6 +50,14 @@ pub enum BuildEvent {
     Line(String),
 }
 
+/// What a build needs to know of a local image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalImage {
+    pub id: String,
+    pub tags: Vec<String>,
+    pub labels: HashMap<String, String>,
+}
+
 #[derive(Clone)]
 pub struct Engine {
     docker: Docker,
@@ -66,9 +74,9 @@ impl Engine {
             cause,
         };
         let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
-        // The engine may be older than bollard's default API version; speak the engine's.
+        // The engine may be older than bollard's default API version; speak the engine's. This
+        // is also the call that proves the engine answers.
         let docker = docker.negotiate_version().await.map_err(|e| unreachable(e.to_string()))?;
-        docker.ping().await.map_err(|e| unreachable(e.to_string()))?;
         Ok(Engine { docker })
     }
 
@@ -78,33 +86,35 @@ impl Engine {
 
     /// The id of a local image, `None` when there is none by that reference.
     pub async fn image_id(&self, reference: &str) -> Result<Option<String>, EngineError> {
+        Ok(self.find(reference).await?.map(|i| i.id))
+    }
+
+    pub async fn image_labels(&self, reference: &str) -> Result<HashMap<String, String>, EngineError> {
+        Ok(self.find(reference).await?.map(|i| i.labels).unwrap_or_default())
+    }
+
+    /// The local image `reference` names, if any (one cheap call: listing every image costs
+    /// the engine more than inspecting the few a build needs).
+    pub async fn find(&self, reference: &str) -> Result<Option<LocalImage>, EngineError> {
         match self.docker.inspect_image(reference).await {
-            Ok(image) => Ok(image.id),
+            Ok(image) => Ok(image.id.map(|id| LocalImage {
+                id,
+                tags: image.repo_tags.unwrap_or_default(),
+                labels: image.config.and_then(|c| c.labels).unwrap_or_default(),
+            })),
             Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
             Err(source) => Err(EngineError::Call { what: format!("inspecting '{reference}'"), source }),
         }
     }
 
-    pub async fn image_labels(&self, reference: &str) -> Result<HashMap<String, String>, EngineError> {
-        let image = self
+    /// Every local tag that starts with `prefix`.
+    pub async fn tags_with_prefix(&self, prefix: &str) -> Result<Vec<String>, EngineError> {
+        let images = self
             .docker
-            .inspect_image(reference)
+            .list_images(None::<bollard::query_parameters::ListImagesOptions>)
             .await
-            .map_err(|source| EngineError::Call { what: format!("inspecting '{reference}'"), source })?;
-        Ok(image.config.and_then(|c| c.labels).unwrap_or_default())
-    }
-
-    /// Ids of local images carrying `key=value`, newest first.
-    pub async fn images_with_label(&self, key: &str, value: &str) -> Result<Vec<String>, EngineError> {
-        let filters = HashMap::from([("label", vec![format!("{key}={value}")])]);
-        let options = ListImagesOptionsBuilder::default().filters(&filters).build();
-        let mut images = self
-            .docker
-            .list_images(Some(options))
-            .await
-            .map_err(|source| EngineError::Call { what: format!("listing images labelled {key}"), source })?;
-        images.sort_by_key(|i| std::cmp::Reverse(i.created));
-        Ok(images.into_iter().map(|i| i.id).collect())
+            .map_err(|source| EngineError::Call { what: "listing images".into(), source })?;
+        Ok(images.into_iter().flat_map(|i| i.repo_tags).filter(|t| t.starts_with(prefix)).collect())
     }
 
     /// Points `repository:tag` at `id`.
@@ -114,6 +124,15 @@ impl Engine {
             what: format!("tagging {id} as {repository}:{tag}"),
             source,
         })
+    }
+
+    /// Removes a tag; the image goes too when nothing else references it, its parents stay.
+    pub async fn remove_tag(&self, reference: &str) -> Result<(), EngineError> {
+        let options = RemoveImageOptionsBuilder::default().noprune(true).build();
+        match self.docker.remove_image(reference, Some(options), None).await {
+            Ok(_) | Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            Err(source) => Err(EngineError::Call { what: format!("removing '{reference}'"), source }),
+        }
     }
 
     /// Pulls `reference` unless it is already present.

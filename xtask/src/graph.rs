@@ -19,7 +19,7 @@ pub enum GraphError {
     #[error("'{dir}' has no Dockerfile: every folder under images/ is an image")]
     MissingDockerfile { dir: PathBuf },
     #[error(
-        "'{dir}' is not a valid image name: use lowercase letters, digits and '-', starting with a letter"
+        "'{dir}' is not a valid image name: use lowercase letters, digits and '-', starting with a letter, at most 63 characters"
     )]
     InvalidName { dir: PathBuf },
     #[error("{file}: no FROM instruction")]
@@ -123,16 +123,16 @@ impl ImageGraph {
 
     fn check_parents(&self) -> Result<(), GraphError> {
         for node in self.nodes.values() {
-            if let Some(parent) = node.parent() {
-                if !self.nodes.contains_key(parent) {
-                    let line = find_line(&node.dockerfile, &format!("{LOCAL_PREFIX}{parent}"));
-                    return Err(GraphError::UnknownParent {
-                        file: node.dir.join("Dockerfile"),
-                        line,
-                        image: node.name.clone(),
-                        parent: parent.to_string(),
-                    });
-                }
+            if let Some(parent) = node.parent()
+                && !self.nodes.contains_key(parent)
+            {
+                let line = find_line(&node.dockerfile, &format!("{LOCAL_PREFIX}{parent}"));
+                return Err(GraphError::UnknownParent {
+                    file: node.dir.join("Dockerfile"),
+                    line,
+                    image: node.name.clone(),
+                    parent: parent.to_string(),
+                });
             }
         }
         Ok(())
@@ -294,6 +294,8 @@ fn valid_name(name: &str) -> bool {
     matches!(chars.next(), Some('a'..='z'))
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-'))
         && !name.ends_with('-')
+        // The inputs tag is `<name>-<64 hex digits>` and a tag has at most 128 characters.
+        && name.len() <= 63
 }
 
 fn find_line(text: &str, needle: &str) -> usize {
@@ -356,10 +358,10 @@ fn parse_base(name: &str, file: &Path, text: &str) -> Result<Base, GraphError> {
                 seen_from = true;
                 let mut words = ins.args.split_whitespace().filter(|w| !w.starts_with("--"));
                 let reference = words.next().unwrap_or_default().to_string();
-                if let (Some(kw), Some(alias)) = (words.next(), words.next()) {
-                    if kw.eq_ignore_ascii_case("as") {
-                        stages.insert(alias.to_string());
-                    }
+                if let (Some(kw), Some(alias)) = (words.next(), words.next())
+                    && kw.eq_ignore_ascii_case("as")
+                {
+                    stages.insert(alias.to_string());
                 }
                 if stages.contains(&reference) {
                     continue;
@@ -559,6 +561,8 @@ mod tests {
             assert!(graph(&[(bad, OS)]).is_err(), "{bad:?} accepted");
         }
         assert!(graph(&[("base-2", OS)]).is_ok());
+        assert!(graph(&[(&"a".repeat(64), OS)]).is_err());
+        assert!(graph(&[(&"a".repeat(63), OS)]).is_ok());
     }
 
     #[test]

@@ -38,12 +38,8 @@ pub enum OsSource {
 
 impl OsSource {
     /// Mirror where mmdebstrap is installed, else registry.
-    pub fn detect(sh: &Shell) -> OsSource {
-        if cmd!(sh, "mmdebstrap --version").quiet().ignore_stdout().ignore_stderr().run().is_ok() {
-            OsSource::Mirror
-        } else {
-            OsSource::Registry
-        }
+    pub fn detect() -> OsSource {
+        if crate::project::on_path("mmdebstrap") { OsSource::Mirror } else { OsSource::Registry }
     }
 }
 
@@ -91,7 +87,7 @@ impl Bootstrap {
 
     /// Runs mmdebstrap into `out` (a tar).
     pub fn run_mmdebstrap(&self, sh: &Shell, out: &Path) -> anyhow::Result<()> {
-        if cmd!(sh, "mmdebstrap --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        if !crate::project::on_path("mmdebstrap") {
             anyhow::bail!(
                 "mmdebstrap is not installed: install it (Debian: `sudo apt-get install mmdebstrap`) \
                  or use `--os-source registry`"
@@ -115,10 +111,8 @@ impl Bootstrap {
     /// (or `refresh` asks for a new one, to pick up archive updates).
     pub async fn ensure(&self, engine: &Engine, sh: &Shell, refresh: bool) -> anyhow::Result<String> {
         let reference = self.reference();
-        if !refresh {
-            if let Some(id) = engine.image_id(&reference).await? {
-                return Ok(id);
-            }
+        if !refresh && let Some(id) = engine.image_id(&reference).await? {
+            return Ok(id);
         }
         let dir = tempfile::tempdir().context("cannot create a temporary folder")?;
         let tar = dir.path().join("rootfs.tar");

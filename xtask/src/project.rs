@@ -14,6 +14,14 @@ pub const LICENSES: &str = env!("CARGO_PKG_LICENSE");
 pub const DEFAULT_PREFIX: &str = "localhost/agent-sandbox";
 pub const PREFIX_ENV: &str = "AGENT_SANDBOX_PREFIX";
 
+/// Every built image is also tagged `<INPUTS_REPOSITORY>:<name>-<input hash>`: the index by
+/// which a later build finds it, whatever prefix either build used.
+pub const INPUTS_REPOSITORY: &str = "localhost/agent-sandbox/inputs";
+
+pub fn inputs_tag(name: &str, inputs: &str) -> String {
+    format!("{INPUTS_REPOSITORY}:{name}-{}", inputs.strip_prefix("sha256:").unwrap_or(inputs))
+}
+
 /// The workspace root: the parent of the xtask crate.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
@@ -47,16 +55,60 @@ pub fn host_triple(sh: &Shell) -> anyhow::Result<String> {
         .context("rustc -vV printed no host triple")
 }
 
-/// Builds sandbox-init as one static binary (glibc with crt-static: no NSS is used, DNS is pure
-/// Rust) and returns its bytes.
-pub fn build_sandbox_init(sh: &Shell, root: &Path) -> anyhow::Result<Vec<u8>> {
+/// Whether an executable `program` is on PATH.
+pub fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// The files sandbox-init is built from, relative to the workspace root.
+const SANDBOX_INIT_SOURCES: &[&str] = &["sandbox-init", "Cargo.lock", "Cargo.toml", ".cargo/config.toml"];
+
+/// sandbox-init as one static binary (glibc with crt-static: no NSS is used, DNS is pure Rust).
+///
+/// Cargo's own no-op check costs more than the rest of a no-op image build, so the binary is
+/// kept beside a stamp of its sources' hash and cargo runs only when they changed.
+pub fn sandbox_init_binary(sh: &Shell, root: &Path) -> anyhow::Result<Vec<u8>> {
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let cache = target_dir.join("agent-sandbox");
+    let (binary, stamp) = (cache.join("sandbox-init"), cache.join("sandbox-init.sources"));
+    let sources = sources_hash(root)?;
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == sources)
+        && let Ok(bytes) = std::fs::read(&binary)
+    {
+        return Ok(bytes);
+    }
     let _dir = sh.push_dir(root);
     let triple = host_triple(sh)?;
     let _flags = sh.push_env("RUSTFLAGS", "-C target-feature=+crt-static");
     cmd!(sh, "cargo build --quiet --release --package sandbox-init --target {triple}")
+        .quiet()
         .run()
         .context("cannot build sandbox-init")?;
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let path = target_dir.join(&triple).join("release").join("sandbox-init");
-    std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+    let built = target_dir.join(&triple).join("release").join("sandbox-init");
+    std::fs::create_dir_all(&cache).with_context(|| format!("cannot create {}", cache.display()))?;
+    std::fs::copy(&built, &binary).with_context(|| format!("cannot copy {}", built.display()))?;
+    std::fs::write(&stamp, sources).with_context(|| format!("cannot write {}", stamp.display()))?;
+    std::fs::read(&binary).with_context(|| format!("cannot read {}", binary.display()))
+}
+
+fn sources_hash(root: &Path) -> anyhow::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for source in SANDBOX_INIT_SOURCES {
+        let path = root.join(source);
+        if path.is_dir() {
+            let ctx = crate::context::BuildContext::from_dir(&path)?;
+            h.update(ctx.input_hash(&Default::default(), source));
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            h.update(source.as_bytes());
+            h.update(Sha256::digest(bytes));
+        }
+    }
+    Ok(format!("{:x}", h.finalize()))
 }
