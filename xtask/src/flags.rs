@@ -69,7 +69,7 @@ pub struct CommonBuildFlags {
     #[arg(long, short, default_value_t = 2)]
     pub jobs: usize,
     /// Where the OS layer comes from [default: mirror where mmdebstrap is installed, else registry]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, env = crate::build::BuildOptions::ENV_OS_SOURCE)]
     pub os_source: Option<OsSource>,
     /// Debian archive for the mirror source
     #[arg(long, env = crate::os::MIRROR_ENV, default_value = crate::os::DEFAULT_MIRROR)]

@@ -30,7 +30,7 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
         let id = first.id(name).expect("built or up to date");
         assert_eq!(entry.id, id);
         let tag = format!("{}:{VERSION}", repository(&scratch.prefix, name));
-        assert_eq!(entry.tags, [tag.clone()]);
+        assert_eq!(entry.tags, std::slice::from_ref(&tag));
         assert_eq!(engine.image_id(&tag).await?.as_deref(), Some(id), "{tag} points at the locked id");
 
         let labels: HashMap<String, String> = engine.image_labels(id).await?;
