@@ -33,17 +33,25 @@ pub fn repository(prefix: &str, name: &str) -> String {
 }
 
 /// The short commit, with `-dirty` when tracked files other than the lock differ from it;
-/// `None` outside a git checkout or before the first commit.
+/// `None` outside a git checkout or before the first commit. One git call: a no-op build waits
+/// for it.
 pub fn git_revision(sh: &Shell, root: &Path) -> Option<String> {
     let _dir = sh.push_dir(root);
-    let sha = cmd!(sh, "git rev-parse --short=12 HEAD").quiet().ignore_stderr().read().ok()?;
-    let dirty = cmd!(sh, "git status --porcelain --untracked-files=no -- . :!images.lock")
+    let status = cmd!(sh, "git status --porcelain=v2 --branch --untracked-files=no -- . :!images.lock")
         .quiet()
         .ignore_stderr()
         .read()
-        .map(|s| !s.trim().is_empty())
-        .unwrap_or(false);
-    Some(if dirty { format!("{sha}-dirty") } else { sha })
+        .ok()?;
+    parse_revision(&status)
+}
+
+fn parse_revision(status: &str) -> Option<String> {
+    let oid = status.lines().find_map(|l| l.strip_prefix("# branch.oid "))?;
+    if oid.len() < 12 || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None; // "(initial)": no commit yet
+    }
+    let dirty = status.lines().any(|l| !l.starts_with('#') && !l.trim().is_empty());
+    Some(format!("{}{}", &oid[..12], if dirty { "-dirty" } else { "" }))
 }
 
 /// The host's target triple, for building sandbox-init statically.
@@ -111,4 +119,19 @@ fn sources_hash(root: &Path) -> anyhow::Result<String> {
         }
     }
     Ok(format!("{:x}", h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revision_from_git_status() {
+        let clean = "# branch.oid 0123456789abcdef0123456789abcdef01234567\n# branch.head main\n";
+        assert_eq!(parse_revision(clean).as_deref(), Some("0123456789ab"));
+        let dirty = format!("{clean}1 .M N... 100644 100644 100644 a b images/shell/Dockerfile\n");
+        assert_eq!(parse_revision(&dirty).as_deref(), Some("0123456789ab-dirty"));
+        assert_eq!(parse_revision("# branch.oid (initial)\n# branch.head main\n"), None);
+        assert_eq!(parse_revision(""), None);
+    }
 }

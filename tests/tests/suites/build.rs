@@ -10,6 +10,20 @@ use xtask::labels;
 use xtask::lock::ImagesLock;
 use xtask::project::{VERSION, repository};
 
+/// Removes a tag when the test ends, passed or not.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let tag = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            rt.block_on(async { Engine::connect().await.ok()?.remove_tag(&tag).await.ok() })
+        })
+        .join();
+    }
+}
+
 #[tokio::test]
 async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<()> {
     let scratch = ScratchImages::copy("graph", &[])?;
@@ -22,6 +36,7 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
     assert_eq!(&names[..2], ["os", "base"], "parents first: {names:?}");
     assert!(names.contains(&"shell"), "{names:?}");
 
+    let revision = xtask::project::git_revision(&xshell::Shell::new()?, &sandbox_tests::root());
     let lock = ImagesLock::read(&scratch.lock_path())?;
     assert_eq!(lock, first.lock, "the lock on disk is the one reported");
     assert_eq!(lock.images.keys().collect::<Vec<_>>().len(), names.len(), "every image is locked");
@@ -32,6 +47,10 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
         let tag = format!("{}:{VERSION}", repository(&scratch.prefix, name));
         assert_eq!(entry.tags, std::slice::from_ref(&tag));
         assert_eq!(engine.image_id(&tag).await?.as_deref(), Some(id), "{tag} points at the locked id");
+        if let Some(rev) = &revision {
+            let sha_tag = format!("{}:sha-{rev}", repository(&scratch.prefix, name));
+            assert_eq!(engine.image_id(&sha_tag).await?.as_deref(), Some(id), "{sha_tag}");
+        }
 
         let labels: HashMap<String, String> = engine.image_labels(id).await?;
         assert_eq!(labels.get(labels::IMAGE), Some(&name.to_string()), "{name}: {labels:?}");
@@ -56,8 +75,11 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
     assert_eq!(second.up_to_date(), names);
     assert_eq!(ImagesLock::read(&scratch.lock_path())?, lock, "a no-op build leaves the lock as it was");
 
-    // One changed file in shell's folder rebuilds shell and nothing else.
-    std::fs::write(scratch.images_dir().join("shell/NOTES.txt"), "changed\n")?;
+    // One changed file in shell's folder rebuilds shell and nothing else. The content is new to
+    // this run: an image built from the same inputs by an earlier run would be reused.
+    let unique =
+        format!("changed by test run {} at {:?}\n", std::process::id(), std::time::SystemTime::now());
+    std::fs::write(scratch.images_dir().join("shell/NOTES.txt"), unique)?;
     let third = build(&opts).await?;
     third.ensure_success()?;
     assert_eq!(third.built(), ["shell"]);
@@ -65,6 +87,7 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
     assert_ne!(rebuilt.images["shell"].id, lock.images["shell"].id);
     assert_ne!(rebuilt.images["shell"].inputs, lock.images["shell"].inputs);
     assert_eq!(rebuilt.images["base"], lock.images["base"]);
+    let _remove_rebuilt = RemoveOnDrop(xtask::project::inputs_tag("shell", &rebuilt.images["shell"].inputs));
 
     // --locked passes now, and fails (naming the image, building nothing) after another change.
     let mut locked = opts.clone();
