@@ -51,19 +51,29 @@ impl ScratchImages {
 impl Drop for ScratchImages {
     fn drop(&mut self) {
         let prefix = format!("{}/", self.prefix);
-        // Drop cannot await; a thread with its own runtime can, even inside a test's runtime.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            rt.block_on(async {
-                let engine = Engine::connect().await.ok()?;
-                for tag in engine.tags_with_prefix(&prefix).await.ok()? {
-                    let _ = engine.remove_tag(&tag).await;
-                }
-                Some(())
-            })
-        })
-        .join();
+        remove_tags_blocking(move |engine| async move { engine.tags_with_prefix(&prefix).await.ok() });
     }
+}
+
+/// Removes the tags `which` names, from synchronous code such as `Drop` (which cannot await):
+/// a thread with its own runtime can, even inside a test's runtime. Best effort: cleanup must not
+/// hide the test's own result.
+pub fn remove_tags_blocking<F, Fut>(which: F)
+where
+    F: FnOnce(Engine) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<Vec<String>>>,
+{
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+        rt.block_on(async {
+            let engine = Engine::connect().await.ok()?;
+            for tag in which(engine.clone()).await? {
+                let _ = engine.remove_tag(&tag).await;
+            }
+            Some(())
+        })
+    })
+    .join();
 }
 
 fn copy_dir(from: &Path, to: &Path, only: &[&str]) -> anyhow::Result<()> {

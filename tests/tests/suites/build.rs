@@ -16,11 +16,7 @@ struct RemoveOnDrop(String);
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let tag = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            rt.block_on(async { Engine::connect().await.ok()?.remove_tag(&tag).await.ok() })
-        })
-        .join();
+        sandbox_tests::remove_tags_blocking(move |_| async move { Some(vec![tag]) });
     }
 }
 
