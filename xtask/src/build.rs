@@ -140,7 +140,7 @@ pub struct BuildReport {
     /// In build order.
     pub results: Vec<ImageResult>,
     /// What each image's build was given (or would have been), in build order.
-    pub plans: Vec<BuildPlan>,
+    pub plans: Vec<Arc<BuildPlan>>,
     pub lock: ImagesLock,
     pub os_source: OsSource,
 }
@@ -191,21 +191,17 @@ fn quoted(names: &[&str]) -> String {
     names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
 }
 
-/// What one image's build is given: for tools that want to build it another way (the bench).
+/// Everything one image's build is given, computed before it starts; kept in the report for
+/// tools that build the same images another way (the bench).
 #[derive(Debug, Clone)]
 pub struct BuildPlan {
     pub name: String,
     pub context: BuildContext,
     pub build_args: BTreeMap<String, String>,
     pub labels: HashMap<String, String>,
-}
-
-/// Everything one image's build needs, computed before it starts.
-struct Prepared {
-    context: BuildContext,
-    build_args: BTreeMap<String, String>,
-    from: String,
-    inputs: String,
+    /// Exactly what the image is built on: the parent's id or an external reference.
+    pub from: String,
+    pub inputs: String,
 }
 
 /// Builds (or, with `locked`, verifies) the selected images. Failures of single images are in
@@ -241,7 +237,7 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
     let mut lock = old_lock.clone();
     lock.images.retain(|name, _| graph.get(name).is_some());
     let mut pending: Vec<String> = order.clone();
-    let mut running: JoinSet<(String, Prepared, Result<String, BuildFailure>, f64)> = JoinSet::new();
+    let mut running: JoinSet<(Arc<BuildPlan>, Result<String, BuildFailure>, f64)> = JoinSet::new();
     let mut mismatches = Vec::new();
     let mut plans = Vec::new();
 
@@ -272,7 +268,7 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
                 }
             }
             pending.remove(i);
-            let prepared = prepare(
+            let mut plan = prepare(
                 &name,
                 node,
                 parent.as_deref().map(|p| ids[p].as_str()),
@@ -280,43 +276,27 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
                 sandbox_init.as_deref(),
                 extra_ca.as_deref(),
             )?;
-            let build_labels = image_labels(opts, node, &prepared, revision.as_deref());
-            plans.push(BuildPlan {
-                name: name.clone(),
-                context: prepared.context.clone(),
-                build_args: prepared.build_args.clone(),
-                labels: build_labels.clone(),
-            });
+            plan.labels = image_labels(opts, node, &plan.inputs, revision.as_deref());
+            let plan = Arc::new(plan);
+            plans.push(plan.clone());
             // Found by the inputs tag, not by the label alone: labels are inherited, so every
             // image built FROM ours carries the same values.
             let existing = engine
-                .find(&project::inputs_tag(&name, &prepared.inputs))
+                .find(&project::inputs_tag(&name, &plan.inputs))
                 .await?
-                .filter(|image| image.labels.get(labels::INPUTS) == Some(&prepared.inputs));
+                .filter(|image| image.labels.get(labels::INPUTS) == Some(&plan.inputs));
             if opts.locked {
                 let locked = old_lock.images.get(&name);
                 match (existing.as_ref().map(|i| &i.id), locked) {
-                    (Some(id), Some(entry)) if *id == entry.id && entry.inputs == prepared.inputs => {}
-                    (found, entry) => {
-                        mismatches.push(describe_mismatch(&name, found, entry, &prepared.inputs))
-                    }
+                    (Some(id), Some(entry)) if *id == entry.id && entry.inputs == plan.inputs => {}
+                    (found, entry) => mismatches.push(describe_mismatch(&name, found, entry, &plan.inputs)),
                 }
             }
             if let Some(image) = existing {
                 let id = image.id;
                 progress.finish(&name, &format!("up to date ({})", short(&id)));
-                record(
-                    &engine,
-                    &image.tags,
-                    opts,
-                    &name,
-                    parent,
-                    &prepared,
-                    &id,
-                    revision.as_deref(),
-                    &mut lock,
-                )
-                .await?;
+                record(&engine, &image.tags, opts, parent, &plan, &id, revision.as_deref(), &mut lock)
+                    .await?;
                 ids.insert(name.clone(), id.clone());
                 results.insert(name, Outcome::UpToDate { id });
                 continue;
@@ -331,26 +311,26 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
             let progress = progress.clone();
             running.spawn(async move {
                 let started = Instant::now();
-                let tar = prepared.context.to_tar();
-                let args: HashMap<String, String> = prepared.build_args.clone().into_iter().collect();
+                let tar = plan.context.to_tar();
+                let args: HashMap<String, String> = plan.build_args.clone().into_iter().collect();
                 let result = engine
-                    .build(tar, &args, &build_labels, |event| {
+                    .build(tar, &args, &plan.labels, |event| {
                         if let BuildEvent::Step(step) = event {
-                            progress.state(&name, &step);
+                            progress.state(&plan.name, &step);
                         }
                     })
                     .await;
-                (name, prepared, result, started.elapsed().as_secs_f64())
+                (plan, result, started.elapsed().as_secs_f64())
             });
         }
         let Some(joined) = running.join_next().await else { break };
-        let (name, prepared, result, seconds) = joined.context("a build task panicked")?;
+        let (plan, result, seconds) = joined.context("a build task panicked")?;
+        let name = plan.name.clone();
         match result {
             Ok(id) => {
                 progress.finish(&name, &format!("built {} in {seconds:.1}s", short(&id)));
                 let parent = graph.get(&name).and_then(|n| n.parent()).map(str::to_string);
-                record(&engine, &[], opts, &name, parent, &prepared, &id, revision.as_deref(), &mut lock)
-                    .await?;
+                record(&engine, &[], opts, parent, &plan, &id, revision.as_deref(), &mut lock).await?;
                 ids.insert(name.clone(), id.clone());
                 results.insert(name, Outcome::Built { id, seconds });
             }
@@ -442,7 +422,7 @@ fn prepare(
     os_base: Option<&str>,
     sandbox_init: Option<&[u8]>,
     extra_ca: Option<&[u8]>,
-) -> anyhow::Result<Prepared> {
+) -> anyhow::Result<BuildPlan> {
     let mut context = BuildContext::from_dir(&node.dir)
         .with_context(|| format!("cannot read the build context of '{name}'"))?;
     let mut build_args = BTreeMap::new();
@@ -469,7 +449,7 @@ fn prepare(
         inject_ca(&mut context, ca);
     }
     let inputs = context.input_hash(&build_args, &from);
-    Ok(Prepared { context, build_args, from, inputs })
+    Ok(BuildPlan { name: name.to_string(), context, build_args, labels: HashMap::new(), from, inputs })
 }
 
 /// Root images get the extra CA certificates: into the folder update-ca-certificates reads (so
@@ -509,12 +489,12 @@ fn copies(dockerfile: &str, source: &str) -> bool {
 fn image_labels(
     opts: &BuildOptions,
     node: &crate::graph::ImageNode,
-    prepared: &Prepared,
+    inputs: &str,
     revision: Option<&str>,
 ) -> HashMap<String, String> {
     let mut l = HashMap::from([
         (labels::IMAGE.to_string(), node.name.clone()),
-        (labels::INPUTS.to_string(), prepared.inputs.clone()),
+        (labels::INPUTS.to_string(), inputs.to_string()),
         (labels::OCI_TITLE.to_string(), format!("{}{}", crate::graph::LOCAL_PREFIX, node.name)),
         (labels::OCI_VERSION.to_string(), project::VERSION.to_string()),
         (labels::OCI_REVISION.to_string(), revision.unwrap_or("unknown").to_string()),
@@ -537,15 +517,15 @@ async fn record(
     engine: &Engine,
     current_tags: &[String],
     opts: &BuildOptions,
-    name: &str,
     parent: Option<String>,
-    prepared: &Prepared,
+    plan: &BuildPlan,
     id: &str,
     revision: Option<&str>,
     lock: &mut ImagesLock,
 ) -> anyhow::Result<()> {
+    let name = plan.name.as_str();
     let repository = project::repository(&opts.prefix, name);
-    let inputs_tag = project::inputs_tag(name, &prepared.inputs);
+    let inputs_tag = project::inputs_tag(name, &plan.inputs);
     if !current_tags.contains(&inputs_tag) {
         let (repository, tag) = inputs_tag.rsplit_once(':').expect("a tag");
         engine.tag(id, repository, tag).await?;
@@ -562,8 +542,8 @@ async fn record(
         LockedImage {
             id: id.to_string(),
             parent,
-            from: prepared.from.clone(),
-            inputs: prepared.inputs.clone(),
+            from: plan.from.clone(),
+            inputs: plan.inputs.clone(),
             tags: vec![format!("{repository}:{}", project::VERSION)],
             pinned,
         },
