@@ -75,7 +75,8 @@ pub fn on_path(program: &str) -> bool {
 }
 
 /// The files sandbox-init is built from, relative to the workspace root.
-const SANDBOX_INIT_SOURCES: &[&str] = &["sandbox-init", "Cargo.lock", "Cargo.toml", ".cargo/config.toml"];
+const SANDBOX_INIT_SOURCES: &[&str] =
+    &["sandbox-init", "policies/services.yaml", "Cargo.lock", "Cargo.toml", ".cargo/config.toml"];
 
 /// sandbox-init as one static binary (glibc with crt-static: no NSS is used, DNS is pure Rust).
 ///

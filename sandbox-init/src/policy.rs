@@ -1,0 +1,582 @@
+//! Policies: the allowlist format, its strict parsing (every error names file, line and column),
+//! the built-in service bundles, and the merge of the baked policy with the user's drop-ins.
+//!
+//! Per-value checks live in `Deserialize` impls, so the YAML parser reports them at the value's
+//! own line and column; only whole-file checks (an empty allowlist) are made after parsing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// The policy baked into every image.
+pub const BAKED_POLICY: &str = "/etc/agent-sandbox/policy.yaml";
+/// Where users mount extra policies (`*.yaml`, `*.yml`) and plain domain lists (`*.txt`).
+pub const DROP_IN_DIR: &str = "/etc/agent-sandbox/policy.d";
+/// The ports a domain or CIDR entry allows when it names none.
+pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
+
+/// The service bundles, defined once in policies/services.yaml and compiled in, so `check` works
+/// offline and every image agrees on what `github` means.
+pub const SERVICES_YAML: &str = include_str!("../../policies/services.yaml");
+const SERVICES_FILE: &str = "policies/services.yaml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The file was read but is not a valid policy.
+    #[error("{file}:{line}:{column}: {message}")]
+    Invalid { file: String, line: usize, column: usize, message: String },
+    /// The file could not be read at all.
+    #[error("cannot read policy {file}: {source}")]
+    Unreadable {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A domain entry's name: one exact host, or every subdomain of one (`*.example.com`, which does
+/// not match `example.com` itself). Stored lowercase, in punycode, without a trailing dot.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DomainPattern {
+    Exact(String),
+    Subdomains(String),
+}
+
+impl fmt::Display for DomainPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DomainPattern::Exact(name) => f.write_str(name),
+            DomainPattern::Subdomains(name) => write!(f, "*.{name}"),
+        }
+    }
+}
+
+impl DomainPattern {
+    /// Parses a domain as users write it: case-insensitive, an optional trailing dot, Unicode
+    /// names mapped to punycode, and `*.` only as the first label.
+    pub fn parse(input: &str) -> Result<DomainPattern, String> {
+        if input.is_empty() {
+            return Err("empty domain name".into());
+        }
+        if input.contains("://") {
+            return Err(format!("`{input}` is a URL: write only its host name"));
+        }
+        if input.chars().any(char::is_whitespace) {
+            return Err(format!("domain `{input}` contains whitespace"));
+        }
+        if input.contains('/') {
+            return Err(format!("domain `{input}` contains `/`: address ranges go under `cidrs`"));
+        }
+        let (wildcard, rest) = match input.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, input),
+        };
+        if rest.contains('*') {
+            return Err(format!(
+                "wildcard in `{input}`: `*` is only allowed as a whole first label, as in `*.example.com`"
+            ));
+        }
+        let rest = rest.strip_suffix('.').unwrap_or(rest);
+        if rest.parse::<IpAddr>().is_ok() {
+            return Err(format!("`{rest}` is an address, not a domain: list it under `cidrs`"));
+        }
+        // Also for ASCII input: it validates `xn--` labels.
+        let ascii = idna::domain_to_ascii(rest)
+            .map_err(|_| format!("`{input}` is not a valid internationalised domain name"))?;
+        validate_labels(&ascii).map_err(|why| format!("invalid domain `{input}`: {why}"))?;
+        if wildcard {
+            if !ascii.contains('.') {
+                return Err(format!("`{input}` would allow every name under a top-level domain"));
+            }
+            Ok(DomainPattern::Subdomains(ascii))
+        } else {
+            Ok(DomainPattern::Exact(ascii))
+        }
+    }
+}
+
+fn validate_labels(name: &str) -> Result<(), String> {
+    if name.len() > 253 {
+        return Err(format!("{} characters, more than the 253 DNS allows", name.len()));
+    }
+    let labels: Vec<&str> = name.split('.').collect();
+    for label in &labels {
+        if label.is_empty() {
+            return Err("empty label (two dots in a row, or a leading dot)".into());
+        }
+        if label.len() > 63 {
+            return Err(format!("label `{label}` is {} characters, more than 63", label.len()));
+        }
+        if let Some(bad) = label.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-')) {
+            return Err(format!("label `{label}` contains `{bad}`"));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(format!("label `{label}` starts or ends with `-`"));
+        }
+    }
+    let last = labels[labels.len() - 1];
+    if labels.len() > 1 && last.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!("top-level label `{last}` is numeric"));
+    }
+    Ok(())
+}
+
+/// A set of destination ports, never empty.
+pub type Ports = BTreeSet<u16>;
+
+fn parse_port(text: &str) -> Result<u16, String> {
+    let value: u64 = text.trim().parse().map_err(|_| format!("`{text}` is not a port number"))?;
+    port_in_range(value)
+}
+
+fn port_in_range(value: u64) -> Result<u16, String> {
+    match u16::try_from(value) {
+        Ok(port) if port != 0 => Ok(port),
+        _ => Err(format!("port {value} is out of range (1-65535)")),
+    }
+}
+
+/// `host`, `host:port` or `host:port,port`: the form of domain entries in YAML strings and
+/// `.txt` lists.
+pub fn parse_domain_with_ports(text: &str) -> Result<(DomainPattern, Ports), String> {
+    if text.contains("://") {
+        return Err(format!("`{text}` is a URL: write only its host name"));
+    }
+    match text.rsplit_once(':') {
+        Some((host, ports)) if !host.contains(':') => {
+            let ports = ports.split(',').map(parse_port).collect::<Result<Ports, _>>()?;
+            Ok((DomainPattern::parse(host)?, ports))
+        }
+        Some(_) => Err(format!("`{text}` is not a domain (an IPv6 address belongs under `cidrs`)")),
+        None => Ok((DomainPattern::parse(text)?, Ports::from(DEFAULT_PORTS))),
+    }
+}
+
+/// One `domains` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainRule {
+    pub pattern: DomainPattern,
+    pub ports: Ports,
+}
+
+/// One `cidrs` entry: an address range and the ports allowed in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CidrRule {
+    pub net: IpNet,
+    pub ports: Ports,
+}
+
+fn parse_cidr(text: &str) -> Result<IpNet, String> {
+    let net = match text.parse::<IpNet>() {
+        Ok(net) => net,
+        Err(_) => match text.parse::<IpAddr>() {
+            Ok(addr) => IpNet::from(addr),
+            Err(_) => return Err(format!("`{text}` is not an address range (as in 10.0.0.0/8 or fd00::/8)")),
+        },
+    };
+    if net.trunc() != net {
+        return Err(format!("`{text}` has host bits set: did you mean {}?", net.trunc()));
+    }
+    Ok(net)
+}
+
+/// Ports as YAML writes them: a list of numbers, never empty.
+struct PortList(Ports);
+
+impl<'de> Deserialize<'de> for PortList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = PortList;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of port numbers, as in [443, 8443]")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PortList, A::Error> {
+                let mut ports = Ports::new();
+                while let Some(port) = seq.next_element::<Port>()? {
+                    ports.insert(port.0);
+                }
+                if ports.is_empty() {
+                    return Err(de::Error::custom("empty port list: leave `ports` out for 80 and 443"));
+                }
+                Ok(PortList(ports))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+struct Port(u16);
+
+impl<'de> Deserialize<'de> for Port {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Port;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a port number (1-65535)")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Port, E> {
+                port_in_range(v).map(Port).map_err(E::custom)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Port, E> {
+                Err(E::custom(format!("port {v} is out of range (1-65535)")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The keys of a mapping-form entry, with the list of keys it accepts for the error message.
+fn next_key<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    known: &'static [&'static str],
+) -> Result<Option<String>, A::Error> {
+    let Some(key) = map.next_key::<String>()? else { return Ok(None) };
+    if !known.contains(&key.as_str()) {
+        return Err(de::Error::custom(format!(
+            "unknown key `{key}` (expected one of: {})",
+            known.join(", ")
+        )));
+    }
+    Ok(Some(key))
+}
+
+impl<'de> Deserialize<'de> for DomainRule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DomainRule;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a domain (`api.example.com`, `*.example.com`, `host:8443`) or {domain, ports}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DomainRule, E> {
+                let (pattern, ports) = parse_domain_with_ports(v).map_err(E::custom)?;
+                Ok(DomainRule { pattern, ports })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DomainRule, A::Error> {
+                const KEYS: &[&str] = &["domain", "ports"];
+                let (mut pattern, mut ports) = (None, None);
+                while let Some(key) = next_key(&mut map, KEYS)? {
+                    if key == "domain" {
+                        let text: String = map.next_value()?;
+                        pattern = Some(DomainPattern::parse(&text).map_err(de::Error::custom)?);
+                    } else {
+                        ports = Some(map.next_value::<PortList>()?.0);
+                    }
+                }
+                let pattern =
+                    pattern.ok_or_else(|| de::Error::custom("entry has `ports` but no `domain`"))?;
+                Ok(DomainRule { pattern, ports: ports.unwrap_or_else(|| Ports::from(DEFAULT_PORTS)) })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for CidrRule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CidrRule;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an address range (`10.0.0.0/8`) or {cidr, ports}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<CidrRule, E> {
+                let net = parse_cidr(v).map_err(E::custom)?;
+                Ok(CidrRule { net, ports: Ports::from(DEFAULT_PORTS) })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<CidrRule, A::Error> {
+                const KEYS: &[&str] = &["cidr", "ports"];
+                let (mut net, mut ports) = (None, None);
+                while let Some(key) = next_key(&mut map, KEYS)? {
+                    if key == "cidr" {
+                        let text: String = map.next_value()?;
+                        net = Some(parse_cidr(&text).map_err(de::Error::custom)?);
+                    } else {
+                        ports = Some(map.next_value::<PortList>()?.0);
+                    }
+                }
+                let net = net.ok_or_else(|| de::Error::custom("entry has `ports` but no `cidr`"))?;
+                Ok(CidrRule { net, ports: ports.unwrap_or_else(|| Ports::from(DEFAULT_PORTS)) })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `version: 1`, the only version this sandbox-init reads.
+struct Version;
+
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let version = u64::deserialize(d)?;
+        if version != 1 {
+            return Err(de::Error::custom(format!(
+                "unsupported policy version {version} (this sandbox-init reads version 1)"
+            )));
+        }
+        Ok(Version)
+    }
+}
+
+/// `allow: none`: the explicit way to say a policy allows nothing.
+struct AllowNone;
+
+impl<'de> Deserialize<'de> for AllowNone {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = String::deserialize(d)?;
+        if value != "none" {
+            return Err(de::Error::custom(format!("`allow` takes only `none`, not `{value}`")));
+        }
+        Ok(AllowNone)
+    }
+}
+
+/// A service name, checked against the bundles.
+struct ServiceRef(String);
+
+impl<'de> Deserialize<'de> for ServiceRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        let services = services();
+        if !services.contains_key(&name) {
+            let known: Vec<&str> = services.keys().map(String::as_str).collect();
+            return Err(de::Error::custom(format!("unknown service `{name}` (known: {})", known.join(", "))));
+        }
+        Ok(ServiceRef(name))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a policy: a mapping with `version: 1` and `domains`, `services` or `cidrs`"
+)]
+struct PolicyFile {
+    #[allow(dead_code)]
+    version: Version,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    #[serde(default)]
+    domains: Vec<DomainRule>,
+    #[serde(default)]
+    services: Vec<ServiceRef>,
+    #[serde(default)]
+    cidrs: Vec<CidrRule>,
+    #[serde(default)]
+    allow: Option<AllowNone>,
+}
+
+/// A service bundle of policies/services.yaml.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    pub description: String,
+    pub domains: Vec<DomainRule>,
+}
+
+/// The bundles, parsed once. A bad bundle is a build defect, caught by the unit tests.
+pub fn services() -> &'static BTreeMap<String, Service> {
+    static SERVICES: std::sync::OnceLock<BTreeMap<String, Service>> = std::sync::OnceLock::new();
+    SERVICES.get_or_init(|| match yaml_serde::from_str(SERVICES_YAML) {
+        Ok(services) => services,
+        Err(e) => panic!("{SERVICES_FILE} is invalid: {e}"),
+    })
+}
+
+/// One policy file, or several merged: every allowed domain and range with the union of its ports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    pub domains: BTreeMap<DomainPattern, Ports>,
+    pub cidrs: BTreeMap<IpNet, Ports>,
+    pub services: BTreeSet<String>,
+    /// The files this policy was read from, in merge order.
+    pub files: Vec<PathBuf>,
+}
+
+impl Policy {
+    /// Parses one YAML policy. `file` names it in errors.
+    pub fn from_yaml(file: &Path, text: &str) -> Result<Policy, PolicyError> {
+        let invalid = |line, column, message: String| PolicyError::Invalid {
+            file: file.display().to_string(),
+            line,
+            column,
+            message,
+        };
+        let parsed: PolicyFile = yaml_serde::from_str(text).map_err(|e| {
+            // Only comments, or nothing: say so rather than "missing field `version`".
+            if matches!(yaml_serde::from_str(text), Ok(yaml_serde::Value::Null)) {
+                return invalid(1, 1, "empty policy file: write at least `version: 1`".into());
+            }
+            let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+            invalid(line, column, strip_location(&e.to_string()))
+        })?;
+        let mut policy = Policy { files: vec![file.to_path_buf()], ..Policy::default() };
+        let entries = parsed.domains.len() + parsed.services.len() + parsed.cidrs.len();
+        match (parsed.allow.is_some(), entries) {
+            (false, 0) => {
+                return Err(invalid(
+                    1,
+                    1,
+                    "the policy allows nothing: list `domains`, `services` or `cidrs`, or say `allow: none`"
+                        .into(),
+                ));
+            }
+            (true, n) if n > 0 => {
+                let (line, column) = key_position(text, "allow").unwrap_or((1, 1));
+                return Err(invalid(
+                    line,
+                    column,
+                    "`allow: none` contradicts the entries this policy lists".into(),
+                ));
+            }
+            _ => {}
+        }
+        for rule in parsed.domains {
+            policy.add_domain(rule.pattern, rule.ports);
+        }
+        for ServiceRef(name) in parsed.services {
+            for rule in &services()[&name].domains {
+                policy.add_domain(rule.pattern.clone(), rule.ports.clone());
+            }
+            policy.services.insert(name);
+        }
+        for rule in parsed.cidrs {
+            policy.cidrs.entry(rule.net).or_default().extend(rule.ports);
+        }
+        Ok(policy)
+    }
+
+    /// Parses a plain domain list: one `host[:port,…]` per line, `#` starts a comment.
+    pub fn from_list(file: &Path, text: &str) -> Result<Policy, PolicyError> {
+        let mut policy = Policy { files: vec![file.to_path_buf()], ..Policy::default() };
+        for (index, line) in text.lines().enumerate() {
+            let content = line.split_once('#').map_or(line, |(before, _)| before);
+            let entry = content.trim();
+            if entry.is_empty() {
+                continue;
+            }
+            let column = content.len() - content.trim_start().len() + 1;
+            let (pattern, ports) = parse_domain_with_ports(entry).map_err(|message| {
+                PolicyError::Invalid { file: file.display().to_string(), line: index + 1, column, message }
+            })?;
+            policy.add_domain(pattern, ports);
+        }
+        Ok(policy)
+    }
+
+    /// Reads one file, YAML or list by its extension.
+    pub fn read(file: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|source| PolicyError::Unreadable { file: file.display().to_string(), source })?;
+        match file.extension().and_then(|e| e.to_str()) {
+            Some("txt") => Policy::from_list(file, &text),
+            _ => Policy::from_yaml(file, &text),
+        }
+    }
+
+    /// The baked policy merged with the drop-ins of `drop_in_dir` in name order. Files with
+    /// other extensions are skipped and returned, so the caller can warn about them.
+    pub fn load(baked: &Path, drop_in_dir: &Path) -> Result<(Policy, Vec<PathBuf>), PolicyError> {
+        let mut policy = Policy::read(baked)?;
+        let mut skipped = Vec::new();
+        let entries = match std::fs::read_dir(drop_in_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((policy, skipped)),
+            Err(source) => {
+                return Err(PolicyError::Unreadable { file: drop_in_dir.display().to_string(), source });
+            }
+        };
+        let mut files: Vec<PathBuf> = entries
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .map_err(|source| PolicyError::Unreadable { file: drop_in_dir.display().to_string(), source })?;
+        files.sort();
+        for file in files {
+            let extension = file.extension().and_then(|e| e.to_str());
+            if matches!(extension, Some("yaml" | "yml" | "txt")) {
+                policy.merge(Policy::read(&file)?);
+            } else if !file.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+                skipped.push(file);
+            }
+        }
+        Ok((policy, skipped))
+    }
+
+    pub fn merge(&mut self, other: Policy) {
+        for (pattern, ports) in other.domains {
+            self.add_domain(pattern, ports);
+        }
+        for (net, ports) in other.cidrs {
+            self.cidrs.entry(net).or_default().extend(ports);
+        }
+        self.services.extend(other.services);
+        self.files.extend(other.files);
+    }
+
+    fn add_domain(&mut self, pattern: DomainPattern, ports: Ports) {
+        self.domains.entry(pattern).or_default().extend(ports);
+    }
+}
+
+/// yaml_serde appends " at line L column C" to messages; the location is printed first instead.
+fn strip_location(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// Where a top-level key is written, for errors about the whole file.
+fn key_position(text: &str, key: &str) -> Option<(usize, usize)> {
+    text.lines()
+        .position(|line| line.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with(':')))
+        .map(|index| (index + 1, 1))
+}
+
+/// Answers "may this name be resolved, and on which ports?" for a merged policy.
+#[derive(Clone, Debug, Default)]
+pub struct Allowlist {
+    exact: std::collections::HashMap<String, Ports>,
+    subdomains: std::collections::HashMap<String, Ports>,
+}
+
+impl Allowlist {
+    pub fn new(policy: &Policy) -> Allowlist {
+        let mut allowlist = Allowlist::default();
+        for (pattern, ports) in &policy.domains {
+            let (map, name) = match pattern {
+                DomainPattern::Exact(name) => (&mut allowlist.exact, name),
+                DomainPattern::Subdomains(name) => (&mut allowlist.subdomains, name),
+            };
+            map.entry(name.clone()).or_default().extend(ports);
+        }
+        allowlist
+    }
+
+    /// The ports allowed for a queried name, or None if the name is not allowlisted. Names are
+    /// compared without case and without the trailing dot; a query in Unicode never matches,
+    /// because DNS carries punycode.
+    pub fn ports(&self, name: &str) -> Option<Ports> {
+        let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+        let mut ports: Option<Ports> = self.exact.get(&name).cloned();
+        let mut rest = name.as_str();
+        while let Some((_, parent)) = rest.split_once('.') {
+            if let Some(more) = self.subdomains.get(parent) {
+                ports.get_or_insert_with(Ports::new).extend(more);
+            }
+            rest = parent;
+        }
+        ports
+    }
+}
+
+#[cfg(test)]
+mod tests;

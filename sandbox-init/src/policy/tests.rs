@@ -1,0 +1,146 @@
+use super::*;
+
+fn yaml(text: &str) -> Result<Policy, PolicyError> {
+    Policy::from_yaml(Path::new("policy.yaml"), text)
+}
+
+fn err(text: &str) -> String {
+    yaml(text).expect_err("policy should be rejected").to_string()
+}
+
+fn corpus(kind: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus").join(kind);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    files
+}
+
+fn ports(list: &[u16]) -> Ports {
+    list.iter().copied().collect()
+}
+
+#[test]
+fn every_malformed_policy_of_the_corpus_is_rejected_with_its_message() {
+    let files = corpus("invalid");
+    assert!(files.len() >= 40, "the corpus has {} malformed policies", files.len());
+    let mut report = String::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let expect = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{} does not start with `# expect: <message>`", file.display()));
+        let name = Path::new(file.file_name().unwrap());
+        let parsed = match file.extension().unwrap().to_str() {
+            Some("txt") => Policy::from_list(name, &text),
+            _ => Policy::from_yaml(name, &text),
+        };
+        let message = match parsed {
+            Ok(policy) => panic!("{} was accepted: {policy:?}", file.display()),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            message.contains(expect.trim_end()),
+            "{}: expected `{expect}`, got `{message}`",
+            file.display()
+        );
+        report.push_str(&message);
+        report.push('\n');
+    }
+    insta::assert_snapshot!("corpus_errors", report);
+}
+
+#[test]
+fn errors_name_the_line_and_column_of_the_bad_value() {
+    let message = err("version: 1\ndomains:\n  - ok.example.com\n  - bad_name.example.com\n");
+    assert!(message.starts_with("policy.yaml:4:5: "), "{message}");
+    let message = err("version: 1\ndomains:\n  - domain: a.example.com\n    ports: [443, 0]\n");
+    assert!(message.starts_with("policy.yaml:4:18: "), "{message}");
+    let message = Policy::from_list(Path::new("extra.txt"), "a.example.com\n\n   b..example.com # x\n")
+        .unwrap_err()
+        .to_string();
+    assert!(message.starts_with("extra.txt:3:4: "), "{message}");
+}
+
+#[test]
+fn valid_policies_parse_to_normalised_entries() {
+    let policy = Policy::read(&corpus("valid")[0]).unwrap();
+    let d = |s: &str| DomainPattern::parse(s).unwrap();
+    assert_eq!(policy.domains[&d("api.example.com")], ports(&[80, 443]));
+    assert_eq!(policy.domains[&d("*.cdn.example.com")], ports(&[80, 443]));
+    assert_eq!(policy.domains[&DomainPattern::Exact("mixed.case.example.com".into())], ports(&[80, 443]));
+    assert_eq!(policy.domains[&DomainPattern::Exact("xn--bcher-kva.example".into())], ports(&[80, 443]));
+    assert_eq!(policy.domains[&d("internal-proxy")], ports(&[3128]));
+    assert_eq!(policy.domains[&d("models.example.net")], ports(&[443, 8443]));
+    assert_eq!(policy.domains[&d("github.com")], ports(&[22, 80, 443]), "from the github service");
+    assert!(policy.domains.contains_key(&d("api.anthropic.com")), "from the anthropic service");
+    assert_eq!(policy.cidrs[&"10.20.0.0/16".parse().unwrap()], ports(&[80, 443]));
+    assert_eq!(policy.cidrs[&"192.168.1.10/32".parse().unwrap()], ports(&[11434]));
+    assert_eq!(policy.cidrs[&"fd00:1234::/32".parse().unwrap()], ports(&[8080]));
+    assert_eq!(policy.services, BTreeSet::from(["anthropic".to_string(), "github".to_string()]));
+    let locked = Policy::read(&corpus("valid")[2]).unwrap();
+    assert!(locked.domains.is_empty() && locked.cidrs.is_empty());
+}
+
+#[test]
+fn drop_ins_merge_in_name_order_and_unknown_files_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let baked = dir.path().join("policy.yaml");
+    std::fs::write(&baked, "version: 1\ndomains: [api.example.com]\n").unwrap();
+    let drop_ins = dir.path().join("policy.d");
+    std::fs::create_dir(&drop_ins).unwrap();
+    std::fs::write(drop_ins.join("b.txt"), "api.example.com:8443\n").unwrap();
+    std::fs::write(drop_ins.join("a.yml"), "version: 1\ncidrs: [10.0.0.0/8]\n").unwrap();
+    std::fs::write(drop_ins.join("notes.md"), "not a policy").unwrap();
+    std::fs::write(drop_ins.join(".hidden"), "skipped quietly").unwrap();
+    let (policy, skipped) = Policy::load(&baked, &drop_ins).unwrap();
+    assert_eq!(policy.domains[&DomainPattern::parse("api.example.com").unwrap()], ports(&[80, 443, 8443]));
+    assert!(policy.cidrs.contains_key(&"10.0.0.0/8".parse().unwrap()));
+    assert_eq!(policy.files, vec![baked.clone(), drop_ins.join("a.yml"), drop_ins.join("b.txt")]);
+    assert_eq!(skipped, vec![drop_ins.join("notes.md")]);
+
+    std::fs::write(drop_ins.join("c.yaml"), "version: 1\ndomains: [bad_name.example.com]\n").unwrap();
+    let message = Policy::load(&baked, &drop_ins).unwrap_err().to_string();
+    assert!(message.starts_with(&format!("{}:2:11: ", drop_ins.join("c.yaml").display())), "{message}");
+
+    let missing = Policy::load(&dir.path().join("absent.yaml"), &drop_ins).unwrap_err();
+    assert!(matches!(missing, PolicyError::Unreadable { .. }), "{missing}");
+    let (alone, _) = Policy::load(&baked, &dir.path().join("no-such-dir")).unwrap();
+    assert_eq!(alone.files, vec![baked]);
+}
+
+#[test]
+fn every_service_bundle_parses_and_names_real_domains() {
+    let services = services();
+    for name in ["anthropic", "openai", "google", "github", "npm", "pypi"] {
+        let service = services.get(name).unwrap_or_else(|| panic!("service `{name}` is missing"));
+        assert!(!service.domains.is_empty() && !service.description.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn the_matcher_handles_exact_wildcard_case_trailing_dot_and_punycode() {
+    let policy = yaml(
+        "version: 1\ndomains:\n  - api.example.com\n  - \"*.cdn.example.com:8443\"\n  - bücher.example\n  - domain: api.example.com\n    ports: [22]\n",
+    )
+    .unwrap();
+    let allow = Allowlist::new(&policy);
+    assert_eq!(allow.ports("api.example.com"), Some(ports(&[22, 80, 443])));
+    assert_eq!(allow.ports("API.Example.COM."), Some(ports(&[22, 80, 443])), "case and trailing dot");
+    assert_eq!(allow.ports("a.cdn.example.com"), Some(ports(&[8443])), "one label under the wildcard");
+    assert_eq!(allow.ports("a.b.cdn.example.com"), Some(ports(&[8443])), "two labels under the wildcard");
+    assert_eq!(allow.ports("cdn.example.com"), None, "a wildcard does not match its own apex");
+    assert_eq!(allow.ports("xcdn.example.com"), None, "a suffix match needs a dot");
+    assert_eq!(allow.ports("example.com"), None);
+    assert_eq!(allow.ports("api.example.com.evil.test"), None);
+    assert_eq!(allow.ports("xn--bcher-kva.example"), Some(ports(&[80, 443])), "punycode query");
+    assert_eq!(allow.ports(""), None);
+    assert_eq!(allow.ports("."), None);
+}
+
+#[test]
+fn an_exact_and_a_wildcard_entry_for_the_same_name_add_their_ports() {
+    let policy = yaml("version: 1\ndomains:\n  - a.example.com:22\n  - \"*.example.com\"\n").unwrap();
+    assert_eq!(Allowlist::new(&policy).ports("a.example.com"), Some(ports(&[22, 80, 443])));
+}
