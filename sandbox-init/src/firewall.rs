@@ -1,0 +1,299 @@
+//! The egress firewall: one nftables table of our own (`inet`, so IPv4 and IPv6 together),
+//! rendered from the policy and loaded by `nft -f -` in one atomic transaction. Other tables,
+//! Docker's DNS NAT rules among them, are never flushed or touched.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::policy::{Policy, Ports};
+use crate::process;
+
+pub const TABLE: &str = "agent_sandbox";
+/// Docker's embedded DNS server on user-defined networks: reachable only by root (the DNS gate),
+/// or the agent could resolve any name around the gate.
+pub const DOCKER_DNS: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 11);
+/// The nflog group the final rules log rejected packets to, for the denial log.
+pub const NFLOG_GROUP: u16 = 3074;
+/// Set timeouts have a floor, so short-TTL answers do not expire under a connection being set
+/// up, and a ceiling, so one answer cannot allow an address for ever.
+pub const MIN_TIMEOUT: Duration = Duration::from_secs(60);
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum FirewallError {
+    #[error("nft is not installed (looked in {0}): the firewall cannot be programmed")]
+    NftMissing(String),
+    #[error("cannot run {nft}: {source}")]
+    NftFailed {
+        nft: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("nft rejected the ruleset: {0}")]
+    Rejected(String),
+    #[error("the firewall read back from the kernel is not the one loaded: {0}")]
+    Mismatch(String),
+}
+
+/// An allowed (address, port) pair with the time it stays allowed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Element {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub timeout: Duration,
+}
+
+impl Element {
+    /// Every port of `ports` on `addr`, for a DNS answer with `ttl` seconds.
+    pub fn for_answer(addr: IpAddr, ports: &Ports, ttl: u32) -> impl Iterator<Item = Element> + '_ {
+        let timeout = Duration::from_secs(ttl.into()).clamp(MIN_TIMEOUT, MAX_TIMEOUT);
+        ports.iter().map(move |&port| Element { addr, port, timeout })
+    }
+
+    fn set(&self) -> &'static str {
+        if self.addr.is_ipv4() { "allowed_v4" } else { "allowed_v6" }
+    }
+}
+
+/// What the ruleset is made from: the policy, the upstream resolvers only the DNS gate may
+/// query, and dynamic elements to carry over (on reload).
+pub struct Ruleset<'a> {
+    pub policy: &'a Policy,
+    pub upstreams: &'a [IpAddr],
+    pub elements: &'a [Element],
+}
+
+impl Ruleset<'_> {
+    /// The nft script that replaces our table atomically: creating it first makes the delete
+    /// valid on the first run, and the whole file is one transaction.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "table inet {TABLE}\ndelete table inet {TABLE}\ntable inet {TABLE} {{");
+        for (set, family) in [("allowed_v4", "ipv4_addr"), ("allowed_v6", "ipv6_addr")] {
+            let _ = writeln!(s, "\tset {set} {{\n\t\ttype {family} . inet_service\n\t\tflags timeout\n\t}}");
+        }
+        s.push_str("\tchain output {\n\t\ttype filter hook output priority filter; policy drop;\n");
+        for rule in self.rules() {
+            let _ = writeln!(s, "\t\t{rule}");
+        }
+        s.push_str("\t}\n}\n");
+        s.push_str(&add_elements(self.elements));
+        s
+    }
+
+    /// The output chain's rules, in order.
+    pub fn rules(&self) -> Vec<String> {
+        let mut rules = vec![
+            "ct state established,related accept".to_string(),
+            "ct state invalid drop".to_string(),
+            // Before the loopback accept: Docker's DNS is on loopback, and it answers any name.
+            format!("ip daddr {DOCKER_DNS} meta skuid != 0 reject with icmpx admin-prohibited"),
+            "oifname \"lo\" accept".to_string(),
+        ];
+        for upstream in self.upstreams.iter().filter(|a| !a.is_loopback()) {
+            let family = if upstream.is_ipv4() { "ip" } else { "ip6" };
+            rules.push(format!("meta skuid 0 {family} daddr {upstream} th dport 53 accept"));
+        }
+        rules.push("meta l4proto { tcp, udp } ip daddr . th dport @allowed_v4 accept".into());
+        rules.push("meta l4proto { tcp, udp } ip6 daddr . th dport @allowed_v6 accept".into());
+        for (net, ports) in &self.policy.cidrs {
+            let family = if matches!(net, ipnet::IpNet::V4(_)) { "ip" } else { "ip6" };
+            rules.push(format!(
+                "{family} daddr {net} meta l4proto {{ tcp, udp }} th dport {} accept",
+                port_set(ports)
+            ));
+        }
+        // IPv6 needs neighbour discovery to reach even allowed hosts on the local network.
+        rules
+            .push("icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept".into());
+        rules.push(format!("log group {NFLOG_GROUP}"));
+        // Reject, not drop: a blocked connection fails at once instead of hanging.
+        rules.push("meta l4proto tcp reject with tcp reset".into());
+        rules.push("reject with icmpx admin-prohibited".into());
+        rules
+    }
+}
+
+fn port_set(ports: &Ports) -> String {
+    let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+    format!("{{ {} }}", list.join(", "))
+}
+
+/// Adds elements; an element already present gets the new timeout. `add` alone keeps an
+/// existing element's old timeout on older kernels, so each is added, deleted and added again,
+/// all in one transaction: no moment exists in which it is missing.
+pub fn add_elements(elements: &[Element]) -> String {
+    let mut by_set: BTreeMap<&str, Vec<&Element>> = BTreeMap::new();
+    for element in elements {
+        by_set.entry(element.set()).or_default().push(element);
+    }
+    let mut s = String::new();
+    for (set, elements) in by_set {
+        let keys: Vec<String> = elements.iter().map(|e| format!("{} . {}", e.addr, e.port)).collect();
+        let timed: Vec<String> = elements
+            .iter()
+            .map(|e| format!("{} . {} timeout {}s", e.addr, e.port, e.timeout.as_secs()))
+            .collect();
+        let _ = writeln!(s, "add element inet {TABLE} {set} {{ {} }}", keys.join(", "));
+        let _ = writeln!(s, "delete element inet {TABLE} {set} {{ {} }}", keys.join(", "));
+        let _ = writeln!(s, "add element inet {TABLE} {set} {{ {} }}", timed.join(", "));
+    }
+    s
+}
+
+/// The `nft` program.
+#[derive(Clone, Debug)]
+pub struct Nft {
+    path: PathBuf,
+}
+
+const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
+
+impl Nft {
+    pub fn find() -> Result<Nft, FirewallError> {
+        NFT_PATHS
+            .iter()
+            .map(Path::new)
+            .find(|p| p.is_file())
+            .map(|p| Nft { path: p.to_path_buf() })
+            .ok_or_else(|| FirewallError::NftMissing(NFT_PATHS.join(", ")))
+    }
+
+    /// Runs a script as one transaction.
+    pub fn apply(&self, script: &str) -> Result<(), FirewallError> {
+        let output = self.run(&["-f", "-"], Some(script.as_bytes()))?;
+        if !output.status.success() {
+            return Err(FirewallError::Rejected(String::from_utf8_lossy(&output.stderr).trim().to_string()));
+        }
+        Ok(())
+    }
+
+    /// The table as the kernel holds it, in nft's JSON.
+    pub fn read_table(&self) -> Result<serde_json::Value, FirewallError> {
+        let output = self.run(&["-j", "list", "table", "inet", TABLE], None)?;
+        if !output.status.success() {
+            return Err(FirewallError::Mismatch(String::from_utf8_lossy(&output.stderr).trim().to_string()));
+        }
+        serde_json::from_slice(&output.stdout)
+            .map_err(|e| FirewallError::Mismatch(format!("unreadable JSON: {e}")))
+    }
+
+    /// The dynamic elements with their remaining time, for `sandbox-status`.
+    pub fn list_elements(&self) -> Result<Vec<(String, Duration)>, FirewallError> {
+        let table = self.read_table()?;
+        let mut elements = Vec::new();
+        for item in table["nftables"].as_array().into_iter().flatten() {
+            for element in item["set"]["elem"].as_array().into_iter().flatten() {
+                let entry = &element["elem"];
+                let concat = entry["val"]["concat"].as_array();
+                let key: Vec<String> = concat
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.to_string().trim_matches('"').to_string())
+                    .collect();
+                let expires = entry["expires"].as_u64().unwrap_or(0);
+                elements.push((key.join(" port "), Duration::from_secs(expires)));
+            }
+        }
+        Ok(elements)
+    }
+
+    fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<std::process::Output, FirewallError> {
+        let mut command = std::process::Command::new(&self.path);
+        command.args(args);
+        process::output(&mut command, stdin)
+            .map_err(|source| FirewallError::NftFailed { nft: self.path.display().to_string(), source })
+    }
+}
+
+/// Checks that the kernel's table is the one rendered: the output chain hooked with policy drop,
+/// both sets, and every rule present.
+pub fn verify_table(table: &serde_json::Value, ruleset: &Ruleset) -> Result<(), FirewallError> {
+    let items = table["nftables"].as_array().ok_or_else(|| FirewallError::Mismatch("no table".into()))?;
+    let chain = items
+        .iter()
+        .map(|i| &i["chain"])
+        .find(|c| c["name"] == "output")
+        .ok_or_else(|| FirewallError::Mismatch("the output chain is missing".into()))?;
+    if chain["hook"] != "output" || chain["policy"] != "drop" {
+        return Err(FirewallError::Mismatch(format!(
+            "the output chain is not hooked with policy drop: {chain}"
+        )));
+    }
+    for set in ["allowed_v4", "allowed_v6"] {
+        if !items.iter().any(|i| i["set"]["name"] == set) {
+            return Err(FirewallError::Mismatch(format!("set {set} is missing")));
+        }
+    }
+    let rules = items.iter().filter(|i| i["rule"]["chain"] == "output").count();
+    let expected = ruleset.rules().len();
+    if rules != expected {
+        return Err(FirewallError::Mismatch(format!(
+            "{rules} rules in the output chain, {expected} expected"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_policy() -> Policy {
+        Policy::from_yaml(
+            Path::new("sample.yaml"),
+            "version: 1\ndomains: [api.example.com]\ncidrs:\n  - 10.20.0.0/16\n  - cidr: fd00:1234::/32\n    ports: [8080, 11434]\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_ruleset_for_a_sample_policy() {
+        let policy = sample_policy();
+        let upstreams = ["127.0.0.11".parse().unwrap(), "192.168.65.7".parse().unwrap()];
+        let elements =
+            [Element { addr: "203.0.113.9".parse().unwrap(), port: 443, timeout: Duration::from_secs(75) }];
+        let ruleset = Ruleset { policy: &policy, upstreams: &upstreams, elements: &elements };
+        insta::assert_snapshot!("sample_ruleset", ruleset.render());
+    }
+
+    #[test]
+    fn elements_are_refreshed_per_family_in_one_script() {
+        let ports: Ports = [443, 8443].into();
+        let mut elements: Vec<Element> =
+            Element::for_answer("203.0.113.9".parse().unwrap(), &ports, 5).collect();
+        elements.extend(Element::for_answer("2001:db8::9".parse().unwrap(), &[443].into(), 90_000_000));
+        assert_eq!(elements[0].timeout, MIN_TIMEOUT, "TTL floor");
+        assert_eq!(elements[2].timeout, MAX_TIMEOUT, "TTL ceiling");
+        insta::assert_snapshot!("refresh_elements", add_elements(&elements));
+    }
+
+    #[test]
+    fn the_read_back_check_fails_on_a_weakened_table() {
+        let policy = sample_policy();
+        let ruleset = Ruleset { policy: &policy, upstreams: &[], elements: &[] };
+        let mut items = vec![
+            serde_json::json!({"table": {"family": "inet", "name": TABLE}}),
+            serde_json::json!({"chain": {"name": "output", "hook": "output", "policy": "drop"}}),
+            serde_json::json!({"set": {"name": "allowed_v4"}}),
+            serde_json::json!({"set": {"name": "allowed_v6"}}),
+        ];
+        for _ in ruleset.rules() {
+            items.push(serde_json::json!({"rule": {"chain": "output"}}));
+        }
+        let table = serde_json::json!({ "nftables": items });
+        verify_table(&table, &ruleset).unwrap();
+
+        let mut open = table.clone();
+        open["nftables"][1]["chain"]["policy"] = "accept".into();
+        assert!(verify_table(&open, &ruleset).unwrap_err().to_string().contains("policy drop"));
+        let mut fewer = table.clone();
+        fewer["nftables"].as_array_mut().unwrap().pop();
+        assert!(
+            verify_table(&fewer, &ruleset).unwrap_err().to_string().contains("rules in the output chain")
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! The agent's identity and the privilege drop every agent process goes through: bounding,
+//! ambient and inheritable capability sets cleared, no_new_privs set, then
+//! setgroups/setgid/setuid to `agent` (which clears the permitted and effective sets).
+
+use std::ffi::OsStr;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The unprivileged user of every image (created in images/base).
+pub const AGENT_USER: &str = "agent";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    #[error("cannot read /etc/passwd: {0}")]
+    Passwd(#[source] std::io::Error),
+    #[error("user `{0}` is not in /etc/passwd")]
+    NoSuchUser(String),
+    #[error("user `{0}` is root: the agent must not run as uid 0")]
+    Root(String),
+    #[error(
+        "sandbox-exec must start as root to drop the agent's capabilities (run `docker exec` without `--user`)"
+    )]
+    NotRoot,
+}
+
+/// The agent's account, read from /etc/passwd (no NSS in a static binary).
+#[derive(Clone, Debug)]
+pub struct AgentPrivileges {
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+    pub shell: PathBuf,
+    last_cap: u32,
+}
+
+impl AgentPrivileges {
+    pub fn lookup(user: &str) -> Result<AgentPrivileges, PrivilegeError> {
+        let passwd = std::fs::read_to_string("/etc/passwd").map_err(PrivilegeError::Passwd)?;
+        Self::from_passwd(user, &passwd)
+    }
+
+    fn from_passwd(user: &str, passwd: &str) -> Result<AgentPrivileges, PrivilegeError> {
+        let fields = passwd
+            .lines()
+            .map(|line| line.split(':').collect::<Vec<_>>())
+            .find(|f| f.len() >= 7 && f[0] == user)
+            .ok_or_else(|| PrivilegeError::NoSuchUser(user.into()))?;
+        let (uid, gid) = match (fields[2].parse(), fields[3].parse()) {
+            (Ok(uid), Ok(gid)) => (uid, gid),
+            _ => return Err(PrivilegeError::NoSuchUser(user.into())),
+        };
+        if uid == 0 || gid == 0 {
+            return Err(PrivilegeError::Root(user.into()));
+        }
+        let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(63);
+        Ok(AgentPrivileges { uid, gid, home: fields[5].into(), shell: fields[6].into(), last_cap })
+    }
+
+    /// A command that runs as the agent, with the agent's HOME, USER and SHELL, its capability
+    /// sets empty and no_new_privs set. The caller must be root: only root can drop the bounding
+    /// set, and a bounding set left full would be regained by any setuid program.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Result<Command, PrivilegeError> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(PrivilegeError::NotRoot);
+        }
+        let mut command = Command::new(program);
+        command
+            .env("HOME", &self.home)
+            .env("USER", AGENT_USER)
+            .env("LOGNAME", AGENT_USER)
+            .env("SHELL", &self.shell);
+        let this = self.clone();
+        // SAFETY: the closure runs between fork and exec and makes only raw syscalls, no
+        // allocation and no locks.
+        unsafe { command.pre_exec(move || this.drop_privileges()) };
+        Ok(command)
+    }
+
+    /// The drop itself, in the only order that works: capabilities are needed to drop the
+    /// bounding set and to change ids, so the ids change last but one.
+    fn drop_privileges(&self) -> std::io::Result<()> {
+        fn check(result: libc::c_int) -> std::io::Result<()> {
+            if result == -1 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+        }
+        // SAFETY: plain syscalls on integers and a pointer to a local array.
+        unsafe {
+            for cap in 0..=self.last_cap {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) == -1
+                    && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            check(libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ))?;
+            check(libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0))?;
+            let groups = [self.gid];
+            check(libc::setgroups(1, groups.as_ptr()))?;
+            check(libc::setresgid(self.gid, self.gid, self.gid))?;
+            check(libc::setresuid(self.uid, self.uid, self.uid))?;
+            // setuid cleared permitted and effective; inheritable is cleared explicitly.
+            let mut header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+            let data = [CapData::default(); 2];
+            check(libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) as libc::c_int)?;
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            if libc::getuid() != self.uid || libc::geteuid() != self.uid {
+                return Err(std::io::Error::from_raw_os_error(libc::EPERM));
+            }
+        }
+        Ok(())
+    }
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// The capability sets of a process, from /proc/PID/status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    pub inheritable: u64,
+    pub permitted: u64,
+    pub effective: u64,
+    pub bounding: u64,
+    pub ambient: u64,
+}
+
+pub const CAP_NET_ADMIN: u32 = 12;
+
+impl Capabilities {
+    pub fn of(pid: &str) -> std::io::Result<Capabilities> {
+        Ok(Self::parse(&std::fs::read_to_string(format!("/proc/{pid}/status"))?))
+    }
+
+    pub fn parse(status: &str) -> Capabilities {
+        let mut caps = Capabilities::default();
+        for line in status.lines() {
+            let Some((key, value)) = line.split_once(':') else { continue };
+            let value = u64::from_str_radix(value.trim(), 16).unwrap_or(0);
+            match key {
+                "CapInh" => caps.inheritable = value,
+                "CapPrm" => caps.permitted = value,
+                "CapEff" => caps.effective = value,
+                "CapBnd" => caps.bounding = value,
+                "CapAmb" => caps.ambient = value,
+                _ => {}
+            }
+        }
+        caps
+    }
+
+    pub fn has_effective(&self, cap: u32) -> bool {
+        self.effective & (1 << cap) != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_is_read_from_passwd_and_root_is_refused() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nagent:x:1000:1000::/home/agent:/bin/bash\n";
+        let agent = AgentPrivileges::from_passwd("agent", passwd).unwrap();
+        assert_eq!((agent.uid, agent.gid, agent.home.to_str()), (1000, 1000, Some("/home/agent")));
+        assert!(matches!(AgentPrivileges::from_passwd("root", passwd), Err(PrivilegeError::Root(_))));
+        assert!(matches!(AgentPrivileges::from_passwd("nobody", passwd), Err(PrivilegeError::NoSuchUser(_))));
+    }
+
+    #[test]
+    fn capability_sets_are_read_from_proc_status() {
+        let status = "Name:\tbash\nCapInh:\t0000000000000000\nCapPrm:\t0000000000001000\nCapEff:\t0000000000001000\nCapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\n";
+        let caps = Capabilities::parse(status);
+        assert!(caps.has_effective(CAP_NET_ADMIN));
+        assert_eq!(caps.bounding, 0x1ff_ffff_ffff);
+        assert!(!Capabilities::parse("CapEff:\t0000000000000000\n").has_effective(CAP_NET_ADMIN));
+    }
+}

@@ -1,0 +1,61 @@
+//! Child processes of PID 1. As init, sandbox-init reaps every orphan with `waitpid(-1)`; that
+//! would steal the exit status of a child std is waiting for (an `nft` run), so spawning and
+//! reaping take turns under one lock.
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+static SPAWN_LOCK: Mutex<()> = Mutex::new(());
+
+/// Runs a command to completion, feeding it `stdin`, and collects its output.
+pub fn output(command: &mut Command, stdin: Option<&[u8]>) -> std::io::Result<Output> {
+    let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn()?;
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin is piped");
+        pipe.write_all(input)?;
+    }
+    child.wait_with_output()
+}
+
+/// Runs a command to completion with the caller's stdio, returning its exit status.
+pub fn status(command: &mut Command) -> std::io::Result<std::process::ExitStatus> {
+    let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    command.status()
+}
+
+/// Starts a command that the reaper, not the caller, will wait for. Returns its pid.
+pub fn spawn(command: &mut Command) -> std::io::Result<i32> {
+    let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let child = command.spawn()?;
+    Ok(child.id() as i32)
+}
+
+/// Waits for every child that has exited, returning each pid with its wait status.
+pub fn reap() -> Vec<(i32, i32)> {
+    let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut reaped = Vec::new();
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid pointer to a local.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return reaped;
+        }
+        reaped.push((pid, status));
+    }
+}
+
+/// The shell convention for a wait status: the exit code, or 128 + the signal.
+pub fn exit_code(wait_status: i32) -> u8 {
+    if libc::WIFEXITED(wait_status) {
+        libc::WEXITSTATUS(wait_status) as u8
+    } else if libc::WIFSIGNALED(wait_status) {
+        128u8.wrapping_add(libc::WTERMSIG(wait_status) as u8)
+    } else {
+        1
+    }
+}
