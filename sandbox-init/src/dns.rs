@@ -116,15 +116,16 @@ fn servfail(id: u16, query: &Query) -> Vec<u8> {
 
 /// Where allowed addresses go: the firewall's sets, or a recorder in tests.
 pub trait AddressSink: Send + Sync + 'static {
-    /// Allows the elements before the answer is released. Blocking.
-    fn allow(&self, elements: Vec<Element>) -> Result<(), String>;
+    /// Allows the elements, resolved for `name`, before the answer is released. Blocking.
+    fn allow(&self, name: &str, elements: Vec<Element>) -> Result<(), String>;
 }
 
 /// The firewall's sets, with a record of what was written so repeats within a few seconds do
 /// not run nft again.
 pub struct NftSink {
     nft: Nft,
-    written: Mutex<HashMap<(IpAddr, u16), Instant>>,
+    /// Each element written, with its expiry and the name it was resolved for.
+    written: Mutex<HashMap<(IpAddr, u16), (Instant, String)>>,
 }
 
 /// A repeat refreshes an element unless it was written with as long a timeout this recently.
@@ -135,35 +136,31 @@ impl NftSink {
         NftSink { nft, written: Mutex::new(HashMap::new()) }
     }
 
-    /// Forgets what was written (the table was replaced).
-    pub fn reset(&self, kept: &[Element]) {
-        let now = Instant::now();
+    /// The elements a new allowlist keeps, with their remaining time: those still unexpired
+    /// whose name it still allows on that port. The rest are forgotten, as the table that
+    /// replaces the old one will not have them.
+    pub fn retain(&self, allowlist: &Allowlist) -> Vec<Element> {
+        let now = Instant::now() + Duration::from_secs(1);
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.clear();
-        written.extend(kept.iter().map(|e| ((e.addr, e.port), now + e.timeout)));
-    }
-
-    /// The elements believed present, with their remaining time: carried over on reload.
-    pub fn current(&self) -> Vec<Element> {
-        let now = Instant::now();
-        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.retain(|(_, port), (expiry, name)| {
+            *expiry > now && allowlist.ports(name).is_some_and(|ports| ports.contains(port))
+        });
         written
             .iter()
-            .filter(|(_, expiry)| **expiry > now + Duration::from_secs(1))
-            .map(|(&(addr, port), expiry)| Element { addr, port, timeout: *expiry - now })
+            .map(|(&(addr, port), (expiry, _))| Element { addr, port, timeout: *expiry - now })
             .collect()
     }
 }
 
 impl AddressSink for NftSink {
-    fn allow(&self, elements: Vec<Element>) -> Result<(), String> {
+    fn allow(&self, name: &str, elements: Vec<Element>) -> Result<(), String> {
         let now = Instant::now();
         let fresh: Vec<Element> = {
             let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
             elements
                 .into_iter()
                 .filter(|e| {
-                    written.get(&(e.addr, e.port)).is_none_or(|x| *x + REFRESH_SLACK < now + e.timeout)
+                    written.get(&(e.addr, e.port)).is_none_or(|(x, _)| *x + REFRESH_SLACK < now + e.timeout)
                 })
                 .collect()
         };
@@ -173,7 +170,7 @@ impl AddressSink for NftSink {
         self.nft.apply(&add_elements(&fresh)).map_err(|e| e.to_string())?;
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         for e in fresh {
-            written.insert((e.addr, e.port), now + e.timeout);
+            written.insert((e.addr, e.port), (now + e.timeout, name.to_string()));
         }
         Ok(())
     }
@@ -271,8 +268,8 @@ impl DnsGate {
                     .flat_map(|(addr, ttl)| Element::for_answer(addr, &ports, ttl))
                     .collect();
                 if !elements.is_empty() {
-                    let sink = self.sink.clone();
-                    let allowed = tokio::task::spawn_blocking(move || sink.allow(elements)).await;
+                    let (sink, name) = (self.sink.clone(), query.name().to_ascii());
+                    let allowed = tokio::task::spawn_blocking(move || sink.allow(&name, elements)).await;
                     if !matches!(allowed, Ok(Ok(()))) {
                         eprintln!(
                             "sandbox-init: cannot allow the addresses of {}: {allowed:?}",

@@ -97,6 +97,11 @@ impl Ruleset<'_> {
             let family = if upstream.is_ipv4() { "ip" } else { "ip6" };
             rules.push(format!("meta skuid 0 {family} daddr {upstream} th dport 53 accept"));
         }
+        if self.upstreams.contains(&IpAddr::V4(DOCKER_DNS)) {
+            // Docker's embedded DNS forwards names it does not know to the host's resolvers
+            // from inside this network namespace, as root; which resolvers, only the host knows.
+            rules.push("meta skuid 0 meta l4proto { tcp, udp } th dport 53 accept".into());
+        }
         rules.push("meta l4proto { tcp, udp } ip daddr . th dport @allowed_v4 accept".into());
         rules.push("meta l4proto { tcp, udp } ip6 daddr . th dport @allowed_v6 accept".into());
         for (net, ports) in &self.policy.cidrs {

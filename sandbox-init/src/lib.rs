@@ -2,7 +2,13 @@
 
 pub mod denials;
 pub mod dns;
+pub mod exit;
 pub mod firewall;
+pub mod init;
+pub mod network;
+pub mod nflog;
 pub mod policy;
 pub mod privileges;
 pub mod process;
+pub mod session;
+pub mod status;

@@ -1,22 +1,181 @@
-//! sandbox-init: the entrypoint of every agent-sandbox image.
-//!
-//! Until the firewall lands this binary fails closed: it never starts the agent, because an
-//! agent without its egress allowlist would be a sandbox in name only. `--version` answers so
-//! images can be checked.
+//! sandbox-init: the entrypoint of every agent-sandbox image, and a multi-call binary
+//! (`sandbox-exec`, `sandbox-attach`, `sandbox-status` are symlinks to it).
 
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// The agent was not started because the sandbox could not be set up (sysexits' EX_CONFIG).
-const EXIT_NOT_SANDBOXED: u8 = 78;
+use sandbox_init::exit::{self, Refusal};
+use sandbox_init::policy::{BAKED_POLICY, DROP_IN_DIR, Policy, PolicyError};
+use sandbox_init::privileges::{AGENT_USER, AgentPrivileges};
+use sandbox_init::session::{self, TMUX_TMPDIR, WORKSPACE};
+use sandbox_init::{init, status};
+
+fn help() -> String {
+    format!(
+        "\
+sandbox-init {version}: the entrypoint of agent-sandbox images
+
+Usage:
+  sandbox-init                 as the container's entrypoint: load the policy, program the
+                               firewall, start the DNS gate, verify, then run $ASSISTANT_CMD
+                               as `agent` in tmux session $TMUX_SESSION and stay as init
+  sandbox-init check [FILE…]   validate policy files offline (.yaml, .yml, or .txt lists);
+                               without FILE, the container's own policy and drop-ins
+  sandbox-exec [--] CMD [ARG…] run CMD as the agent, without capabilities (docker exec C …)
+  sandbox-attach [SESSION]     attach to the agent's tmux session (docker exec -it C …)
+  sandbox-status               the policy in force, allowed addresses, recent denials
+
+Policy: {BAKED_POLICY}, merged with {DROP_IN_DIR}/*.yaml and *.txt.
+Signals to PID 1: SIGHUP reloads the policy; SIGTERM and SIGINT go to the session.
+
+Environment:
+  SANDBOX_FIREWALL=on|off|open  off and open run WITHOUT the egress firewall (warned)
+  ASSISTANT_CMD                 the agent command (set by each image)
+  TMUX_SESSION                  the session name (default: agent)
+
+Exit codes of sandbox-init (the agent is not started on any of 64-78):
+{table}
+sandbox-exec exits with the command's status, 126 if it cannot drop privileges or run it.
+",
+        version = env!("CARGO_PKG_VERSION"),
+        table = exit::table()
+    )
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    if args.iter().skip(1).any(|a| a == "--version" || a == "-V") {
-        println!("sandbox-init {}", env!("CARGO_PKG_VERSION"));
-        return ExitCode::SUCCESS;
+    let mut args: Vec<String> = std::env::args().collect();
+    let mut invoked = tool_name(&args[0]);
+    let mut rest: Vec<String> = args.split_off(1);
+    // `docker run IMAGE sandbox-status` hands the tool's name to the entrypoint as an argument.
+    if invoked == "sandbox-init" && rest.first().is_some_and(|a| a.starts_with("sandbox-")) {
+        invoked = tool_name(&rest.remove(0));
     }
-    eprintln!(
-        "sandbox-init: the egress firewall is not implemented in this build; refusing to start the agent (exit {EXIT_NOT_SANDBOXED})"
-    );
-    ExitCode::from(EXIT_NOT_SANDBOXED)
+    let command = match invoked.as_str() {
+        "sandbox-exec" => "exec".to_string(),
+        "sandbox-attach" => "attach".to_string(),
+        "sandbox-status" => "status".to_string(),
+        _ if rest.is_empty() => "init".to_string(),
+        _ => rest.remove(0),
+    };
+    let code = match command.as_str() {
+        "init" => run_init(),
+        "check" => check(&rest),
+        "exec" => exec(&rest),
+        "attach" => attach(&rest),
+        "status" => status::show(),
+        "pane" => session::pane(),
+        "probe" => init::probe(rest.first().map_or("", String::as_str)),
+        "--version" | "-V" | "version" => {
+            println!("sandbox-init {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        "--help" | "-h" | "help" => {
+            print!("{}", help());
+            0
+        }
+        other => {
+            eprintln!("sandbox-init: unknown command `{other}` (see sandbox-init --help)");
+            Refusal::Usage.code()
+        }
+    };
+    ExitCode::from(code)
+}
+
+fn tool_name(arg: &str) -> String {
+    Path::new(arg).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn run_init() -> u8 {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    if pid != 1 && std::fs::read_to_string("/proc/1/comm").is_ok_and(|c| c.trim() == "sandbox-init") {
+        eprintln!("sandbox-init: already running as PID 1 in this container (did you mean sandbox-exec?)");
+        return Refusal::Usage.code();
+    }
+    match init::run() {
+        Ok(code) => code,
+        Err(fatal) => {
+            eprintln!(
+                "sandbox-init: {} (exit {}; the agent was not started)",
+                fatal.message,
+                fatal.refusal.code()
+            );
+            fatal.refusal.code()
+        }
+    }
+}
+
+fn check(files: &[String]) -> u8 {
+    let results: Vec<(String, Result<Policy, PolicyError>)> = if files.is_empty() {
+        let merged = Policy::load(Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR)).map(|(p, _)| p);
+        vec![(format!("{BAKED_POLICY} + {DROP_IN_DIR}"), merged)]
+    } else {
+        files.iter().map(|f| (f.clone(), Policy::read(Path::new(f)))).collect()
+    };
+    let mut code = 0;
+    for (name, result) in results {
+        match result {
+            Ok(policy) => println!(
+                "{name}: ok ({} domains, {} cidrs{})",
+                policy.domains.len(),
+                policy.cidrs.len(),
+                if policy.services.is_empty() {
+                    String::new()
+                } else {
+                    format!(", services: {}", policy.services.iter().cloned().collect::<Vec<_>>().join(", "))
+                }
+            ),
+            Err(e) => {
+                eprintln!("{e}");
+                if code == 0 {
+                    code = match e {
+                        PolicyError::Invalid { .. } => Refusal::PolicyInvalid.code(),
+                        PolicyError::Unreadable { .. } => Refusal::PolicyUnreadable.code(),
+                    };
+                }
+            }
+        }
+    }
+    code
+}
+
+fn exec(args: &[String]) -> u8 {
+    let args = match args.first().map(String::as_str) {
+        Some("--") => &args[1..],
+        _ => args,
+    };
+    let Some((program, program_args)) = args.split_first() else {
+        eprintln!("sandbox-exec: usage: sandbox-exec [--] CMD [ARG…]");
+        return Refusal::Usage.code();
+    };
+    run_as_agent(program, program_args, "sandbox-exec")
+}
+
+fn attach(args: &[String]) -> u8 {
+    let session = args.first().cloned().unwrap_or_else(session::session_name);
+    run_as_agent("tmux", &["attach-session".into(), "-t".into(), session], "sandbox-attach")
+}
+
+/// Replaces this process with `program` as the agent. Returns only on failure.
+fn run_as_agent(program: &str, args: &[String], tool: &str) -> u8 {
+    let agent = match AgentPrivileges::lookup(AGENT_USER) {
+        Ok(agent) => agent,
+        Err(e) => {
+            eprintln!("{tool}: {e}");
+            return 126;
+        }
+    };
+    let mut command = match agent.command(program) {
+        Ok(command) => command,
+        Err(e) => {
+            eprintln!("{tool}: {e}");
+            return 126;
+        }
+    };
+    let dir = if Path::new(WORKSPACE).is_dir() { PathBuf::from(WORKSPACE) } else { agent.home.clone() };
+    command.args(args).env("TMUX_TMPDIR", TMUX_TMPDIR).current_dir(dir);
+    let error = command.exec();
+    eprintln!("{tool}: cannot run {program}: {error}");
+    if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }
 }

@@ -121,6 +121,42 @@ impl AgentPrivileges {
     }
 }
 
+/// What PID 1 keeps once the session runs: NET_ADMIN (set updates, reload), KILL (signals to the
+/// agent's processes), and SETUID, SETGID, SETPCAP (running tmux as the agent).
+pub const INIT_KEEPS: &[u32] = &[CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_KILL, CAP_NET_ADMIN];
+const CAP_KILL: u32 = 5;
+const CAP_SETGID: u32 = 6;
+const CAP_SETUID: u32 = 7;
+const CAP_SETPCAP: u32 = 8;
+
+/// Reduces this process's bounding, permitted and effective sets to `keep` (so the nft it runs
+/// later gets no more either).
+pub fn restrict_self(keep: &[u32]) -> std::io::Result<()> {
+    let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63u32);
+    let mask: u64 = keep.iter().fold(0, |m, c| m | (1 << c));
+    // SAFETY: prctl and capset with integers and pointers to locals.
+    unsafe {
+        for cap in (0..=last_cap).filter(|c| !keep.contains(c)) {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) == -1
+                && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        let mut header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+        let low = CapData { effective: mask as u32, permitted: mask as u32, inheritable: 0 };
+        let high = CapData { effective: (mask >> 32) as u32, permitted: (mask >> 32) as u32, inheritable: 0 };
+        let data = [low, high];
+        if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 #[repr(C)]

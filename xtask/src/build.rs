@@ -20,6 +20,9 @@ use crate::{labels, project};
 
 /// Files the xtask makes and puts into any context whose Dockerfile copies them.
 pub const SANDBOX_INIT: &str = "sandbox-init";
+/// The policy an image bakes: policies/<image>.yaml, put into the context under this name when
+/// the Dockerfile copies it.
+pub const POLICY: &str = "policy.yaml";
 /// The name extra CA certificates get in root images' contexts and trust stores.
 pub const EXTRA_CA_NAME: &str = "agent-sandbox-extra-ca.crt";
 /// The environment variable that `--ca-bundle` reads when not given.
@@ -444,6 +447,14 @@ fn prepare(
         && !context.files.contains_key(SANDBOX_INIT)
     {
         context.insert(SANDBOX_INIT, 0o755, binary.to_vec());
+    }
+    if copies(&node.dockerfile, POLICY) && !context.files.contains_key(POLICY) {
+        let policies = node.dir.parent().and_then(Path::parent).unwrap_or(Path::new(".")).join("policies");
+        let file = policies.join(format!("{name}.yaml"));
+        let policy = std::fs::read(&file).with_context(|| {
+            format!("images/{name}/Dockerfile copies {POLICY}, but {} cannot be read", file.display())
+        })?;
+        context.insert(POLICY, 0o644, policy);
     }
     if let (Some(ca), Base::External { .. }) = (extra_ca, &node.base) {
         inject_ca(&mut context, ca);

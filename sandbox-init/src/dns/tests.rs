@@ -171,7 +171,7 @@ fn resolv_conf_is_pointed_at_the_gate_and_remembers_the_upstream() {
 struct Recorder(Mutex<Vec<Element>>);
 
 impl AddressSink for Recorder {
-    fn allow(&self, elements: Vec<Element>) -> Result<(), String> {
+    fn allow(&self, _name: &str, elements: Vec<Element>) -> Result<(), String> {
         self.0.lock().unwrap().extend(elements);
         Ok(())
     }

@@ -1,0 +1,76 @@
+//! Exit codes: every way sandbox-init refuses to start the agent has its own, documented here,
+//! in README.md, and in `sandbox-init --help`. The codes follow sysexits.h.
+
+/// Why sandbox-init stopped before the agent started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The command line is wrong.
+    Usage = 64,
+    /// A policy file is invalid (the message names file, line and column).
+    PolicyInvalid = 65,
+    /// A policy file cannot be read (the baked policy is missing, a drop-in is unreadable).
+    PolicyUnreadable = 66,
+    /// `nft` is not installed in the image.
+    NftMissing = 69,
+    /// The firewall read back from the kernel, or the blocked-connection probe, did not hold.
+    VerificationFailed = 70,
+    /// A setup step failed: the ruleset was rejected, the DNS gate could not bind, the agent
+    /// user is missing, tmux did not start.
+    SetupFailed = 71,
+    /// No CAP_NET_ADMIN on a container with a network: the firewall cannot be programmed.
+    NoNetAdmin = 77,
+    /// SANDBOX_FIREWALL has a value other than on, off or open.
+    BadFirewallMode = 78,
+}
+
+impl Refusal {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub const ALL: [Refusal; 8] = [
+        Refusal::Usage,
+        Refusal::PolicyInvalid,
+        Refusal::PolicyUnreadable,
+        Refusal::NftMissing,
+        Refusal::VerificationFailed,
+        Refusal::SetupFailed,
+        Refusal::NoNetAdmin,
+        Refusal::BadFirewallMode,
+    ];
+
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Refusal::Usage => "the command line is wrong",
+            Refusal::PolicyInvalid => "a policy file is invalid (file:line:column in the message)",
+            Refusal::PolicyUnreadable => "a policy file cannot be read",
+            Refusal::NftMissing => "nft is not installed in the image",
+            Refusal::VerificationFailed => "the firewall did not hold when checked",
+            Refusal::SetupFailed => "a setup step failed (ruleset, DNS gate, agent user, tmux)",
+            Refusal::NoNetAdmin => "no CAP_NET_ADMIN: the firewall cannot be programmed",
+            Refusal::BadFirewallMode => "SANDBOX_FIREWALL is not on, off or open",
+        }
+    }
+}
+
+/// An error that ends sandbox-init with a refusal code and a one-line message.
+#[derive(Debug)]
+pub struct Fatal {
+    pub refusal: Refusal,
+    pub message: String,
+}
+
+impl Fatal {
+    pub fn new(refusal: Refusal, message: impl std::fmt::Display) -> Fatal {
+        Fatal { refusal, message: message.to_string() }
+    }
+}
+
+/// The exit-code table of `--help`.
+pub fn table() -> String {
+    let mut text = String::from("  0      the session ended; otherwise the session's own exit status\n");
+    for refusal in Refusal::ALL {
+        text.push_str(&format!("  {:<6} {}\n", refusal.code(), refusal.meaning()));
+    }
+    text
+}

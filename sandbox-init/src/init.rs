@@ -1,0 +1,358 @@
+//! PID 1: load the policy, program the firewall, start the DNS gate, verify, start the agent's
+//! session, then stay as init. Every step fails closed: the agent starts only if all succeed.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::{PermissionsExt as _, chown};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::denials::{DENIAL_LOG, DenialLog};
+use crate::dns::{DnsGate, NftSink, gate_resolv_conf, resolv_conf_upstreams};
+use crate::exit::{Fatal, Refusal};
+use crate::firewall::{Nft, Ruleset, verify_table};
+use crate::network::{Network, probe_targets};
+use crate::policy::{Allowlist, BAKED_POLICY, DROP_IN_DIR, Policy, PolicyError};
+use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
+use crate::session::{self, RUN_DIR, SESSION_DIR, TMUX_TMPDIR};
+use crate::{nflog, process, status};
+
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+const GATE_ADDR: &str = "127.0.0.1:53";
+/// How long the session's foreground processes get to end after SIGTERM before the tmux server
+/// is closed, which hangs up the rest (an interactive shell ignores SIGTERM, not SIGHUP).
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// SANDBOX_FIREWALL: `on` (the default), or one of the two loudly warned opt-outs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirewallMode {
+    On,
+    Off,
+    Open,
+}
+
+impl FirewallMode {
+    pub fn from_env() -> Result<FirewallMode, Fatal> {
+        match std::env::var("SANDBOX_FIREWALL").as_deref() {
+            Err(_) | Ok("" | "on") => Ok(FirewallMode::On),
+            Ok("off") => Ok(FirewallMode::Off),
+            Ok("open") => Ok(FirewallMode::Open),
+            Ok(other) => Err(Fatal::new(
+                Refusal::BadFirewallMode,
+                format!("SANDBOX_FIREWALL={other} is not one of on, off, open"),
+            )),
+        }
+    }
+}
+
+fn policy_fatal(e: PolicyError) -> Fatal {
+    let refusal = match e {
+        PolicyError::Invalid { .. } => Refusal::PolicyInvalid,
+        PolicyError::Unreadable { .. } => Refusal::PolicyUnreadable,
+    };
+    Fatal::new(refusal, e)
+}
+
+pub fn load_policy() -> Result<Policy, Fatal> {
+    let (policy, skipped) =
+        Policy::load(Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR)).map_err(policy_fatal)?;
+    for file in skipped {
+        eprintln!("sandbox-init: ignoring {}: policy drop-ins end in .yaml, .yml or .txt", file.display());
+    }
+    Ok(policy)
+}
+
+/// The enforcing state PID 1 keeps for reloads.
+struct Enforcer {
+    nft: Nft,
+    sink: Arc<NftSink>,
+    gate: Arc<DnsGate>,
+    upstreams: Vec<IpAddr>,
+}
+
+/// Runs as PID 1 (or under another init, as a subreaper) until the session ends.
+pub fn run() -> Result<u8, Fatal> {
+    let started = Instant::now();
+    let mode = FirewallMode::from_env()?;
+    let policy = load_policy()?;
+    let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    prepare_run_dir(&agent)
+        .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot prepare {RUN_DIR}: {e}")))?;
+    // Orphans of the session (the tmux server among them) must be ours to reap, also when
+    // another init is PID 1 (`docker run --init`).
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let network = Network::detect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the runtime: {e}")))?;
+
+    let denials = Arc::new(DenialLog::open(Path::new(DENIAL_LOG)));
+    let mut enforcer = None;
+    let summary = match mode {
+        FirewallMode::Off | FirewallMode::Open => {
+            let name = if mode == FirewallMode::Off { "off" } else { "open" };
+            eprintln!(
+                "sandbox-init: WARNING: SANDBOX_FIREWALL={name}: NO EGRESS FIREWALL. The agent can reach any host."
+            );
+            format!("firewall {name}, no filtering")
+        }
+        FirewallMode::On if network.loopback_only() => {
+            "no network but loopback, nothing to filter".to_string()
+        }
+        FirewallMode::On => {
+            let caps = Capabilities::of("self").unwrap_or_default();
+            if !caps.has_effective(CAP_NET_ADMIN) {
+                return Err(Fatal::new(
+                    Refusal::NoNetAdmin,
+                    "no CAP_NET_ADMIN: cannot program the egress firewall, so the agent is not started \
+                     (run with --cap-add NET_ADMIN, or --network none, or SANDBOX_FIREWALL=off to run unfiltered)",
+                ));
+            }
+            let e = runtime.block_on(enforce(&policy, &agent, &denials))?;
+            let summary = format!(
+                "{} domains, {} cidrs, ipv6 {}",
+                policy.domains.len(),
+                policy.cidrs.len(),
+                if network.ipv6 { "on" } else { "off" }
+            );
+            enforcer = Some(e);
+            summary
+        }
+    };
+    let upstreams = enforcer.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
+    status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
+    println!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis());
+
+    let sandbox_init =
+        std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/sandbox-init"));
+    let server = session::start(&agent, &sandbox_init).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    // SAFETY: isatty on fd 0.
+    let client = if unsafe { libc::isatty(0) } == 1 {
+        Some(session::attach_terminal(&agent).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?)
+    } else {
+        None
+    };
+    let _ = client;
+    // From here PID 1 only updates the firewall, signals the session and runs tmux as the agent.
+    if let Err(e) = crate::privileges::restrict_self(crate::privileges::INIT_KEEPS) {
+        return Err(Fatal::new(Refusal::SetupFailed, format!("cannot drop PID 1's own capabilities: {e}")));
+    }
+    if let Some(e) = &enforcer {
+        nflog::spawn(&runtime, denials.clone(), e.upstreams.clone());
+    }
+    Ok(runtime.block_on(supervise(&agent, server, mode, enforcer, denials)))
+}
+
+fn prepare_run_dir(agent: &AgentPrivileges) -> std::io::Result<()> {
+    std::fs::create_dir_all(RUN_DIR)?;
+    std::fs::set_permissions(RUN_DIR, std::fs::Permissions::from_mode(0o755))?;
+    for dir in [TMUX_TMPDIR, SESSION_DIR] {
+        // Left over from before a container restart: the session is new.
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir(dir)?;
+        chown(dir, Some(agent.uid), Some(agent.gid))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+async fn enforce(
+    policy: &Policy,
+    agent: &AgentPrivileges,
+    denials: &Arc<DenialLog>,
+) -> Result<Enforcer, Fatal> {
+    let setup =
+        |what: &str, e: &dyn std::fmt::Display| Fatal::new(Refusal::SetupFailed, format!("{what}: {e}"));
+    let nft = Nft::find().map_err(|e| Fatal::new(Refusal::NftMissing, e))?;
+    let original =
+        std::fs::read_to_string(RESOLV_CONF).map_err(|e| setup("cannot read /etc/resolv.conf", &e))?;
+    let upstreams: Vec<IpAddr> =
+        resolv_conf_upstreams(&original).into_iter().filter(|a| *a != IpAddr::from([127, 0, 0, 1])).collect();
+    if upstreams.is_empty() {
+        eprintln!("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
+    }
+    let ruleset = Ruleset { policy, upstreams: &upstreams, elements: &[] };
+    nft.apply(&ruleset.render()).map_err(|e| setup("cannot load the firewall", &e))?;
+    let table = nft.read_table().map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
+    verify_table(&table, &ruleset).map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
+
+    let sink = Arc::new(NftSink::new(nft.clone()));
+    let upstream_addrs = upstreams.iter().map(|a| SocketAddr::new(*a, 53)).collect();
+    let gate = DnsGate::new(Allowlist::new(policy), upstream_addrs, sink.clone(), denials.clone());
+    gate.serve(GATE_ADDR.parse().expect("valid"))
+        .await
+        .map_err(|e| setup("cannot start the DNS gate on 127.0.0.1:53", &e))?;
+    // Written in place: Docker bind-mounts the file, so it cannot be replaced by a rename.
+    std::fs::write(RESOLV_CONF, gate_resolv_conf(&original, &upstreams))
+        .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
+    verify_blocked(policy, agent)?;
+    Ok(Enforcer { nft, sink, gate, upstreams })
+}
+
+/// A connection as the agent to an address outside the allowlist must be refused at once.
+fn verify_blocked(policy: &Policy, agent: &AgentPrivileges) -> Result<(), Fatal> {
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    let target = probe_targets(&routes).into_iter().find(|addr| {
+        !policy.cidrs.iter().any(|(net, ports)| net.contains(addr) && ports.contains(&PROBE_PORT))
+    });
+    let Some(target) = target else {
+        eprintln!("sandbox-init: no IPv4 route to probe; the firewall was verified by reading it back");
+        return Ok(());
+    };
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/sandbox-init"));
+    let mut command = agent.command(exe).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    command.arg("probe").arg(SocketAddr::new(target, PROBE_PORT).to_string());
+    let output = process::output(&mut command, None)
+        .map_err(|e| Fatal::new(Refusal::VerificationFailed, format!("cannot run the probe: {e}")))?;
+    if !output.status.success() {
+        return Err(Fatal::new(
+            Refusal::VerificationFailed,
+            format!(
+                "a connection as the agent to {target}:{PROBE_PORT} was not refused: {}",
+                String::from_utf8_lossy(&output.stdout).trim()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The discard port: never a service anyone allows.
+const PROBE_PORT: u16 = 9;
+
+/// `sandbox-init probe ADDR:PORT`, run as the agent: exit 0 if the connection is refused at
+/// once, 1 otherwise, saying what happened.
+pub fn probe(target: &str) -> u8 {
+    let Ok(addr) = target.parse::<SocketAddr>() else {
+        println!("not an address: {target}");
+        return 1;
+    };
+    match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => 0,
+        Err(e) => {
+            println!("{e}");
+            1
+        }
+        Ok(_) => {
+            println!("connected");
+            1
+        }
+    }
+}
+
+async fn supervise(
+    agent: &AgentPrivileges,
+    server: i32,
+    mode: FirewallMode,
+    enforcer: Option<Enforcer>,
+    denials: Arc<DenialLog>,
+) -> u8 {
+    let _ = denials;
+    let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut child)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+        signal(SignalKind::child()),
+    ) else {
+        eprintln!("sandbox-init: cannot handle signals");
+        return Refusal::SetupFailed.code();
+    };
+    let mut stop_deadline: Option<tokio::time::Instant> = None;
+    let mut stop_signal = 0;
+    let mut poll = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        let deadline =
+            stop_deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            _ = child.recv() => {
+                let reaped = tokio::task::spawn_blocking(process::reap).await.unwrap_or_default();
+                if let Some((_, status)) = reaped.iter().find(|(pid, _)| *pid == server) {
+                    return session_status(stop_signal, *status);
+                }
+            }
+            _ = poll.tick() => {
+                // The server may not be our child (another init reaped it): check it lives.
+                // SAFETY: kill with signal 0 only checks the pid.
+                if unsafe { libc::kill(server, 0) } != 0 {
+                    return session_status(stop_signal, 0);
+                }
+            }
+            _ = term.recv() => {
+                stop_signal = libc::SIGTERM;
+                stop_deadline = Some(stop(agent, libc::SIGTERM));
+            }
+            _ = int.recv() => {
+                stop_signal = libc::SIGINT;
+                stop_deadline = Some(stop(agent, libc::SIGINT));
+            }
+            _ = hup.recv() => reload(mode, enforcer.as_ref()),
+            _ = tokio::time::sleep_until(deadline), if stop_deadline.is_some() => {
+                eprintln!("sandbox-init: the session did not end within {} s of the signal; closing it", STOP_GRACE.as_secs());
+                let agent = agent.clone();
+                let _ = tokio::task::spawn_blocking(move || session::kill_server(&agent)).await;
+                stop_deadline = None;
+            }
+        }
+    }
+}
+
+fn stop(agent: &AgentPrivileges, signal: libc::c_int) -> tokio::time::Instant {
+    session::mark_stopping();
+    for group in session::pane_process_groups(agent) {
+        // SAFETY: kill with plain integers.
+        unsafe {
+            libc::kill(-group, signal);
+            libc::kill(group, signal);
+        }
+    }
+    tokio::time::Instant::now() + STOP_GRACE
+}
+
+/// The session's exit status as the pane recorded it; 128 + the signal if PID 1 was stopped and
+/// the pane recorded nothing.
+fn session_status(stop_signal: libc::c_int, server_status: i32) -> u8 {
+    if let Some(status) = session::recorded_status() {
+        return status;
+    }
+    if stop_signal != 0 {
+        return 128 + stop_signal as u8;
+    }
+    process::exit_code(server_status)
+}
+
+/// SIGHUP: read the policy again and replace the table and the gate's allowlist at once. The
+/// session is not touched; on any error the current policy stays.
+fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
+    let started = Instant::now();
+    let policy = match load_policy() {
+        Ok(policy) => policy,
+        Err(e) => {
+            eprintln!("sandbox-init: reload failed, the current policy stays: {}", e.message);
+            return;
+        }
+    };
+    let Some(e) = enforcer else {
+        eprintln!("sandbox-init: policy reloaded; nothing to enforce ({mode:?})");
+        return;
+    };
+    let allowlist = Allowlist::new(&policy);
+    let kept = e.sink.retain(&allowlist);
+    let ruleset = Ruleset { policy: &policy, upstreams: &e.upstreams, elements: &kept };
+    if let Err(err) = e.nft.apply(&ruleset.render()) {
+        eprintln!("sandbox-init: reload failed, the current policy stays: {err}");
+        return;
+    }
+    e.gate.set_allowlist(allowlist);
+    status::write(&status::Status::new(mode, &policy, &e.upstreams, Network::detect().ipv6));
+    println!(
+        "sandbox reloaded: {} domains, {} cidrs, {} addresses kept, {} ms",
+        policy.domains.len(),
+        policy.cidrs.len(),
+        kept.len(),
+        started.elapsed().as_millis()
+    );
+}
