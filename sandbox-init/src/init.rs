@@ -126,24 +126,24 @@ pub fn run() -> Result<u8, Fatal> {
     };
     let upstreams = enforcer.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
-    println!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis());
+
+    if enforcer.is_some() {
+        nflog::spawn(denials.clone());
+    }
 
     let sandbox_init =
         std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/sandbox-init"));
     let server = session::start(&agent, &sandbox_init).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
-    // SAFETY: isatty on fd 0.
-    let client = if unsafe { libc::isatty(0) } == 1 {
-        Some(session::attach_terminal(&agent).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?)
-    } else {
-        None
-    };
-    let _ = client;
     // From here PID 1 only updates the firewall, signals the session and runs tmux as the agent.
     if let Err(e) = crate::privileges::restrict_self(crate::privileges::INIT_KEEPS) {
+        session::kill_server(&agent);
         return Err(Fatal::new(Refusal::SetupFailed, format!("cannot drop PID 1's own capabilities: {e}")));
     }
-    if let Some(e) = &enforcer {
-        nflog::spawn(&runtime, denials.clone(), e.upstreams.clone());
+    // The one line tests and users wait for: the firewall holds and the session runs.
+    println!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis());
+    // SAFETY: isatty on fd 0.
+    if unsafe { libc::isatty(0) } == 1 {
+        session::attach_terminal(&agent).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     }
     Ok(runtime.block_on(supervise(&agent, server, mode, enforcer, denials)))
 }
@@ -151,12 +151,15 @@ pub fn run() -> Result<u8, Fatal> {
 fn prepare_run_dir(agent: &AgentPrivileges) -> std::io::Result<()> {
     std::fs::create_dir_all(RUN_DIR)?;
     std::fs::set_permissions(RUN_DIR, std::fs::Permissions::from_mode(0o755))?;
-    for dir in [TMUX_TMPDIR, SESSION_DIR] {
-        // Left over from before a container restart: the session is new.
+    // Left over from before a container restart: the session is new.
+    let _ = std::fs::remove_file(session::STOPPING);
+    // tmux's socket directory is the agent's alone; the session directory PID 1 must read
+    // without DAC_OVERRIDE, which it drops.
+    for (dir, mode) in [(TMUX_TMPDIR, 0o700), (SESSION_DIR, 0o755)] {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir(dir)?;
         chown(dir, Some(agent.uid), Some(agent.gid))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
     }
     Ok(())
 }

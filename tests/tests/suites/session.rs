@@ -1,0 +1,125 @@
+//! The agent's tmux session: it exists, survives clients that detach or are killed, keeps its
+//! scrollback and processes, can be reattached from a pty, keeps a shell when the agent command
+//! exits, and PID 1 ends with it. Needs no capability: runs in both modes.
+
+use std::time::Duration;
+
+use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+
+async fn start(env: &[(&str, &str)]) -> anyhow::Result<Sandbox> {
+    let mut spec = SandboxSpec::smallest().await?;
+    spec.network = Some("none".into());
+    for (k, v) in env {
+        spec = spec.env(k, v);
+    }
+    spec.start().await
+}
+
+async fn capture(sb: &Sandbox) -> anyhow::Result<String> {
+    Ok(sb.as_agent(&["tmux", "capture-pane", "-p", "-S", "-", "-t", "agent"]).await?.stdout)
+}
+
+async fn wait_for_pane(sb: &Sandbox, needle: &str) -> anyhow::Result<String> {
+    for _ in 0..100 {
+        let pane = capture(sb).await?;
+        if pane.contains(needle) {
+            return Ok(pane);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("the pane never showed `{needle}`:\n{}", capture(sb).await?)
+}
+
+#[tokio::test]
+async fn the_session_survives_detached_and_killed_clients_with_its_scrollback_and_processes()
+-> anyhow::Result<()> {
+    let sb = start(&[]).await?;
+    assert_eq!(sb.as_agent(&["tmux", "has-session", "-t", "agent"]).await?.code, 0);
+    let keys = ["tmux", "send-keys", "-t", "agent", "echo marker-$((6*7)); sleep 1000 &", "Enter"];
+    sb.as_agent(&keys).await?;
+    wait_for_pane(&sb, "marker-42").await?;
+
+    // A client on a pty that detaches, and one that is killed.
+    let detach = sb.exec(&["sh", "-c", "(sleep 1; echo) | timeout 5 script -qec 'sandbox-attach' /dev/null >/dev/null; sandbox-exec tmux detach-client -a; echo done"]).await?;
+    assert!(detach.stdout.contains("done"), "{detach:?}");
+    let killed = sb
+        .exec(&["sh", "-c", "sleep 3 | timeout -s KILL 1 script -qec 'sandbox-attach' /dev/null; echo $?"])
+        .await?;
+    assert!(killed.stdout.trim().ends_with("137") || killed.stdout.trim().ends_with("124"), "{killed:?}");
+
+    assert_eq!(sb.as_agent(&["tmux", "has-session", "-t", "agent"]).await?.code, 0, "the session is gone");
+    assert!(capture(&sb).await?.contains("marker-42"), "the scrollback was lost");
+    let sleeping = sb.exec(&["sh", "-c", "grep -l '^Name:.*sleep' /proc/[0-9]*/status | wc -l"]).await?;
+    assert_eq!(sleeping.stdout.trim(), "1", "the pane's background process died");
+    Ok(())
+}
+
+#[tokio::test]
+async fn sandbox_attach_shows_the_session_on_a_pty() -> anyhow::Result<()> {
+    let sb = start(&[]).await?;
+    sb.as_agent(&["tmux", "send-keys", "-t", "agent", "echo visible-$((2+3))", "Enter"]).await?;
+    wait_for_pane(&sb, "visible-5").await?;
+    let out = sb
+        .exec(&[
+            "sh",
+            "-c",
+            "sleep 2 | timeout 4 script -qec 'sandbox-attach' /tmp/screen >/dev/null; cat /tmp/screen",
+        ])
+        .await?;
+    assert!(out.stdout.contains("visible-5"), "the attached client did not show the session: {out:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn when_the_agent_command_exits_the_pane_keeps_a_shell() -> anyhow::Result<()> {
+    let sb = start(&[("ASSISTANT_CMD", "echo agent-ran; exit 3")]).await?;
+    let pane = wait_for_pane(&sb, "exited with status 3; this shell keeps the session").await?;
+    assert!(pane.contains("agent-ran"), "{pane}");
+    let command =
+        sb.as_agent(&["tmux", "display-message", "-p", "-t", "agent", "#{pane_current_command}"]).await?;
+    assert_eq!(command.stdout.trim(), "bash", "{command:?}");
+    assert_eq!(sb.as_agent(&["tmux", "has-session", "-t", "agent"]).await?.code, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn pid_1_exits_with_the_sessions_status_and_stops_promptly() -> anyhow::Result<()> {
+    let sb = start(&[("ASSISTANT_CMD", "sleep 1000")]).await?;
+    // The shell after the agent command ends the session with `exit 5`.
+    let kill = r#"for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = sleep ] && kill ${p#/proc/}; done; true"#;
+    sb.as_agent(&["sh", "-c", kill]).await?;
+    wait_for_pane(&sb, "this shell keeps the session").await?;
+    sb.as_agent(&["tmux", "send-keys", "-t", "agent", "exit 5", "Enter"]).await?;
+    let docker = xtask::engine::Engine::connect().await?;
+    let mut code = None;
+    for _ in 0..100 {
+        let state = docker.docker().inspect_container(sb.id(), None).await?.state.unwrap_or_default();
+        if state.running == Some(false) {
+            code = state.exit_code;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(code, Some(5), "PID 1's exit status");
+
+    // docker stop: SIGTERM reaches the agent command, which ends; PID 1 follows at once.
+    let sb = start(&[("ASSISTANT_CMD", "sleep 1000")]).await?;
+    let started = std::time::Instant::now();
+    sb.container.stop().await?;
+    assert!(started.elapsed() < Duration::from_secs(5), "docker stop took {:?}", started.elapsed());
+    let state = docker.docker().inspect_container(sb.id(), None).await?.state.unwrap_or_default();
+    assert_eq!(state.exit_code, Some(143), "sleep ended by SIGTERM");
+    Ok(())
+}
+
+#[tokio::test]
+async fn pid_1_reaps_orphans() -> anyhow::Result<()> {
+    let sb = start(&[]).await?;
+    // A double fork: the grandchild is orphaned, reparented to PID 1, and exits.
+    sb.as_agent(&["sh", "-c", "(sh -c 'sleep 0.2 &' &) ; sleep 1"]).await?;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let zombies =
+        sb.exec(&["sh", "-c", "grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l"]).await?;
+    assert_eq!(zombies.stdout.trim(), "0", "zombies left: {zombies:?}");
+    Ok(())
+}
