@@ -17,7 +17,26 @@ pub async fn run(root: &Path, flags: BenchFlags) -> anyhow::Result<()> {
             common.apply(&mut opts);
             bench_build(opts, runs.max(1)).await
         }
+        BenchTarget::Sandbox { runs, common } => {
+            let mut opts = BuildOptions::new(root);
+            common.apply(&mut opts);
+            bench_sandbox(root, opts, runs.max(1)).await
+        }
     }
+}
+
+/// Builds the smallest image, then runs the tests crate's `sandbox` bench, which uses the
+/// suites' harness (networks, peers, the probe) and prints its own table.
+async fn bench_sandbox(root: &Path, mut opts: BuildOptions, runs: usize) -> anyhow::Result<()> {
+    opts.images = vec!["shell".into(), "os".into()];
+    build::build(&opts).await?.ensure_success()?;
+    let sh = Shell::new()?;
+    let _dir = sh.push_dir(root);
+    let _env: Vec<_> = opts.export_env().into_iter().map(|(k, v)| sh.push_env(k, v)).collect();
+    let _runs = sh.push_env("BENCH_RUNS", runs.to_string());
+    cmd!(sh, "cargo bench --quiet --package sandbox-tests --bench sandbox")
+        .run()
+        .context("the sandbox bench failed")
 }
 
 /// No-op rebuild of the whole graph vs. a `docker build` (classic builder, warm layer cache) of

@@ -117,6 +117,15 @@ pub enum BenchTarget {
         #[command(flatten)]
         common: CommonBuildFlags,
     },
+    /// sandbox-init's cost: start to `sandbox ready` (1 and 10,000 domains) vs. a trivial
+    /// entrypoint, DNS gate latency and throughput vs. the upstream. Needs NET_ADMIN.
+    Sandbox {
+        /// Repetitions of each start measurement (the median is reported)
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        #[command(flatten)]
+        common: CommonBuildFlags,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,7 @@ fn main() {
         "tcp" => tcp(&arg(1), &arg(2), timeout),
         "udp" => udp(&arg(1), &arg(2), timeout),
         "icmp" => icmp(&arg(1), timeout),
+        "dns-bench" => dns_bench(&args[1..]),
         "dns" => {
             let server = args.iter().position(|a| a == "--server").and_then(|i| args.get(i + 1)).cloned();
             dns(&arg(1), server, timeout)
@@ -121,13 +122,28 @@ fn answer(packet: &[u8], zone: &str, log: &str) -> Option<Vec<u8>> {
     let mut found = false;
     for line in std::fs::read_to_string(zone).unwrap_or_default().lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() != 4 || fields[0].trim_end_matches('.') != name.trim_end_matches('.') {
+        let bare = name.trim_end_matches('.');
+        let matches = fields.len() == 4
+            && match fields[0].strip_prefix("*.") {
+                Some(suffix) => bare.ends_with(&format!(".{suffix}")),
+                None => fields[0].trim_end_matches('.') == bare,
+            };
+        if !matches {
             continue;
         }
         found = true;
         let ttl = fields[3].parse().unwrap_or(60);
         let owner = question.name().clone();
         let record = match (fields[1], question.query_type()) {
+            // `10.99.0.0/16`: an address of that range chosen by the name, so every name of a
+            // wildcard gets its own.
+            ("A", RecordType::A) if fields[2].contains('/') => {
+                let (base, _) = fields[2].split_once('/')?;
+                let base = u32::from(base.parse::<std::net::Ipv4Addr>().ok()?);
+                let hash = bare.bytes().fold(2166136261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16777619));
+                let addr = std::net::Ipv4Addr::from(base | (hash & 0xffff).max(1));
+                Record::from_rdata(owner, ttl, RData::A(A(addr)))
+            }
             ("A", RecordType::A) => Record::from_rdata(owner, ttl, RData::A(A(fields[2].parse().ok()?))),
             ("AAAA", RecordType::AAAA) => {
                 Record::from_rdata(owner, ttl, RData::AAAA(AAAA(fields[2].parse().ok()?)))
@@ -317,4 +333,62 @@ fn dns(name: &str, server: Option<String>, timeout: Duration) {
         }
         Err(e) => report(&[("outcome", format!("dns:{e}"))]),
     }
+}
+
+/// `dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K]`: COUNT A queries for NAME
+/// (or, with --distinct, for q<i>.NAME, each a new name), K at a time; prints the median and
+/// 90th percentile latency and the rate.
+fn dns_bench(args: &[String]) {
+    let name = args.first().cloned().unwrap_or_default();
+    let count: usize = args.get(1).and_then(|c| c.parse().ok()).unwrap_or(100);
+    let flag = |f: &str| args.iter().position(|a| a == f).and_then(|i| args.get(i + 1)).cloned();
+    let distinct = args.iter().any(|a| a == "--distinct");
+    let concurrency: usize = flag("--concurrency").and_then(|c| c.parse().ok()).unwrap_or(1);
+    let server = match flag("--server").and_then(|s| s.parse().ok()).or_else(nameserver) {
+        Some(server) => server,
+        None => return report(&[("outcome", "dns:no-nameserver".into())]),
+    };
+    let started = Instant::now();
+    let per_thread = count.div_ceil(concurrency);
+    let threads: Vec<_> = (0..concurrency)
+        .map(|t| {
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let mut latencies = Vec::with_capacity(per_thread);
+                let mut failures = 0;
+                for i in 0..per_thread {
+                    let qname = if distinct { format!("q{}-{}.{name}", t, i) } else { name.clone() };
+                    let sent = Instant::now();
+                    match query(&qname, RecordType::A, server, Duration::from_secs(2)) {
+                        Ok(reply) if reply.response_code() == ResponseCode::NoError => {
+                            latencies.push(sent.elapsed().as_secs_f64() * 1e6)
+                        }
+                        _ => failures += 1,
+                    }
+                }
+                (latencies, failures)
+            })
+        })
+        .collect();
+    let (mut latencies, mut failures) = (Vec::new(), 0);
+    for thread in threads {
+        let (l, f) = thread.join().unwrap_or_default();
+        latencies.extend(l);
+        failures += f;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    report(&[
+        ("answered", latencies.len().to_string()),
+        ("failed", failures.to_string()),
+        ("median_us", format!("{:.0}", at(0.5))),
+        ("p90_us", format!("{:.0}", at(0.9))),
+        ("qps", format!("{:.0}", latencies.len() as f64 / elapsed)),
+    ]);
 }

@@ -1,0 +1,177 @@
+//! `cargo xtask bench sandbox`: what sandbox-init costs, each figure against a baseline measured
+//! in the same run on the same engine (the machines are shared and noisy; ratios and differences
+//! of medians travel, absolute times do not).
+//!
+//! - start to `sandbox ready` vs. the same image whose entrypoint only prints the line;
+//! - the same with a 10,000-entry policy;
+//! - DNS latency through the gate (cached and uncached allowed names) vs. asking the upstream
+//!   directly, and throughput of both.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{LogsOptionsBuilder, RemoveContainerOptionsBuilder};
+use futures_util::StreamExt as _;
+use sandbox_tests::sandbox::{PROBE, Peer, SandboxSpec, TEST_LABEL, TestNet, image, probe_binary};
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// From the start request to `sandbox ready` on the container's stdout.
+async fn start_to_ready(docker: &bollard::Docker, body: ContainerCreateBody) -> anyhow::Result<Duration> {
+    let created =
+        docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
+    let started = Instant::now();
+    docker.start_container(&created.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+    let options = LogsOptionsBuilder::default().stdout(true).stderr(true).follow(true).build();
+    let mut logs = docker.logs(&created.id, Some(options));
+    let mut seen = String::new();
+    let elapsed = loop {
+        match tokio::time::timeout(Duration::from_secs(30), logs.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                seen.push_str(&chunk.to_string());
+                if seen.contains("sandbox ready") {
+                    break started.elapsed();
+                }
+            }
+            other => anyhow::bail!("no `sandbox ready` ({other:?}); output: {seen}"),
+        }
+    };
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    docker.remove_container(&created.id, Some(force)).await?;
+    Ok(elapsed)
+}
+
+fn body(
+    image: &str,
+    net: &TestNet,
+    drop_ins: &std::path::Path,
+    entrypoint: Option<Vec<String>>,
+) -> ContainerCreateBody {
+    ContainerCreateBody {
+        image: Some(image.to_string()),
+        entrypoint,
+        labels: Some(HashMap::from([(TEST_LABEL.to_string(), "bench".to_string())])),
+        host_config: Some(HostConfig {
+            cap_add: Some(vec!["NET_ADMIN".into()]),
+            network_mode: Some(net.name.clone()),
+            binds: Some(vec![format!("{}:/etc/agent-sandbox/policy.d:ro", drop_ins.display())]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn field(out: &str, key: &str) -> f64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(7);
+    let image = image(sandbox_tests::sandbox::SMALLEST).await?;
+    let docker = xtask::engine::Engine::connect().await?.docker().clone();
+    let net = TestNet::create("bench").await?;
+    let _peer = Peer::start(&net, &["api.allowed.test"]).await?;
+
+    let small = tempfile::tempdir()?;
+    std::fs::write(small.path().join("bench.txt"), "api.allowed.test\n")?;
+    let large = tempfile::tempdir()?;
+    let names: String = (0..10_000).map(|i| format!("host{i}.bulk{}.test\n", i % 97)).collect();
+    std::fs::write(large.path().join("bulk.txt"), names)?;
+    let trivial = Some(vec!["/bin/sh".into(), "-c".into(), "echo sandbox ready; exec sleep 600".into()]);
+
+    eprintln!("measuring start to `sandbox ready`, {runs} runs each, interleaved");
+    let (mut base, mut init, mut big) = (Vec::new(), Vec::new(), Vec::new());
+    start_to_ready(&docker, body(&image, &net, small.path(), None)).await?; // warm-up
+    for _ in 0..runs {
+        base.push(start_to_ready(&docker, body(&image, &net, small.path(), trivial.clone())).await?);
+        init.push(start_to_ready(&docker, body(&image, &net, small.path(), None)).await?);
+        big.push(start_to_ready(&docker, body(&image, &net, large.path(), None)).await?);
+    }
+    let (base, init, big) = (median(base), median(init), median(big));
+
+    eprintln!("measuring the DNS gate");
+    let dns = Peer::start_dns(&net).await?;
+    dns.set_dns("cached.bench.test", "10.98.0.1".parse()?, 300).await?;
+    sandbox_tests::sandbox::exec(
+        &dns.id,
+        &["sh", "-c", "echo '*.bench.test A 10.99.0.0/16 300' >> /tmp/zone"],
+        None,
+    )
+    .await?;
+    let sb = SandboxSpec::of(image.clone())
+        .net_admin()
+        .on(&net)
+        .dns(&dns)
+        .drop_in("b.txt", "*.bench.test\n")
+        .start()
+        .await?;
+    let bench = |args: Vec<&'static str>, root: bool| {
+        let sb = &sb;
+        async move {
+            let mut cmd = vec![PROBE, "dns-bench"];
+            cmd.extend(args);
+            let out = if root { sb.exec(&cmd).await? } else { sb.as_agent(&cmd).await? };
+            anyhow::ensure!(field(&out.stdout, "failed") == 0.0, "dns-bench failed: {out:?}");
+            Ok::<_, anyhow::Error>(out.stdout)
+        }
+    };
+    let _ = probe_binary()?;
+    bench(vec!["cached.bench.test", "20"], false).await?; // warm: the address is in the set
+    let direct_cached = bench(vec!["cached.bench.test", "1000", "--server", "127.0.0.11"], true).await?;
+    let gate_cached = bench(vec!["cached.bench.test", "1000"], false).await?;
+    let direct_new =
+        bench(vec!["direct.bench.test", "300", "--distinct", "--server", "127.0.0.11"], true).await?;
+    let gate_new = bench(vec!["gate.bench.test", "300", "--distinct"], false).await?;
+    let direct_rate =
+        bench(vec!["cached.bench.test", "20000", "--concurrency", "8", "--server", "127.0.0.11"], true)
+            .await?;
+    let gate_rate = bench(vec!["cached.bench.test", "20000", "--concurrency", "8"], false).await?;
+
+    let us = |out: &str| field(out, "median_us");
+    println!("sandbox-init benchmark ({runs} runs each for start times; medians)");
+    println!();
+    println!("start to `sandbox ready`            median     added   target");
+    println!("  trivial entrypoint (baseline)  {:>8.1} ms", ms(base));
+    println!(
+        "  sandbox-init, 1 domain         {:>8.1} ms {:>7.1} ms   < 50 ms",
+        ms(init),
+        ms(init) - ms(base)
+    );
+    println!(
+        "  sandbox-init, 10,000 domains   {:>8.1} ms {:>7.1} ms   < 100 ms",
+        ms(big),
+        ms(big) - ms(base)
+    );
+    println!();
+    println!("DNS, A query, median latency     upstream      gate     added   target");
+    let row = |what: &str, direct: &str, gate: &str, target: &str| {
+        println!(
+            "  {what:<28} {:>7.0} µs {:>7.0} µs {:>7.0} µs   {target}",
+            us(direct),
+            us(gate),
+            us(gate) - us(direct)
+        );
+    };
+    row("allowed name, cached", &direct_cached, &gate_cached, "< 1000 µs");
+    row("allowed name, new (nft run)", &direct_new, &gate_new, "< 5000 µs");
+    println!();
+    println!(
+        "DNS throughput, 8 clients         upstream {:>6.0} q/s   gate {:>6.0} q/s   ratio {:.2}   target > 5000 q/s",
+        field(&direct_rate, "qps"),
+        field(&gate_rate, "qps"),
+        field(&gate_rate, "qps") / field(&direct_rate, "qps")
+    );
+    Ok(())
+}
