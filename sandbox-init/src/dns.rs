@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use crate::denials::{Denial, DenialLog};
-use crate::firewall::{Element, Nft, add_elements};
+use crate::firewall::{Element, Nft, add_elements, create_elements};
 use crate::policy::{Allowlist, Ports};
 
 /// How long an upstream resolver gets to answer before the next one is tried.
@@ -128,8 +128,35 @@ pub struct NftSink {
     written: Mutex<HashMap<(IpAddr, u16), (Instant, String)>>,
 }
 
-/// A repeat refreshes an element unless it was written with as long a timeout this recently.
-const REFRESH_SLACK: Duration = Duration::from_secs(5);
+/// What one answer's elements need: `new` ones are created with a plain `add` (an nft run of
+/// a few ms); `refresh` ones exist and are past half their time, so they get the new timeout
+/// by add, delete, add (older kernels keep an existing element's timeout on `add`), which
+/// costs a kernel RCU grace period (tens of ms), hence at most once per half-life. The rest
+/// were written recently enough: a cached name costs no nft run at all.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Writes {
+    pub new: Vec<Element>,
+    pub refresh: Vec<Element>,
+}
+
+pub fn plan_writes(
+    written: &HashMap<(IpAddr, u16), (Instant, String)>,
+    elements: Vec<Element>,
+    now: Instant,
+) -> Writes {
+    let mut writes = Writes::default();
+    for e in elements {
+        match written.get(&(e.addr, e.port)) {
+            Some((expiry, _)) if *expiry > now => {
+                if *expiry - now < e.timeout / 2 {
+                    writes.refresh.push(e);
+                }
+            }
+            _ => writes.new.push(e),
+        }
+    }
+    writes
+}
 
 impl NftSink {
     pub fn new(nft: Nft) -> NftSink {
@@ -155,21 +182,14 @@ impl NftSink {
 impl AddressSink for NftSink {
     fn allow(&self, name: &str, elements: Vec<Element>) -> Result<(), String> {
         let now = Instant::now();
-        let fresh: Vec<Element> = {
-            let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-            elements
-                .into_iter()
-                .filter(|e| {
-                    written.get(&(e.addr, e.port)).is_none_or(|(x, _)| *x + REFRESH_SLACK < now + e.timeout)
-                })
-                .collect()
-        };
-        if fresh.is_empty() {
+        let writes = plan_writes(&self.written.lock().unwrap_or_else(|e| e.into_inner()), elements, now);
+        if writes.new.is_empty() && writes.refresh.is_empty() {
             return Ok(());
         }
-        self.nft.apply(&add_elements(&fresh)).map_err(|e| e.to_string())?;
+        let script = create_elements(&writes.new) + &add_elements(&writes.refresh);
+        self.nft.apply(&script).map_err(|e| e.to_string())?;
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        for e in fresh {
+        for e in writes.new.into_iter().chain(writes.refresh) {
             written.insert((e.addr, e.port), (now + e.timeout, name.to_string()));
         }
         Ok(())

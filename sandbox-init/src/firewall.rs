@@ -80,7 +80,8 @@ impl Ruleset<'_> {
             let _ = writeln!(s, "\t\t{rule}");
         }
         s.push_str("\t}\n}\n");
-        s.push_str(&add_elements(self.elements));
+        // The table is new: carried-over elements are simply created.
+        s.push_str(&create_elements(self.elements));
         s
     }
 
@@ -147,6 +148,23 @@ pub fn add_elements(elements: &[Element]) -> String {
         let _ = writeln!(s, "add element inet {TABLE} {set} {{ {} }}", timed.join(", "));
     }
     s
+}
+
+/// Adds elements that are not in the set yet, with their timeouts.
+pub fn create_elements(elements: &[Element]) -> String {
+    let mut by_set: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for e in elements {
+        by_set.entry(e.set()).or_default().push(format!(
+            "{} . {} timeout {}s",
+            e.addr,
+            e.port,
+            e.timeout.as_secs()
+        ));
+    }
+    by_set
+        .into_iter()
+        .map(|(set, items)| format!("add element inet {TABLE} {set} {{ {} }}\n", items.join(", ")))
+        .collect()
 }
 
 /// The `nft` program.
@@ -274,6 +292,7 @@ mod tests {
         assert_eq!(elements[0].timeout, MIN_TIMEOUT, "TTL floor");
         assert_eq!(elements[2].timeout, MAX_TIMEOUT, "TTL ceiling");
         insta::assert_snapshot!("refresh_elements", add_elements(&elements));
+        insta::assert_snapshot!("create_elements", create_elements(&elements));
     }
 
     #[test]

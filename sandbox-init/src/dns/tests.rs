@@ -251,3 +251,21 @@ async fn a_reload_changes_what_the_gate_allows() {
     gate.set_allowlist(Allowlist::new(&policy));
     assert_eq!(code(gate.handle(&q, Transport::Udp).await.unwrap()), ResponseCode::NoError);
 }
+
+#[test]
+fn new_elements_are_created_and_existing_ones_refreshed_only_past_half_their_time() {
+    let now = Instant::now();
+    let element = |last: u8, secs: u64| Element {
+        addr: IpAddr::from([203, 0, 113, last]),
+        port: 443,
+        timeout: Duration::from_secs(secs),
+    };
+    let mut written = HashMap::new();
+    written.insert((IpAddr::from([203, 0, 113, 2]), 443), (now + Duration::from_secs(100), "a".to_string()));
+    written.insert((IpAddr::from([203, 0, 113, 3]), 443), (now + Duration::from_secs(20), "b".to_string()));
+    written.insert((IpAddr::from([203, 0, 113, 4]), 443), (now - Duration::from_secs(1), "c".to_string()));
+    let writes =
+        plan_writes(&written, vec![element(1, 60), element(2, 120), element(3, 60), element(4, 60)], now);
+    assert_eq!(writes.new, vec![element(1, 60), element(4, 60)], "absent, and expired");
+    assert_eq!(writes.refresh, vec![element(3, 60)], "20 s left of a 60 s timeout");
+}
