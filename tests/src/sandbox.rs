@@ -257,7 +257,8 @@ impl Drop for Peer {
     }
 }
 
-fn remove_container_blocking(id: String) {
+/// Force-removes a container from synchronous code such as `Drop`.
+pub fn remove_container_blocking(id: String) {
     let _ = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
         rt.block_on(async {

@@ -299,3 +299,22 @@ async fn processes_of_a_sandbox_with_net_admin_hold_no_capability() -> anyhow::R
     let sb = spec.start().await?;
     crate::privileges::assert_agent_processes_unprivileged(&sb).await
 }
+
+#[tokio::test]
+async fn two_allowed_names_on_one_address_and_the_ready_line() -> anyhow::Result<()> {
+    // ALLOWED and a.wild.test are aliases of the same peer.
+    let (_net, _allowed, _blocked, spec) = setup("same-address", &[ALLOWED, "a.wild.test"]).await?;
+    let sb = spec.start().await?;
+    let first = assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
+    let second = assert_reaches(&sb, "a.wild.test:443").await?;
+    assert_eq!(first.fields["address"], second.fields["address"]);
+    let (stdout, _) = sb.logs().await?;
+    let ready = stdout.lines().find(|l| l.starts_with("sandbox ready: ")).unwrap_or_default();
+    // The baked shell policy (6 domains: github, debian) plus the drop-in's 2; the test
+    // network has IPv6.
+    assert!(
+        ready.starts_with("sandbox ready: 8 domains, 0 cidrs, ipv6 on, ") && ready.ends_with(" ms"),
+        "{ready}"
+    );
+    Ok(())
+}

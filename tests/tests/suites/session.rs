@@ -122,3 +122,73 @@ async fn pid_1_reaps_orphans() -> anyhow::Result<()> {
     assert_eq!(zombies.stdout.trim(), "0", "zombies left: {zombies:?}");
     Ok(())
 }
+
+/// `docker run -it`: the session is attached to the container's own terminal, keystrokes reach
+/// the agent's shell, and ending the session ends the container with its status.
+#[tokio::test]
+async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<()> {
+    use bollard::models::{ContainerCreateBody, HostConfig};
+    use bollard::query_parameters::{AttachContainerOptionsBuilder, RemoveContainerOptionsBuilder};
+    use futures_util::StreamExt as _;
+    use tokio::io::AsyncWriteExt as _;
+
+    let image = sandbox_tests::sandbox::image(sandbox_tests::sandbox::SMALLEST).await?;
+    let docker = xtask::engine::Engine::connect().await?.docker().clone();
+    let body = ContainerCreateBody {
+        image: Some(image),
+        tty: Some(true),
+        open_stdin: Some(true),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        labels: Some([(sandbox_tests::sandbox::TEST_LABEL.to_string(), "tty".to_string())].into()),
+        host_config: Some(HostConfig { network_mode: Some("none".into()), ..Default::default() }),
+        ..Default::default()
+    };
+    let id =
+        docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?.id;
+    let _remove = RemoveOnDrop(id.clone());
+    let options = AttachContainerOptionsBuilder::default().stdin(true).stdout(true).stream(true).build();
+    let mut attached = docker.attach_container(&id, Some(options)).await?;
+    docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+
+    let mut screen = String::new();
+    let mut read_until = async |needle: &str, screen: &mut String| -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while !screen.contains(needle) {
+            match tokio::time::timeout_at(deadline, attached.output.next()).await {
+                Ok(Some(Ok(chunk))) => screen.push_str(&chunk.to_string()),
+                other => {
+                    anyhow::bail!("`{needle}` never appeared ({other:?}); the terminal showed:\n{screen}")
+                }
+            }
+        }
+        Ok(())
+    };
+    read_until("sandbox ready", &mut screen).await?;
+    // The attached tmux client draws the session; the shell's prompt ends with `$ `.
+    read_until("$ ", &mut screen).await?;
+    attached.input.write_all(b"echo tty-$((3*3))\r").await?;
+    read_until("tty-9", &mut screen).await?;
+    attached.input.write_all(b"exit\r").await?;
+    read_until("this shell keeps the session", &mut screen).await?;
+    attached.input.write_all(b"exit 4\r").await?;
+    let mut wait = docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
+    let code = match tokio::time::timeout(Duration::from_secs(15), wait.next()).await? {
+        Some(Ok(response)) => response.status_code,
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+        other => anyhow::bail!("waiting failed: {other:?}"),
+    };
+    assert_eq!(code, 4, "the container's exit status is the session's");
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    let _ = docker.remove_container(&id, Some(force)).await;
+    Ok(())
+}
+
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let id = self.0.clone();
+        sandbox_tests::sandbox::remove_container_blocking(id);
+    }
+}
