@@ -1,6 +1,7 @@
 //! The container suites: one test binary, one module per area.
 
 mod build;
+mod contract;
 mod firewall;
 mod os;
 mod privileges;

@@ -1,0 +1,23 @@
+//! Generates the contract suite's list of images from images/: one module per image folder, so
+//! adding an image adds its contract tests with no list to edit.
+
+use std::path::Path;
+
+fn main() {
+    let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("../images");
+    // A directory: cargo rescans it, so a new image folder regenerates the list.
+    println!("cargo:rerun-if-changed={}", images.display());
+    let mut names: Vec<String> = std::fs::read_dir(&images)
+        .expect("images/ is readable")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("Dockerfile").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let modules: String = names
+        .iter()
+        .map(|name| format!("mod {} {{ contract_tests!(\"{name}\"); }}\n", name.replace('-', "_")))
+        .collect();
+    let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("contract_images.rs");
+    std::fs::write(out, modules).expect("OUT_DIR is writable");
+}
