@@ -290,6 +290,13 @@ async fn the_denial_log_records_refused_names_and_connections() -> anyhow::Resul
             format!(r#""address":"{}","denied":"connection","port":443,"protocol":"tcp""#, blocked.ipv4);
         assert!(log.contains(&connection) && log.contains(r#""uid":1000"#), "{log}");
     }
+    // sandbox-status: the address the gate allowed, with its time left, and the denials.
+    let allowed = assert_reaches(&sb, &format!("{ALLOWED}:443")).await?.fields["address"].clone();
+    let status = sb.exec(&["sandbox-status"]).await?.stdout;
+    let line = status.lines().find(|l| l.contains(&format!("{allowed} port 443"))).unwrap_or_default();
+    assert!(line.contains("expires in"), "no allowed address with its TTL in:\n{status}");
+    let denials = status.split("recent denials:").nth(1).unwrap_or_default();
+    assert!(denials.contains("blocked.test") && denials.contains(&blocked.ipv4.to_string()), "{status}");
     Ok(())
 }
 

@@ -192,3 +192,23 @@ impl Drop for RemoveOnDrop {
         sandbox_tests::sandbox::remove_container_blocking(id);
     }
 }
+
+#[tokio::test]
+async fn sigint_to_pid_1_reaches_the_agent_command() -> anyhow::Result<()> {
+    let sb = start(&[("ASSISTANT_CMD", "trap 'echo got-sigint; exit 9' INT; sleep 1000 & wait")]).await?;
+    wait_for_pane(&sb, "").await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sb.signal("SIGINT").await?;
+    let docker = xtask::engine::Engine::connect().await?;
+    let mut code = None;
+    for _ in 0..100 {
+        let state = docker.docker().inspect_container(sb.id(), None).await?.state.unwrap_or_default();
+        if state.running == Some(false) {
+            code = state.exit_code;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(code, Some(9), "the agent command's INT trap decides PID 1's status");
+    Ok(())
+}
