@@ -64,6 +64,9 @@ pub struct Ruleset<'a> {
     pub policy: &'a Policy,
     pub upstreams: &'a [IpAddr],
     pub elements: &'a [Element],
+    /// Whether rejected packets go to nflog for the denial log. Off only where the kernel has
+    /// no nflog backend (the rule would make the whole table fail to load).
+    pub log: bool,
 }
 
 impl Ruleset<'_> {
@@ -115,7 +118,9 @@ impl Ruleset<'_> {
         // IPv6 needs neighbour discovery to reach even allowed hosts on the local network.
         rules
             .push("icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept".into());
-        rules.push(format!("log group {NFLOG_GROUP}"));
+        if self.log {
+            rules.push(format!("log group {NFLOG_GROUP}"));
+        }
         // Reject, not drop: a blocked connection fails at once instead of hanging.
         rules.push("meta l4proto tcp reject with tcp reset".into());
         rules.push("reject with icmpx admin-prohibited".into());
@@ -279,8 +284,22 @@ mod tests {
         let upstreams = ["127.0.0.11".parse().unwrap(), "192.168.65.7".parse().unwrap()];
         let elements =
             [Element { addr: "203.0.113.9".parse().unwrap(), port: 443, timeout: Duration::from_secs(75) }];
-        let ruleset = Ruleset { policy: &policy, upstreams: &upstreams, elements: &elements };
+        let ruleset = Ruleset { policy: &policy, upstreams: &upstreams, elements: &elements, log: true };
         insta::assert_snapshot!("sample_ruleset", ruleset.render());
+    }
+
+    #[test]
+    fn without_nflog_the_ruleset_has_no_log_rule_and_still_ends_in_rejects() {
+        let policy = sample_policy();
+        let logged = Ruleset { policy: &policy, upstreams: &[], elements: &[], log: true };
+        let quiet = Ruleset { log: false, ..logged };
+        let rules = quiet.rules();
+        assert!(!rules.iter().any(|r| r.starts_with("log ")), "{rules:?}");
+        assert_eq!(rules.len() + 1, Ruleset { log: true, ..quiet }.rules().len());
+        assert_eq!(
+            &rules[rules.len() - 2..],
+            ["meta l4proto tcp reject with tcp reset", "reject with icmpx admin-prohibited"]
+        );
     }
 
     #[test]
@@ -298,7 +317,7 @@ mod tests {
     #[test]
     fn the_read_back_check_fails_on_a_weakened_table() {
         let policy = sample_policy();
-        let ruleset = Ruleset { policy: &policy, upstreams: &[], elements: &[] };
+        let ruleset = Ruleset { policy: &policy, upstreams: &[], elements: &[], log: true };
         let mut items = vec![
             serde_json::json!({"table": {"family": "inet", "name": TABLE}}),
             serde_json::json!({"chain": {"name": "output", "hook": "output", "policy": "drop"}}),

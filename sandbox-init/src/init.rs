@@ -70,6 +70,8 @@ struct Enforcer {
     sink: Arc<NftSink>,
     gate: Arc<DnsGate>,
     upstreams: Vec<IpAddr>,
+    /// Whether the table logs rejected packets (see `enforce`).
+    log: bool,
 }
 
 /// Runs as PID 1 (or under another init, as a subreaper) until the session ends.
@@ -127,7 +129,7 @@ pub fn run() -> Result<u8, Fatal> {
     let upstreams = enforcer.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
 
-    if enforcer.is_some() {
+    if enforcer.as_ref().is_some_and(|e| e.log) {
         nflog::spawn(denials.clone());
     }
 
@@ -179,8 +181,14 @@ async fn enforce(
     if upstreams.is_empty() {
         eprintln!("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
     }
-    let ruleset = Ruleset { policy, upstreams: &upstreams, elements: &[] };
-    nft.apply(&ruleset.render()).map_err(|e| setup("cannot load the firewall", &e))?;
+    let mut ruleset = Ruleset { policy, upstreams: &upstreams, elements: &[], log: true };
+    if let Err(first) = nft.apply(&ruleset.render()) {
+        // A kernel without an nflog backend rejects the log rule, and with it the table: load
+        // it without, and say that rejected connections will not be in the denial log.
+        ruleset.log = false;
+        nft.apply(&ruleset.render()).map_err(|_| setup("cannot load the firewall", &first))?;
+        eprintln!("sandbox-init: nflog is unavailable, rejected connections will not be logged: {first}");
+    }
     let table = nft.read_table().map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
     verify_table(&table, &ruleset).map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
 
@@ -194,7 +202,8 @@ async fn enforce(
     std::fs::write(RESOLV_CONF, gate_resolv_conf(&original, &upstreams))
         .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
     verify_blocked(policy, agent)?;
-    Ok(Enforcer { nft, sink, gate, upstreams })
+    let log = ruleset.log;
+    Ok(Enforcer { nft, sink, gate, upstreams, log })
 }
 
 /// A connection as the agent to an address outside the allowlist must be refused at once.
@@ -344,7 +353,7 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
     };
     let allowlist = Allowlist::new(&policy);
     let kept = e.sink.retain(&allowlist);
-    let ruleset = Ruleset { policy: &policy, upstreams: &e.upstreams, elements: &kept };
+    let ruleset = Ruleset { policy: &policy, upstreams: &e.upstreams, elements: &kept, log: e.log };
     if let Err(err) = e.nft.apply(&ruleset.render()) {
         eprintln!("sandbox-init: reload failed, the current policy stays: {err}");
         return;

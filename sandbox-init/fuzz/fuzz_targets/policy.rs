@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
                 let name = pattern.to_string().replace("*.", "x.");
                 assert!(allowlist.ports(&name).is_some(), "{pattern} does not match itself");
             }
-            let _ = Ruleset { policy: &policy, upstreams: &[], elements: &[] }.render();
+            let _ = Ruleset { policy: &policy, upstreams: &[], elements: &[], log: true }.render();
         }
     }
 });
