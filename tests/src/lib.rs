@@ -1,6 +1,7 @@
 //! The harness of the container suites: build settings shared with `cargo xtask test`, scratch
 //! copies of the repository's images/, and cleanup of everything a test tagged.
 
+pub mod registry;
 pub mod sandbox;
 
 use std::path::{Path, PathBuf};

@@ -32,6 +32,48 @@ pub enum EngineError {
     },
     #[error("cannot pull '{reference}': {message}")]
     Pull { reference: String, message: String },
+    #[error("cannot push '{reference}': {message}")]
+    Push { reference: String, message: String, kind: PushFailure },
+}
+
+/// Whether a failed push is worth retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushFailure {
+    /// The registry refused the credentials: retrying cannot help.
+    Unauthorized,
+    /// The registry could not be reached, or answered with a server error.
+    Transient,
+    Other,
+}
+
+impl PushFailure {
+    pub fn classify(message: &str) -> PushFailure {
+        let m = message.to_ascii_lowercase();
+        if ["unauthorized", "authentication required", "denied", "no basic auth credentials"]
+            .iter()
+            .any(|s| m.contains(s))
+        {
+            PushFailure::Unauthorized
+        } else if [
+            "connection refused",
+            "connection reset",
+            "timeout",
+            "eof",
+            "no such host",
+            "503",
+            "502",
+            "500",
+            "429",
+            "too many requests",
+        ]
+        .iter()
+        .any(|s| m.contains(s))
+        {
+            PushFailure::Transient
+        } else {
+            PushFailure::Other
+        }
+    }
 }
 
 /// A build that the engine reported as failed.
@@ -125,6 +167,44 @@ impl Engine {
             what: format!("tagging {id} as {repository}:{tag}"),
             source,
         })
+    }
+
+    /// Pushes `repository:tag`, reporting each layer's status through `on_status`.
+    pub async fn push(
+        &self,
+        repository: &str,
+        tag: &str,
+        credentials: Option<&crate::registry::Credentials>,
+        mut on_status: impl FnMut(&str),
+    ) -> Result<(), EngineError> {
+        let reference = format!("{repository}:{tag}");
+        let options = bollard::query_parameters::PushImageOptionsBuilder::default().tag(tag).build();
+        let credentials = credentials.map(|c| bollard::auth::DockerCredentials {
+            username: Some(c.username.clone()),
+            password: Some(c.password.clone()),
+            serveraddress: repository.split('/').next().map(str::to_string),
+            ..Default::default()
+        });
+        let fail = |message: String| EngineError::Push {
+            reference: reference.clone(),
+            kind: PushFailure::classify(&message),
+            message,
+        };
+        let mut stream = self.docker.push_image(repository, Some(options), credentials);
+        while let Some(item) = stream.next().await {
+            let info = match item {
+                Ok(info) => info,
+                Err(BollardError::DockerStreamError { error }) => return Err(fail(error)),
+                Err(e) => return Err(fail(e.to_string())),
+            };
+            if let Some(message) = info.error_detail.and_then(|d| d.message) {
+                return Err(fail(message));
+            }
+            if let Some(status) = info.status {
+                on_status(&status);
+            }
+        }
+        Ok(())
     }
 
     /// Removes a tag; the image goes too when nothing else references it, its parents stay.

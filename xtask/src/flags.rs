@@ -49,6 +49,45 @@ pub enum Command {
         after_help = "Examples:\n  cargo xtask test\n  cargo xtask test --ci\n  cargo xtask test -- graph   (only tests whose name contains 'graph')"
     )]
     Test(TestFlags),
+    /// Push the images to a registry, read their manifests back, and pin the digests in images.lock
+    #[command(
+        long_about = "Push the images (and their ancestors) to a registry, parents first, as \
+            HOST/NAMESPACE/agent-<name>:<version> and :sha-<commit>. Each manifest is then read back \
+            from the registry, checked to refer to the image pushed, and `repository@sha256:…` is \
+            recorded in images.lock (only once every image succeeded).\n\n\
+            Credentials: AGENT_SANDBOX_REGISTRY_USER and AGENT_SANDBOX_REGISTRY_PASSWORD, else \
+            GITHUB_TOKEN (with GITHUB_ACTOR) for ghcr.io, else the docker config's logins. \
+            Transient registry errors are retried with backoff; refused credentials are not.",
+        after_help = "Examples:\n  cargo xtask publish --registry ghcr.io/agent-sandbox\n  \
+            cargo xtask publish --registry 127.0.0.1:5000/test shell --dry-run"
+    )]
+    Publish(PublishFlags),
+    /// Print the pinned references (repository@digest) recorded by `publish`
+    Digests(DigestsFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct PublishFlags {
+    /// Where to publish: HOST/NAMESPACE (e.g. ghcr.io/agent-sandbox)
+    #[arg(long, env = "AGENT_SANDBOX_REGISTRY")]
+    pub registry: String,
+    /// Images to publish (with their ancestors); all when none is named
+    pub images: Vec<String>,
+    /// Print what would be pushed, push nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub common: CommonBuildFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct DigestsFlags {
+    /// A JSON object: image name -> pinned reference
+    #[arg(long, conflicts_with = "markdown")]
+    pub json: bool,
+    /// A Markdown table, for a CI job summary
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 #[derive(Debug, Args)]

@@ -11,4 +11,6 @@ pub mod lock;
 pub mod os;
 pub mod progress;
 pub mod project;
+pub mod publish;
+pub mod registry;
 pub mod test;

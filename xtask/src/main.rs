@@ -2,7 +2,7 @@
 
 use clap::Parser as _;
 use xtask::flags::{Command, Xtask};
-use xtask::{bench, build, graph, project, test};
+use xtask::{bench, build, graph, project, publish, registry, test};
 
 fn main() -> std::process::ExitCode {
     let flags = Xtask::parse();
@@ -54,5 +54,51 @@ async fn run(flags: Xtask) -> anyhow::Result<()> {
         }
         Command::Bench(f) => bench::run(&root, f).await,
         Command::Test(f) => test::run(&root, f).await,
+        Command::Publish(f) => {
+            let mut build = build::BuildOptions::new(&root);
+            f.common.apply(&mut build);
+            build.images = f.images;
+            let opts = publish::PublishOptions {
+                build,
+                registry: registry::Registry::parse(&f.registry)?,
+                dry_run: f.dry_run,
+                backoff: std::time::Duration::from_secs(2),
+                attempts: 4,
+            };
+            let published = publish::publish(&opts).await?;
+            if !opts.dry_run {
+                eprintln!(
+                    "{} images published; pinned in {}",
+                    published.len(),
+                    opts.build.lock_path.display()
+                );
+                print!(
+                    "{}",
+                    publish::digests(
+                        &xtask::lock::ImagesLock::read(&opts.build.lock_path)?,
+                        publish::DigestFormat::Text
+                    )
+                );
+            }
+            Ok(())
+        }
+        Command::Digests(f) => {
+            let lock = xtask::lock::ImagesLock::read(&root.join(xtask::lock::FILE_NAME))?;
+            let format = if f.json {
+                publish::DigestFormat::Json
+            } else if f.markdown {
+                publish::DigestFormat::Markdown
+            } else {
+                publish::DigestFormat::Text
+            };
+            let out = publish::digests(&lock, format);
+            if lock.images.values().all(|e| e.pinned.is_none()) {
+                eprintln!(
+                    "no image in images.lock is published yet (cargo xtask publish --registry HOST/NAMESPACE)"
+                );
+            }
+            print!("{out}");
+            Ok(())
+        }
     }
 }

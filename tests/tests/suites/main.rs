@@ -5,5 +5,6 @@ mod contract;
 mod firewall;
 mod os;
 mod privileges;
+mod publish;
 mod refusals;
 mod session;

@@ -1,0 +1,119 @@
+//! `cargo xtask publish` against a real registry on loopback: digests pinned as the registry
+//! serves them, pulls by digest, idempotence, and the failures that must leave the lock alone.
+
+use std::time::Duration;
+
+use sandbox_tests::ScratchImages;
+use sandbox_tests::registry::{LocalRegistry, PASSWORD, USER};
+use xtask::engine::Engine;
+use xtask::lock::ImagesLock;
+use xtask::publish::{PublishOptions, publish};
+use xtask::registry::Registry;
+
+/// Removes the local tags under a registry's address when the test ends, passed or not.
+struct UntagOnDrop(String);
+
+impl Drop for UntagOnDrop {
+    fn drop(&mut self) {
+        let prefix = self.0.clone();
+        sandbox_tests::remove_tags_blocking(move |engine| async move {
+            engine.tags_with_prefix(&prefix).await.ok()
+        });
+    }
+}
+
+fn options(scratch: &ScratchImages, registry: &str) -> anyhow::Result<PublishOptions> {
+    Ok(PublishOptions {
+        build: scratch.options()?,
+        registry: Registry::parse(&format!("{registry}/test"))?,
+        dry_run: false,
+        backoff: Duration::from_millis(200),
+        attempts: 3,
+    })
+}
+
+#[tokio::test]
+async fn publish_pins_the_served_digest_and_a_pull_by_digest_gives_the_same_image() -> anyhow::Result<()> {
+    let registry = LocalRegistry::start(false)?;
+    let _untag = UntagOnDrop(format!("{}/", registry.addr));
+    let scratch = ScratchImages::copy("publish", &["os", "base"])?;
+    let opts = options(&scratch, &registry.addr)?;
+    let published = publish(&opts).await?;
+    assert_eq!(
+        published.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        ["os", "base"],
+        "parents first"
+    );
+
+    let lock = ImagesLock::read(&scratch.lock_path())?;
+    let engine = Engine::connect().await?;
+    for p in &published {
+        let entry = &lock.images[&p.name];
+        assert_eq!(entry.pinned.as_ref(), Some(&p.pinned), "{}: the lock pins what was published", p.name);
+        // The registry's own answer, fetched independently of publish.
+        let (digest, _) = xtask::registry::manifest(&opts.registry, &p.name, xtask::project::VERSION, None)?;
+        assert!(p.pinned.ends_with(&format!("@{digest}")), "{} vs the registry's {digest}", p.pinned);
+        // Forget the registry's tags locally, then pull by digest.
+        let repository = opts.registry.repository(&p.name);
+        for tag in engine.tags_with_prefix(&format!("{repository}:")).await? {
+            engine.remove_tag(&tag).await?;
+        }
+        assert_eq!(
+            engine.image_id(&p.pinned).await?,
+            None,
+            "{} still resolves locally: no real pull",
+            p.pinned
+        );
+        let pulled = engine.ensure_pulled(&p.pinned).await?;
+        assert_eq!(pulled, entry.id, "pulling {} gives the locked image", p.pinned);
+    }
+
+    let again = publish(&opts).await?;
+    assert_eq!(again, published, "a second publish of unchanged images changes no digest");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_registry_that_is_down_fails_and_leaves_the_lock_untouched() -> anyhow::Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let scratch = ScratchImages::copy("publish-down", &["os"])?;
+    let opts = options(&scratch, &format!("127.0.0.1:{port}"))?;
+    xtask::build::build(&opts.build).await?.ensure_success()?;
+    let before = std::fs::read(scratch.lock_path())?;
+    let error = format!("{:#}", publish(&opts).await.expect_err("nothing listens there"));
+    assert!(error.contains(&format!("127.0.0.1:{port}")) && error.contains("connection refused"), "{error}");
+    assert_eq!(std::fs::read(scratch.lock_path())?, before, "the lock changed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn refused_credentials_fail_naming_the_registry_and_leave_the_lock_untouched() -> anyhow::Result<()> {
+    let registry = LocalRegistry::start(true)?;
+    let _untag = UntagOnDrop(format!("{}/", registry.addr));
+    let scratch = ScratchImages::copy("publish-auth", &["os"])?;
+    let opts = options(&scratch, &registry.addr)?;
+    xtask::build::build(&opts.build).await?.ensure_success()?;
+    let before = std::fs::read(scratch.lock_path())?;
+    // The engine pushes with the credentials from the environment: this test's own process.
+    // SAFETY: set before any thread of this test reads them; nextest runs one test per process.
+    unsafe {
+        std::env::set_var(xtask::registry::USER_ENV, USER);
+        std::env::set_var(xtask::registry::PASSWORD_ENV, "wrong");
+    }
+    let error = format!("{:#}", publish(&opts).await.expect_err("wrong password"));
+    assert!(error.contains(&format!("the registry {} refused the credentials", registry.addr)), "{error}");
+    assert_eq!(std::fs::read(scratch.lock_path())?, before, "the lock changed");
+
+    // The right password publishes, and the manifest is read back through the same auth.
+    unsafe { std::env::set_var(xtask::registry::PASSWORD_ENV, PASSWORD) };
+    let published = publish(&opts).await?;
+    assert_eq!(
+        ImagesLock::read(&scratch.lock_path())?.images["os"].pinned.as_ref(),
+        Some(&published[0].pinned)
+    );
+    let engine = Engine::connect().await?;
+    for tag in engine.tags_with_prefix(&format!("{}/", registry.addr)).await? {
+        engine.remove_tag(&tag).await?;
+    }
+    Ok(())
+}
