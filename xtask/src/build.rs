@@ -205,6 +205,8 @@ pub struct BuildPlan {
     /// Exactly what the image is built on: the parent's id or an external reference.
     pub from: String,
     pub inputs: String,
+    /// The Dockerfile's ARG defaults other than the parent's, recorded in the lock.
+    pub args: BTreeMap<String, String>,
 }
 
 /// Builds (or, with `locked`, verifies) the selected images. Failures of single images are in
@@ -460,7 +462,8 @@ fn prepare(
         inject_ca(&mut context, ca);
     }
     let inputs = context.input_hash(&build_args, &from);
-    Ok(BuildPlan { name: name.to_string(), context, build_args, labels: HashMap::new(), from, inputs })
+    let args = pinned_args(&node.dockerfile, &node.base);
+    Ok(BuildPlan { name: name.to_string(), context, build_args, labels: HashMap::new(), from, inputs, args })
 }
 
 /// Root images get the extra CA certificates: into the folder update-ca-certificates reads (so
@@ -485,6 +488,21 @@ fn read_ca_bundle(path: Option<&Path>) -> anyhow::Result<Option<Vec<u8>>> {
         anyhow::bail!("{}: not a PEM certificate bundle (no BEGIN CERTIFICATE line)", path.display());
     }
     Ok(Some(bytes))
+}
+
+/// `ARG NAME=default` lines of a Dockerfile, except the one that names its base.
+fn pinned_args(dockerfile: &str, base: &Base) -> BTreeMap<String, String> {
+    let base_arg = match base {
+        Base::Local { arg, .. } => Some(arg.as_str()),
+        Base::External { arg, .. } => arg.as_deref(),
+    };
+    instructions(dockerfile)
+        .iter()
+        .filter(|ins| ins.keyword == "ARG")
+        .filter_map(|ins| ins.args.split_once('='))
+        .filter(|(name, _)| Some(name.trim()) != base_arg)
+        .map(|(name, value)| (name.trim().to_string(), value.trim().trim_matches('"').to_string()))
+        .collect()
 }
 
 /// Whether a Dockerfile COPYs or ADDs `source` from its context.
@@ -556,6 +574,7 @@ async fn record(
             from: plan.from.clone(),
             inputs: plan.inputs.clone(),
             tags: vec![format!("{repository}:{}", project::VERSION)],
+            args: plan.args.clone(),
             pinned,
         },
     );
@@ -586,6 +605,20 @@ pub fn short(digest: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lock_records_a_dockerfiles_own_arg_defaults_not_its_base() {
+        let dockerfile = "ARG BASE_IMAGE=agent-node\nFROM ${BASE_IMAGE}\nARG CLAUDE_CODE_VERSION=2.1.332\nARG QUOTED=\"x y\"\nARG NO_DEFAULT\n";
+        let base = Base::Local { image: "node".into(), arg: "BASE_IMAGE".into() };
+        let args = pinned_args(dockerfile, &base);
+        assert_eq!(
+            args,
+            BTreeMap::from([
+                ("CLAUDE_CODE_VERSION".into(), "2.1.332".into()),
+                ("QUOTED".into(), "x y".into())
+            ])
+        );
+    }
 
     #[test]
     fn copies_reads_copy_and_add_sources_only() {

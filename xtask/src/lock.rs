@@ -39,6 +39,9 @@ pub struct LockedImage {
     /// The input hash the image is labelled with.
     pub inputs: String,
     pub tags: Vec<String>,
+    /// The Dockerfile's own ARG defaults (the CLI versions an image pins), not the parent's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, String>,
     /// `repository@sha256:…` as served by the registry, once published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<String>,
@@ -89,6 +92,7 @@ mod tests {
             from: "sha256:os".into(),
             inputs: "sha256:in".into(),
             tags: vec!["localhost/agent-sandbox/agent-base:0.1.0".into()],
+            args: BTreeMap::new(),
             pinned: None,
         }
     }

@@ -168,6 +168,7 @@ mod tests {
                     from: "x".into(),
                     inputs: "sha256:1".into(),
                     tags: vec![],
+                    args: Default::default(),
                     pinned: pinned.map(str::to_string),
                 },
             );

@@ -144,3 +144,18 @@ fn an_exact_and_a_wildcard_entry_for_the_same_name_add_their_ports() {
     let policy = yaml("version: 1\ndomains:\n  - a.example.com:22\n  - \"*.example.com\"\n").unwrap();
     assert_eq!(Allowlist::new(&policy).ports("a.example.com"), Some(ports(&[22, 80, 443])));
 }
+
+#[test]
+fn every_image_policy_in_the_repository_is_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n == "services.yaml") {
+            continue;
+        }
+        Policy::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        checked += 1;
+    }
+    assert!(checked >= 2, "only {checked} policies found in {}", dir.display());
+}

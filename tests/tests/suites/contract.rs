@@ -75,6 +75,15 @@ async fn labels_and_lock_entry(name: &str) -> anyhow::Result<()> {
     assert_eq!(local.labels.get(xtask::labels::IMAGE), Some(&name.to_string()));
     assert_eq!(local.labels.get(xtask::labels::INPUTS), Some(&entry.inputs));
     assert_eq!(local.labels.get(xtask::labels::PARENT), entry.parent.as_ref(), "{name}'s parent label");
+    // An agent image's pinned CLI version is a build arg the lock records.
+    if let Some(version) = local.labels.get("io.github.agent-sandbox.agent.version") {
+        assert!(
+            entry.args.values().any(|v| v == version),
+            "{name}: version {version} not in the lock's {:?}",
+            entry.args
+        );
+        assert_eq!(local.labels.get("io.github.agent-sandbox.agent.name").map(String::as_str), Some(name));
+    }
     Ok(())
 }
 
