@@ -76,6 +76,15 @@ impl PushFailure {
     }
 }
 
+/// An image as the engine lists it.
+#[derive(Debug, Clone)]
+pub struct ListedImage {
+    pub id: String,
+    pub tags: Vec<String>,
+    pub labels: HashMap<String, String>,
+    pub size: u64,
+}
+
 /// A build that the engine reported as failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -148,6 +157,26 @@ impl Engine {
             Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
             Err(source) => Err(EngineError::Call { what: format!("inspecting '{reference}'"), source }),
         }
+    }
+
+    /// Every local image carrying `label`, with its tags, labels and size.
+    pub async fn images_with_label(&self, label: &str) -> Result<Vec<ListedImage>, EngineError> {
+        let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
+        let options =
+            bollard::query_parameters::ListImagesOptionsBuilder::default().filters(&filters).build();
+        let images = self.docker.list_images(Some(options)).await.map_err(|source| EngineError::Call {
+            what: format!("listing images labelled {label}"),
+            source,
+        })?;
+        Ok(images
+            .into_iter()
+            .map(|i| ListedImage {
+                id: i.id,
+                tags: i.repo_tags,
+                labels: i.labels,
+                size: i.size.max(0) as u64,
+            })
+            .collect())
     }
 
     /// Every local tag that starts with `prefix`.

@@ -64,6 +64,15 @@ pub enum Command {
     Publish(PublishFlags),
     /// Print the pinned references (repository@digest) recorded by `publish`
     Digests(DigestsFlags),
+    /// List the agent-sandbox images this engine holds, found by their label
+    List(ListFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct ListFlags {
+    /// Every image of the project, not only the agent images
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(Debug, Args)]

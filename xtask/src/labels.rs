@@ -13,6 +13,9 @@ pub const IMAGE: &str = ns!("image");
 pub const INPUTS: &str = ns!("inputs");
 /// The graph parent's name, absent on roots.
 pub const PARENT: &str = ns!("parent");
+/// On agent images (set in their Dockerfiles): which agent, and its CLI's pinned version.
+pub const AGENT_NAME: &str = ns!("agent.name");
+pub const AGENT_VERSION: &str = ns!("agent.version");
 
 pub const OCI_TITLE: &str = "org.opencontainers.image.title";
 pub const OCI_VERSION: &str = "org.opencontainers.image.version";

@@ -7,6 +7,7 @@ pub mod engine;
 pub mod flags;
 pub mod graph;
 pub mod labels;
+pub mod list;
 pub mod lock;
 pub mod os;
 pub mod progress;

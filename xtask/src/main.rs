@@ -82,6 +82,7 @@ async fn run(flags: Xtask) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::List(f) => xtask::list::run(f.all).await,
         Command::Digests(f) => {
             let lock = xtask::lock::ImagesLock::read(&root.join(xtask::lock::FILE_NAME))?;
             let format = if f.json {

@@ -76,13 +76,17 @@ async fn labels_and_lock_entry(name: &str) -> anyhow::Result<()> {
     assert_eq!(local.labels.get(xtask::labels::INPUTS), Some(&entry.inputs));
     assert_eq!(local.labels.get(xtask::labels::PARENT), entry.parent.as_ref(), "{name}'s parent label");
     // An agent image's pinned CLI version is a build arg the lock records.
-    if let Some(version) = local.labels.get("io.github.agent-sandbox.agent.version") {
+    if let Some(version) = local.labels.get(xtask::labels::AGENT_VERSION) {
         assert!(
             entry.args.values().any(|v| v == version),
             "{name}: version {version} not in the lock's {:?}",
             entry.args
         );
-        assert_eq!(local.labels.get("io.github.agent-sandbox.agent.name").map(String::as_str), Some(name));
+        assert_eq!(local.labels.get(xtask::labels::AGENT_NAME).map(String::as_str), Some(name));
+        // `cargo xtask list` finds it by its label.
+        let listed = xtask::list::render(&engine.images_with_label(xtask::labels::IMAGE).await?, false);
+        let row = listed.lines().find(|l| l.starts_with(&format!("{name} ")) && l.contains(&facts.tag));
+        assert!(row.is_some_and(|r| r.ends_with(version.as_str())), "{name} is not listed:\n{listed}");
     }
     Ok(())
 }
