@@ -66,6 +66,37 @@ pub enum Command {
     Digests(DigestsFlags),
     /// List the agent-sandbox images this engine holds, found by their label
     List(ListFlags),
+    /// Scaffold a new agent image: images/NAME/Dockerfile and policies/NAME.yaml
+    #[command(
+        after_help = "Examples:\n  cargo xtask new-agent acme --npm @acme/cli --cmd acme --domain api.acme.com\n  \
+            cargo xtask new-agent tool --pip tool-cli --cmd tool\n  \
+            cargo xtask new-agent mine --from shell --cmd bash\n\n\
+            Existing files are never overwritten. The image appears in `cargo xtask graph` and the \
+            contract suite covers it with no further edit."
+    )]
+    NewAgent(NewAgentFlags),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["npm", "pip", "from"])))]
+pub struct NewAgentFlags {
+    /// The image name (a lowercase letter, then lowercase letters, digits and hyphens)
+    pub name: String,
+    /// Install the CLI from this npm package (built on `node`)
+    #[arg(long)]
+    pub npm: Option<String>,
+    /// Install the CLI from this PyPI package into a venv (built on `base`)
+    #[arg(long)]
+    pub pip: Option<String>,
+    /// Build on this image of the graph and install nothing
+    #[arg(long)]
+    pub from: Option<String>,
+    /// The command that starts the agent (ASSISTANT_CMD); defaults to NAME
+    #[arg(long)]
+    pub cmd: Option<String>,
+    /// A domain the agent needs (repeatable): `host`, `*.host` or `host:port`
+    #[arg(long = "domain")]
+    pub domains: Vec<String>,
 }
 
 #[derive(Debug, Args)]

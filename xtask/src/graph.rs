@@ -289,7 +289,8 @@ impl ImageGraph {
     }
 }
 
-fn valid_name(name: &str) -> bool {
+/// An image name: a lowercase letter, then lowercase letters, digits and inner hyphens.
+pub fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some('a'..='z'))
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-'))

@@ -14,4 +14,5 @@ pub mod progress;
 pub mod project;
 pub mod publish;
 pub mod registry;
+pub mod scaffold;
 pub mod test;

@@ -83,6 +83,26 @@ async fn run(flags: Xtask) -> anyhow::Result<()> {
             Ok(())
         }
         Command::List(f) => xtask::list::run(f.all).await,
+        Command::NewAgent(f) => {
+            use xtask::scaffold::{NewAgent, Source};
+            let source = match (f.npm, f.pip, f.from) {
+                (Some(package), _, _) => Source::Npm(package),
+                (_, Some(package), _) => Source::Pip(package),
+                (_, _, Some(image)) => Source::From(image),
+                _ => unreachable!("clap requires one source"),
+            };
+            let agent = NewAgent {
+                cmd: f.cmd.unwrap_or_else(|| f.name.clone()),
+                name: f.name,
+                source,
+                domains: f.domains,
+            };
+            for path in xtask::scaffold::write(&root, &agent)? {
+                println!("created {}", path.display());
+            }
+            print!("next steps:\n{}", xtask::scaffold::next_steps(&agent));
+            Ok(())
+        }
         Command::Digests(f) => {
             let lock = xtask::lock::ImagesLock::read(&root.join(xtask::lock::FILE_NAME))?;
             let format = if f.json {

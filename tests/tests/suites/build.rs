@@ -135,3 +135,36 @@ async fn a_failing_build_names_the_image_the_step_and_what_was_not_built() -> an
     assert!(lock.images.contains_key("fine") && !lock.images.contains_key("broken"), "successes are kept");
     Ok(())
 }
+
+/// `cargo xtask new-agent` in a scratch copy: the scaffolded image joins the graph, builds, and
+/// runs as a sandbox whose agent command answers.
+#[tokio::test]
+async fn a_scaffolded_agent_builds_and_runs() -> anyhow::Result<()> {
+    use xtask::scaffold::{NewAgent, Source};
+    let scratch = ScratchImages::copy("new-agent", &["os", "base", "shell"])?;
+    let root = scratch.images_dir().parent().expect("the scratch root").to_path_buf();
+    let agent = NewAgent {
+        name: "scaffolded".into(),
+        source: Source::From("shell".into()),
+        cmd: "bash".into(),
+        domains: vec!["api.acme.test".into()],
+    };
+    let written = xtask::scaffold::write(&root, &agent)?;
+    assert_eq!(written.len(), 2);
+    let graph = xtask::graph::ImageGraph::discover(&scratch.images_dir())?;
+    assert_eq!(graph.get("scaffolded").and_then(|n| n.parent()), Some("shell"));
+
+    let mut opts = scratch.options()?;
+    opts.images = vec!["scaffolded".into()];
+    let report = build(&opts).await?;
+    report.ensure_success()?;
+    let tag = format!("{}:{VERSION}", repository(&scratch.prefix, "scaffolded"));
+    let mut spec = sandbox_tests::sandbox::SandboxSpec::of(tag);
+    spec.network = Some("none".into());
+    let sb = spec.start().await?;
+    let version = sb.as_agent(&["bash", "--version"]).await?;
+    assert_eq!(version.code, 0, "{version:?}");
+    let policy = sb.exec(&["sandbox-init", "check"]).await?;
+    assert!(policy.stdout.contains("ok (1 domains"), "the scaffolded policy is baked: {policy:?}");
+    Ok(())
+}
