@@ -3,7 +3,7 @@
 
 use std::io::Write as _;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -35,7 +35,6 @@ impl Denial {
 
 pub struct DenialLog {
     file: Option<Mutex<std::fs::File>>,
-    path: Option<PathBuf>,
 }
 
 impl DenialLog {
@@ -43,21 +42,17 @@ impl DenialLog {
     pub fn open(path: &Path) -> DenialLog {
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
         match file {
-            Ok(file) => DenialLog { file: Some(Mutex::new(file)), path: Some(path.to_path_buf()) },
+            Ok(file) => DenialLog { file: Some(Mutex::new(file)) },
             Err(e) => {
                 eprintln!("sandbox-init: denials go to stderr only: cannot open {}: {e}", path.display());
-                DenialLog { file: None, path: None }
+                DenialLog { file: None }
             }
         }
     }
 
     /// Logs to stderr only.
     pub fn stderr_only() -> DenialLog {
-        DenialLog { file: None, path: None }
-    }
-
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        DenialLog { file: None }
     }
 
     pub fn record(&self, denial: Denial) {
@@ -70,10 +65,16 @@ impl DenialLog {
     }
 }
 
-/// UTC time as RFC 3339 with milliseconds (civil-from-days, Howard Hinnant's algorithm).
+/// UTC time as RFC 3339 with milliseconds.
 pub fn rfc3339(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let (days, secs) = ((since.as_secs() / 86_400) as i64, since.as_secs() % 86_400);
+    format!("{}.{:03}Z", utc_seconds(since.as_secs() as i64), since.subsec_millis())
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` in UTC for a Unix time (days to civil date: Howard Hinnant's
+/// algorithm). The xtask stamps the OS image's creation time with it too.
+pub fn utc_seconds(epoch: i64) -> String {
+    let (days, secs) = (epoch.div_euclid(86_400), epoch.rem_euclid(86_400));
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -83,13 +84,7 @@ pub fn rfc3339(time: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60,
-        since.subsec_millis()
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
 }
 
 #[cfg(test)]

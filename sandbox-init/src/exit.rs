@@ -28,6 +28,14 @@ impl Refusal {
         self as u8
     }
 
+    /// The refusal for a policy that could not be loaded.
+    pub fn for_policy(error: &crate::policy::PolicyError) -> Refusal {
+        match error {
+            crate::policy::PolicyError::Invalid { .. } => Refusal::PolicyInvalid,
+            crate::policy::PolicyError::Unreadable { .. } => Refusal::PolicyUnreadable,
+        }
+    }
+
     pub const ALL: [Refusal; 8] = [
         Refusal::Usage,
         Refusal::PolicyInvalid,

@@ -14,7 +14,7 @@ use crate::dns::{DnsGate, NftSink, gate_resolv_conf, resolv_conf_upstreams};
 use crate::exit::{Fatal, Refusal};
 use crate::firewall::{Nft, Ruleset, verify_table};
 use crate::network::{Network, probe_targets};
-use crate::policy::{Allowlist, BAKED_POLICY, DROP_IN_DIR, Policy, PolicyError};
+use crate::policy::{Allowlist, BAKED_POLICY, DROP_IN_DIR, Policy};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
 use crate::session::{self, RUN_DIR, SESSION_DIR, TMUX_TMPDIR};
 use crate::{nflog, process, status};
@@ -47,17 +47,9 @@ impl FirewallMode {
     }
 }
 
-fn policy_fatal(e: PolicyError) -> Fatal {
-    let refusal = match e {
-        PolicyError::Invalid { .. } => Refusal::PolicyInvalid,
-        PolicyError::Unreadable { .. } => Refusal::PolicyUnreadable,
-    };
-    Fatal::new(refusal, e)
-}
-
 pub fn load_policy() -> Result<Policy, Fatal> {
-    let (policy, skipped) =
-        Policy::load(Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR)).map_err(policy_fatal)?;
+    let (policy, skipped) = Policy::load(Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR))
+        .map_err(|e| Fatal::new(Refusal::for_policy(&e), e))?;
     for file in skipped {
         eprintln!("sandbox-init: ignoring {}: policy drop-ins end in .yaml, .yml or .txt", file.display());
     }
@@ -72,6 +64,8 @@ struct Enforcer {
     upstreams: Vec<IpAddr>,
     /// Whether the table logs rejected packets (see `enforce`).
     log: bool,
+    /// For the status written on reload.
+    ipv6: bool,
 }
 
 /// Runs as PID 1 (or under another init, as a subreaper) until the session ends.
@@ -115,7 +109,7 @@ pub fn run() -> Result<u8, Fatal> {
                      (run with --cap-add NET_ADMIN, or --network none, or SANDBOX_FIREWALL=off to run unfiltered)",
                 ));
             }
-            let e = runtime.block_on(enforce(&policy, &agent, &denials))?;
+            let e = runtime.block_on(enforce(&policy, &agent, &denials, network.ipv6))?;
             let summary = format!(
                 "{} domains, {} cidrs, ipv6 {}",
                 policy.domains.len(),
@@ -133,9 +127,8 @@ pub fn run() -> Result<u8, Fatal> {
         nflog::spawn(denials.clone());
     }
 
-    let sandbox_init =
-        std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/sandbox-init"));
-    let server = session::start(&agent, &sandbox_init).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    let server =
+        session::start(&agent, &sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     // From here PID 1 only updates the firewall, signals the session and runs tmux as the agent.
     if let Err(e) = crate::privileges::restrict_self(crate::privileges::INIT_KEEPS) {
         session::kill_server(&agent);
@@ -147,7 +140,7 @@ pub fn run() -> Result<u8, Fatal> {
     if unsafe { libc::isatty(0) } == 1 {
         session::attach_terminal(&agent).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     }
-    Ok(runtime.block_on(supervise(&agent, server, mode, enforcer, denials)))
+    Ok(runtime.block_on(supervise(&agent, server, mode, enforcer)))
 }
 
 fn prepare_run_dir(agent: &AgentPrivileges) -> std::io::Result<()> {
@@ -170,6 +163,7 @@ async fn enforce(
     policy: &Policy,
     agent: &AgentPrivileges,
     denials: &Arc<DenialLog>,
+    ipv6: bool,
 ) -> Result<Enforcer, Fatal> {
     let setup =
         |what: &str, e: &dyn std::fmt::Display| Fatal::new(Refusal::SetupFailed, format!("{what}: {e}"));
@@ -203,7 +197,7 @@ async fn enforce(
         .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
     verify_blocked(policy, agent)?;
     let log = ruleset.log;
-    Ok(Enforcer { nft, sink, gate, upstreams, log })
+    Ok(Enforcer { nft, sink, gate, upstreams, log, ipv6 })
 }
 
 /// A connection as the agent to an address outside the allowlist must be refused at once.
@@ -216,8 +210,7 @@ fn verify_blocked(policy: &Policy, agent: &AgentPrivileges) -> Result<(), Fatal>
         eprintln!("sandbox-init: no IPv4 route to probe; the firewall was verified by reading it back");
         return Ok(());
     };
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/sandbox-init"));
-    let mut command = agent.command(exe).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    let mut command = agent.command(sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     command.arg("probe").arg(SocketAddr::new(target, PROBE_PORT).to_string());
     let output = process::output(&mut command, None)
         .map_err(|e| Fatal::new(Refusal::VerificationFailed, format!("cannot run the probe: {e}")))?;
@@ -231,6 +224,11 @@ fn verify_blocked(policy: &Policy, agent: &AgentPrivileges) -> Result<(), Fatal>
         ));
     }
     Ok(())
+}
+
+/// This binary, which the session's pane and the probe run as the agent.
+fn sandbox_init_exe() -> PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/sandbox-init"))
 }
 
 /// The discard port: never a service anyone allows.
@@ -261,9 +259,7 @@ async fn supervise(
     server: i32,
     mode: FirewallMode,
     enforcer: Option<Enforcer>,
-    denials: Arc<DenialLog>,
 ) -> u8 {
-    let _ = denials;
     let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut child)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -359,7 +355,7 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
         return;
     }
     e.gate.set_allowlist(allowlist);
-    status::write(&status::Status::new(mode, &policy, &e.upstreams, Network::detect().ipv6));
+    status::write(&status::Status::new(mode, &policy, &e.upstreams, e.ipv6));
     println!(
         "sandbox reloaded: {} domains, {} cidrs, {} addresses kept, {} ms",
         policy.domains.len(),

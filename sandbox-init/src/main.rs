@@ -129,10 +129,7 @@ fn check(files: &[String]) -> u8 {
             Err(e) => {
                 eprintln!("{e}");
                 if code == 0 {
-                    code = match e {
-                        PolicyError::Invalid { .. } => Refusal::PolicyInvalid.code(),
-                        PolicyError::Unreadable { .. } => Refusal::PolicyUnreadable.code(),
-                    };
+                    code = Refusal::for_policy(&e).code();
                 }
             }
         }

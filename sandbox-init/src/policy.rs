@@ -232,19 +232,26 @@ impl<'de> Deserialize<'de> for Port {
     }
 }
 
-/// The keys of a mapping-form entry, with the list of keys it accepts for the error message.
-fn next_key<'de, A: MapAccess<'de>>(
-    map: &mut A,
-    known: &'static [&'static str],
-) -> Result<Option<String>, A::Error> {
-    let Some(key) = map.next_key::<String>()? else { return Ok(None) };
-    if !known.contains(&key.as_str()) {
-        return Err(de::Error::custom(format!(
-            "unknown key `{key}` (expected one of: {})",
-            known.join(", ")
-        )));
+/// A mapping-form entry, `{<key>: …, ports: […]}`: the value of `key` parsed by `parse`, and
+/// the ports (80 and 443 when left out).
+fn entry_with_ports<'de, A: MapAccess<'de>, T>(
+    mut map: A,
+    key: &'static str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<(T, Ports), A::Error> {
+    let (mut value, mut ports) = (None, None);
+    while let Some(name) = map.next_key::<String>()? {
+        if name == key {
+            let text: String = map.next_value()?;
+            value = Some(parse(&text).map_err(de::Error::custom)?);
+        } else if name == "ports" {
+            ports = Some(map.next_value::<PortList>()?.0);
+        } else {
+            return Err(de::Error::custom(format!("unknown key `{name}` (expected one of: {key}, ports)")));
+        }
     }
-    Ok(Some(key))
+    let value = value.ok_or_else(|| de::Error::custom(format!("entry has `ports` but no `{key}`")))?;
+    Ok((value, ports.unwrap_or_else(|| Ports::from(DEFAULT_PORTS))))
 }
 
 impl<'de> Deserialize<'de> for DomainRule {
@@ -259,20 +266,9 @@ impl<'de> Deserialize<'de> for DomainRule {
                 let (pattern, ports) = parse_domain_with_ports(v).map_err(E::custom)?;
                 Ok(DomainRule { pattern, ports })
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DomainRule, A::Error> {
-                const KEYS: &[&str] = &["domain", "ports"];
-                let (mut pattern, mut ports) = (None, None);
-                while let Some(key) = next_key(&mut map, KEYS)? {
-                    if key == "domain" {
-                        let text: String = map.next_value()?;
-                        pattern = Some(DomainPattern::parse(&text).map_err(de::Error::custom)?);
-                    } else {
-                        ports = Some(map.next_value::<PortList>()?.0);
-                    }
-                }
-                let pattern =
-                    pattern.ok_or_else(|| de::Error::custom("entry has `ports` but no `domain`"))?;
-                Ok(DomainRule { pattern, ports: ports.unwrap_or_else(|| Ports::from(DEFAULT_PORTS)) })
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DomainRule, A::Error> {
+                let (pattern, ports) = entry_with_ports(map, "domain", DomainPattern::parse)?;
+                Ok(DomainRule { pattern, ports })
             }
         }
         d.deserialize_any(V)
@@ -291,19 +287,9 @@ impl<'de> Deserialize<'de> for CidrRule {
                 let net = parse_cidr(v).map_err(E::custom)?;
                 Ok(CidrRule { net, ports: Ports::from(DEFAULT_PORTS) })
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<CidrRule, A::Error> {
-                const KEYS: &[&str] = &["cidr", "ports"];
-                let (mut net, mut ports) = (None, None);
-                while let Some(key) = next_key(&mut map, KEYS)? {
-                    if key == "cidr" {
-                        let text: String = map.next_value()?;
-                        net = Some(parse_cidr(&text).map_err(de::Error::custom)?);
-                    } else {
-                        ports = Some(map.next_value::<PortList>()?.0);
-                    }
-                }
-                let net = net.ok_or_else(|| de::Error::custom("entry has `ports` but no `cidr`"))?;
-                Ok(CidrRule { net, ports: ports.unwrap_or_else(|| Ports::from(DEFAULT_PORTS)) })
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<CidrRule, A::Error> {
+                let (net, ports) = entry_with_ports(map, "cidr", parse_cidr)?;
+                Ok(CidrRule { net, ports })
             }
         }
         d.deserialize_any(V)

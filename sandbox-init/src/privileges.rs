@@ -53,11 +53,13 @@ impl AgentPrivileges {
         if uid == 0 || gid == 0 {
             return Err(PrivilegeError::Root(user.into()));
         }
-        let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(63);
-        Ok(AgentPrivileges { uid, gid, home: fields[5].into(), shell: fields[6].into(), last_cap })
+        Ok(AgentPrivileges {
+            uid,
+            gid,
+            home: fields[5].into(),
+            shell: fields[6].into(),
+            last_cap: last_cap(),
+        })
     }
 
     /// A command that runs as the agent, with the agent's HOME, USER and SHELL, its capability
@@ -87,15 +89,9 @@ impl AgentPrivileges {
         fn check(result: libc::c_int) -> std::io::Result<()> {
             if result == -1 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
         }
+        drop_bounding_set(self.last_cap, 0)?;
         // SAFETY: plain syscalls on integers and a pointer to a local array.
         unsafe {
-            for cap in 0..=self.last_cap {
-                if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) == -1
-                    && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
             check(libc::prctl(
                 libc::PR_CAP_AMBIENT,
                 libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
@@ -108,10 +104,11 @@ impl AgentPrivileges {
             check(libc::setgroups(1, groups.as_ptr()))?;
             check(libc::setresgid(self.gid, self.gid, self.gid))?;
             check(libc::setresuid(self.uid, self.uid, self.uid))?;
-            // setuid cleared permitted and effective; inheritable is cleared explicitly.
-            let mut header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
-            let data = [CapData::default(); 2];
-            check(libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) as libc::c_int)?;
+        }
+        // setuid cleared permitted and effective; inheritable is cleared explicitly.
+        set_capabilities(0)?;
+        // SAFETY: plain syscalls on integers.
+        unsafe {
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
             if libc::getuid() != self.uid || libc::geteuid() != self.uid {
                 return Err(std::io::Error::from_raw_os_error(libc::EPERM));
@@ -132,29 +129,45 @@ const CAP_SETPCAP: u32 = 8;
 /// Reduces this process's bounding, permitted and effective sets to `keep` (so the nft it runs
 /// later gets no more either).
 pub fn restrict_self(keep: &[u32]) -> std::io::Result<()> {
-    let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+    let keep = keep.iter().fold(0u64, |m, c| m | (1 << c));
+    drop_bounding_set(last_cap(), keep)?;
+    // Only what is held can be kept (a container without NET_ADMIN never had it).
+    set_capabilities(keep & Capabilities::of("self")?.permitted)
+}
+
+fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(63u32);
-    // Only what is held can be kept (a container without NET_ADMIN never had it).
-    let held = Capabilities::of("self")?.permitted;
-    let mask: u64 = keep.iter().fold(0, |m, c| m | (1 << c)) & held;
-    // SAFETY: prctl and capset with integers and pointers to locals.
-    unsafe {
-        for cap in (0..=last_cap).filter(|c| !keep.contains(c)) {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) == -1
-                && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        let mut header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
-        let low = CapData { effective: mask as u32, permitted: mask as u32, inheritable: 0 };
-        let high = CapData { effective: (mask >> 32) as u32, permitted: (mask >> 32) as u32, inheritable: 0 };
-        let data = [low, high];
-        if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) == -1 {
+        .unwrap_or(63)
+}
+
+/// Drops every capability outside the `keep` mask from the bounding set. Only syscalls: safe
+/// between fork and exec.
+fn drop_bounding_set(last_cap: u32, keep: u64) -> std::io::Result<()> {
+    for cap in (0..=last_cap).filter(|c| keep & (1 << c) == 0) {
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+        {
             return Err(std::io::Error::last_os_error());
         }
+    }
+    Ok(())
+}
+
+/// Sets the permitted and effective sets to `mask` and empties the inheritable set. Only a
+/// syscall: safe between fork and exec.
+fn set_capabilities(mask: u64) -> std::io::Result<()> {
+    let mut header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let (low, high) = (mask as u32, (mask >> 32) as u32);
+    let data = [
+        CapData { effective: low, permitted: low, inheritable: 0 },
+        CapData { effective: high, permitted: high, inheritable: 0 },
+    ];
+    // SAFETY: capset with pointers to locals of the kernel's layout.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } == -1 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }

@@ -21,12 +21,6 @@ pub fn output(command: &mut Command, stdin: Option<&[u8]>) -> std::io::Result<Ou
     child.wait_with_output()
 }
 
-/// Runs a command to completion with the caller's stdio, returning its exit status.
-pub fn status(command: &mut Command) -> std::io::Result<std::process::ExitStatus> {
-    let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    command.status()
-}
-
 /// Starts a command that the reaper, not the caller, will wait for. Returns its pid.
 pub fn spawn(command: &mut Command) -> std::io::Result<i32> {
     let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());

@@ -172,19 +172,9 @@ impl Bootstrap {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time (days to civil date: Howard Hinnant's algorithm).
+/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time.
 fn rfc3339(epoch: i64) -> String {
-    let (days, secs) = (epoch.div_euclid(86_400), epoch.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
+    format!("{}Z", sandbox_init::denials::utc_seconds(epoch))
 }
 
 #[cfg(test)]
