@@ -69,15 +69,25 @@ pub async fn image(name: &str) -> anyhow::Result<String> {
 
 /// The probe binary, static, built once and cached by the xtask.
 pub fn probe_binary() -> anyhow::Result<PathBuf> {
+    // Every sandbox mounts it: build or check it once per test process.
+    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(path) = PROBE.get() {
+        return Ok(path.clone());
+    }
     let sh = xshell::Shell::new()?;
     let root = root();
     xtask::project::static_binary(&sh, &root, "sandbox-probe", &["tests/probe", "Cargo.lock", "Cargo.toml"])?;
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    Ok(target.join("agent-sandbox/sandbox-probe"))
+    Ok(PROBE.get_or_init(|| xtask::project::static_binary_path(&root, "sandbox-probe")).clone())
 }
 
 /// The peer image: the OS image and the probe binary, tagged by their hash.
 pub async fn peer_image() -> anyhow::Result<String> {
+    // A test starts several peers: find or build the image once per test process.
+    static PEER: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    PEER.get_or_try_init(build_peer_image).await.cloned()
+}
+
+async fn build_peer_image() -> anyhow::Result<String> {
     let os = image("os").await?;
     let probe = std::fs::read(probe_binary()?)?;
     let engine = Engine::connect().await?;
@@ -292,19 +302,10 @@ pub async fn exec(container: &str, cmd: &[&str], user: Option<&str>) -> anyhow::
             },
         )
         .await?;
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    if let StartExecResults::Attached { mut output, .. } =
-        docker.start_exec(&created.id, None::<StartExecOptions>).await?
-    {
-        while let Some(chunk) = output.next().await {
-            match chunk? {
-                bollard::container::LogOutput::StdErr { message } => {
-                    stderr.push_str(&String::from_utf8_lossy(&message))
-                }
-                other => stdout.push_str(&other.to_string()),
-            }
-        }
-    }
+    let (stdout, stderr) = match docker.start_exec(&created.id, None::<StartExecOptions>).await? {
+        StartExecResults::Attached { output, .. } => split_output(output).await?,
+        StartExecResults::Detached => Default::default(),
+    };
     let code = docker.inspect_exec(&created.id).await?.exit_code.unwrap_or(-1);
     Ok(ExecOutput { stdout, stderr, code })
 }
@@ -471,7 +472,8 @@ pub struct Exited {
     pub stderr: String,
 }
 
-struct RemoveOnDrop(String);
+/// Force-removes the container with this id when dropped, whatever the test's outcome.
+pub struct RemoveOnDrop(pub String);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
@@ -482,9 +484,16 @@ impl Drop for RemoveOnDrop {
 async fn container_logs(id: &str) -> anyhow::Result<(String, String)> {
     let docker = docker().await?;
     let options = LogsOptionsBuilder::default().stdout(true).stderr(true).build();
-    let mut logs = docker.logs(id, Some(options));
+    split_output(docker.logs(id, Some(options))).await
+}
+
+/// An engine output stream as (stdout, stderr).
+async fn split_output(
+    mut output: impl futures_util::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>>
+    + Unpin,
+) -> anyhow::Result<(String, String)> {
     let (mut stdout, mut stderr) = (String::new(), String::new());
-    while let Some(chunk) = logs.next().await {
+    while let Some(chunk) = output.next().await {
         match chunk? {
             bollard::container::LogOutput::StdErr { message } => {
                 stderr.push_str(&String::from_utf8_lossy(&message))
@@ -579,6 +588,19 @@ impl Sandbox {
             bollard::query_parameters::KillContainerOptionsBuilder::default().signal(signal).build();
         docker.kill_container(self.id(), Some(options)).await?;
         Ok(())
+    }
+
+    /// PID 1's exit code once the container has stopped; None if it still runs after 10 s.
+    pub async fn exit_code(&self) -> anyhow::Result<Option<i64>> {
+        let docker = docker().await?;
+        for _ in 0..100 {
+            let state = docker.inspect_container(self.id(), None).await?.state.unwrap_or_default();
+            if state.running == Some(false) {
+                return Ok(state.exit_code);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(None)
     }
 
     /// Waits until PID 1's stdout contains `needle` `count` times.

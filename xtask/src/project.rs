@@ -90,9 +90,10 @@ pub fn sandbox_init_binary(sh: &Shell, root: &Path) -> anyhow::Result<Vec<u8>> {
 /// kept beside a stamp of its sources' hash and cargo runs only when they changed. Concurrent
 /// callers (test processes) may both build; each installs its copy by an atomic rename.
 pub fn static_binary(sh: &Shell, root: &Path, package: &str, sources: &[&str]) -> anyhow::Result<Vec<u8>> {
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let cache = target_dir.join("agent-sandbox");
-    let (binary, stamp) = (cache.join(package), cache.join(format!("{package}.sources")));
+    let target_dir = target_dir(root);
+    let binary = static_binary_path(root, package);
+    let cache = binary.parent().expect("in the cache directory").to_path_buf();
+    let stamp = cache.join(format!("{package}.sources"));
     let hash = sources_hash(root, sources)?;
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == hash)
         && let Ok(bytes) = std::fs::read(&binary)
@@ -113,6 +114,15 @@ pub fn static_binary(sh: &Shell, root: &Path, package: &str, sources: &[&str]) -
     std::fs::rename(&tmp, &binary).with_context(|| format!("cannot install {}", binary.display()))?;
     std::fs::write(&stamp, hash).with_context(|| format!("cannot write {}", stamp.display()))?;
     std::fs::read(&binary).with_context(|| format!("cannot read {}", binary.display()))
+}
+
+/// Where [`static_binary`] keeps `package`'s binary.
+pub fn static_binary_path(root: &Path, package: &str) -> PathBuf {
+    target_dir(root).join("agent-sandbox").join(package)
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
 
 fn sources_hash(root: &Path, sources: &[&str]) -> anyhow::Result<String> {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sandbox_tests::sandbox::{Peer, SandboxSpec, TestNet, assert_blocked, assert_reaches};
+use sandbox_tests::sandbox::{Peer, Sandbox, SandboxSpec, TestNet, assert_blocked, assert_reaches};
 
 const ALLOWED: &str = "api.allowed.test";
 const BLOCKED: &str = "blocked.test";
@@ -12,6 +12,18 @@ const BLOCKED: &str = "blocked.test";
 fn policy(domains: &[&str]) -> String {
     let list: Vec<String> = domains.iter().map(|d| format!("  - \"{d}\"\n")).collect();
     format!("version: 1\ndomains:\n{}", list.concat())
+}
+
+/// A sandbox on `net` whose names Docker's DNS forwards to the DNS peer `dns`, allowing `name`.
+async fn resolving_through(net: &TestNet, dns: &Peer, name: &str) -> anyhow::Result<Sandbox> {
+    SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(net)
+        .dns(dns)
+        .drop_in("allowed.txt", &format!("{name}\n"))
+        .start()
+        .await
 }
 
 /// A network with one allowed and one blocked peer, and a sandbox allowing `domains`.
@@ -116,14 +128,7 @@ async fn dns_exfiltration_never_reaches_the_resolver() -> anyhow::Result<()> {
     let dns = Peer::start_dns(&net).await?;
     let target = Peer::start(&net, &["target-peer"]).await?;
     dns.set_dns("named.test", target.ipv4, 300).await?;
-    let sb = SandboxSpec::smallest()
-        .await?
-        .net_admin()
-        .on(&net)
-        .dns(&dns)
-        .drop_in("t.txt", "named.test\n")
-        .start()
-        .await?;
+    let sb = resolving_through(&net, &dns, "named.test").await?;
 
     let secret = sb.probe(&["dns", "c2VjcmV0LWtleQ.exfil.test"]).await?;
     assert_eq!(secret.outcome(), "dns:refused");
@@ -142,14 +147,7 @@ async fn the_agent_cannot_query_another_resolver_or_dockers_directly() -> anyhow
     let net = TestNet::create("resolvers").await?;
     let dns = Peer::start_dns(&net).await?;
     dns.set_dns("named.test", dns.ipv4, 300).await?;
-    let sb = SandboxSpec::smallest()
-        .await?
-        .net_admin()
-        .on(&net)
-        .dns(&dns)
-        .drop_in("t.txt", "named.test\n")
-        .start()
-        .await?;
+    let sb = resolving_through(&net, &dns, "named.test").await?;
     let direct =
         sb.probe(&["dns", "named.test", "--server", &dns.ipv4.to_string(), "--timeout-ms", "1000"]).await?;
     assert_eq!(direct.outcome(), "dns:not-permitted", "{:?}", direct.fields);
@@ -170,14 +168,7 @@ async fn a_name_moved_to_a_new_address_is_reachable_there() -> anyhow::Result<()
     let dns = Peer::start_dns(&net).await?;
     let (first, second) = (Peer::start(&net, &["first"]).await?, Peer::start(&net, &["second"]).await?);
     dns.set_dns("cdn.rotate.test", first.ipv4, 1).await?;
-    let sb = SandboxSpec::smallest()
-        .await?
-        .net_admin()
-        .on(&net)
-        .dns(&dns)
-        .drop_in("r.txt", "cdn.rotate.test\n")
-        .start()
-        .await?;
+    let sb = resolving_through(&net, &dns, "cdn.rotate.test").await?;
     assert_eq!(assert_reaches(&sb, "cdn.rotate.test:443").await?.fields["address"], first.ipv4.to_string());
     assert_eq!(assert_blocked(&sb, &format!("{}:443", second.ipv4)).await?.outcome(), "refused");
     dns.set_dns("cdn.rotate.test", second.ipv4, 1).await?;

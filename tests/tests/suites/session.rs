@@ -89,25 +89,14 @@ async fn pid_1_exits_with_the_sessions_status_and_stops_promptly() -> anyhow::Re
     sb.as_agent(&["sh", "-c", kill]).await?;
     wait_for_pane(&sb, "this shell keeps the session").await?;
     sb.as_agent(&["tmux", "send-keys", "-t", "agent", "exit 5", "Enter"]).await?;
-    let docker = xtask::engine::Engine::connect().await?;
-    let mut code = None;
-    for _ in 0..100 {
-        let state = docker.docker().inspect_container(sb.id(), None).await?.state.unwrap_or_default();
-        if state.running == Some(false) {
-            code = state.exit_code;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(code, Some(5), "PID 1's exit status");
+    assert_eq!(sb.exit_code().await?, Some(5), "PID 1's exit status");
 
     // docker stop: SIGTERM reaches the agent command, which ends; PID 1 follows at once.
     let sb = start(&[("ASSISTANT_CMD", "sleep 1000")]).await?;
     let started = std::time::Instant::now();
     sb.container.stop().await?;
     assert!(started.elapsed() < Duration::from_secs(5), "docker stop took {:?}", started.elapsed());
-    let state = docker.docker().inspect_container(sb.id(), None).await?.state.unwrap_or_default();
-    assert_eq!(state.exit_code, Some(143), "sleep ended by SIGTERM");
+    assert_eq!(sb.exit_code().await?, Some(143), "sleep ended by SIGTERM");
     Ok(())
 }
 
@@ -128,7 +117,7 @@ async fn pid_1_reaps_orphans() -> anyhow::Result<()> {
 #[tokio::test]
 async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<()> {
     use bollard::models::{ContainerCreateBody, HostConfig};
-    use bollard::query_parameters::{AttachContainerOptionsBuilder, RemoveContainerOptionsBuilder};
+    use bollard::query_parameters::AttachContainerOptionsBuilder;
     use futures_util::StreamExt as _;
     use tokio::io::AsyncWriteExt as _;
 
@@ -146,7 +135,7 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
     };
     let id =
         docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?.id;
-    let _remove = RemoveOnDrop(id.clone());
+    let _remove = sandbox_tests::sandbox::RemoveOnDrop(id.clone());
     let options = AttachContainerOptionsBuilder::default().stdin(true).stdout(true).stream(true).build();
     let mut attached = docker.attach_container(&id, Some(options)).await?;
     docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await?;
@@ -179,18 +168,7 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
         other => anyhow::bail!("waiting failed: {other:?}"),
     };
     assert_eq!(code, 4, "the container's exit status is the session's");
-    let force = RemoveContainerOptionsBuilder::default().force(true).build();
-    let _ = docker.remove_container(&id, Some(force)).await;
     Ok(())
-}
-
-struct RemoveOnDrop(String);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let id = self.0.clone();
-        sandbox_tests::sandbox::remove_container_blocking(id);
-    }
 }
 
 #[tokio::test]
@@ -199,16 +177,6 @@ async fn sigint_to_pid_1_reaches_the_agent_command() -> anyhow::Result<()> {
     wait_for_pane(&sb, "").await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     sb.signal("SIGINT").await?;
-    let docker = xtask::engine::Engine::connect().await?;
-    let mut code = None;
-    for _ in 0..100 {
-        let state = docker.docker().inspect_container(sb.id(), None).await?.state.unwrap_or_default();
-        if state.running == Some(false) {
-            code = state.exit_code;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(code, Some(9), "the agent command's INT trap decides PID 1's status");
+    assert_eq!(sb.exit_code().await?, Some(9), "the agent command's INT trap decides PID 1's status");
     Ok(())
 }
