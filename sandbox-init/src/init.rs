@@ -76,6 +76,8 @@ pub fn run() -> Result<u8, Fatal> {
     let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     prepare_run_dir(&agent)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot prepare {RUN_DIR}: {e}")))?;
+    // Before PID 1 gives up CAP_CHOWN: mounted state volumes become the agent's.
+    crate::state::prepare_from_env(&agent.home, agent.uid, agent.gid);
     // Orphans of the session (the tmux server among them) must be ours to reap, also when
     // another init is PID 1 (`docker run --init`).
     // SAFETY: prctl with integer arguments.

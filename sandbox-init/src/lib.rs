@@ -11,4 +11,5 @@ pub mod policy;
 pub mod privileges;
 pub mod process;
 pub mod session;
+pub mod state;
 pub mod status;

@@ -163,6 +163,49 @@ impl Drop for TestNet {
     }
 }
 
+/// A named volume, labelled as the suites' and removed (with any container still using it) when
+/// dropped.
+pub struct TestVolume {
+    pub name: String,
+}
+
+impl TestVolume {
+    pub async fn create(test: &str) -> anyhow::Result<TestVolume> {
+        let n = NETWORKS.fetch_add(1, Ordering::SeqCst);
+        let name = format!("agent-sandbox-test-{test}-{}-{n}", std::process::id());
+        docker()
+            .await?
+            .create_volume(bollard::models::VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(HashMap::from([(TEST_LABEL.to_string(), test.to_string())])),
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("cannot create the volume {name}"))?;
+        Ok(TestVolume { name })
+    }
+}
+
+impl Drop for TestVolume {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            rt.block_on(async {
+                let docker = docker().await.ok()?;
+                let filters = HashMap::from([("volume".to_string(), vec![name.clone()])]);
+                let list = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+                for c in docker.list_containers(Some(list)).await.ok()? {
+                    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+                    let _ = docker.remove_container(c.id.as_deref()?, Some(force)).await;
+                }
+                docker.remove_volume(&name, None::<bollard::query_parameters::RemoveVolumeOptions>).await.ok()
+            })
+        })
+        .join();
+    }
+}
+
 /// A peer on a test network: TCP greeters on [`PEER_TCP`], UDP echo on [`PEER_UDP`], answering
 /// to its aliases through Docker's DNS. Optionally a DNS server too.
 pub struct Peer {
@@ -321,6 +364,8 @@ pub struct SandboxSpec {
     /// policy.d files: (file name, contents).
     pub drop_ins: Vec<(String, String)>,
     pub env: Vec<(String, String)>,
+    /// Read-write mounts: (host path or volume name, path in the container).
+    pub mounts: Vec<(String, String)>,
 }
 
 impl SandboxSpec {
@@ -336,6 +381,7 @@ impl SandboxSpec {
             dns: None,
             drop_ins: Vec::new(),
             env: Vec::new(),
+            mounts: Vec::new(),
         }
     }
 
@@ -361,6 +407,12 @@ impl SandboxSpec {
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Mounts a host directory (an absolute path) or a named volume at `target`, read-write.
+    pub fn mount(mut self, source: &str, target: &str) -> Self {
+        self.mounts.push((source.into(), target.into()));
         self
     }
 
@@ -393,6 +445,14 @@ impl SandboxSpec {
         for (k, v) in &self.env {
             request = request.with_env_var(k, v);
         }
+        for (source, target) in &self.mounts {
+            let mount = if source.starts_with('/') {
+                Mount::bind_mount(source, target)
+            } else {
+                Mount::volume_mount(source, target)
+            };
+            request = request.with_mount(mount.with_access_mode(AccessMode::ReadWrite));
+        }
         Ok(request)
     }
 
@@ -421,10 +481,15 @@ impl SandboxSpec {
         let drop_ins = self.write_drop_ins()?;
         let docker = docker().await?;
         let mut host = HostConfig {
-            binds: Some(vec![
-                format!("{}:{PROBE}:ro", probe_binary()?.display()),
-                format!("{}:/etc/agent-sandbox/policy.d:ro", drop_ins.path().display()),
-            ]),
+            binds: Some(
+                [
+                    format!("{}:{PROBE}:ro", probe_binary()?.display()),
+                    format!("{}:/etc/agent-sandbox/policy.d:ro", drop_ins.path().display()),
+                ]
+                .into_iter()
+                .chain(self.mounts.iter().map(|(source, target)| format!("{source}:{target}:rw")))
+                .collect(),
+            ),
             network_mode: self.network.clone(),
             ..Default::default()
         };

@@ -33,13 +33,10 @@ pub fn files(agent: &NewAgent) -> Vec<(PathBuf, String)> {
             ),
         ),
         Source::Pip(package) => (
-            "base".to_string(),
+            "python".to_string(),
             format!(
-                "RUN apt-get update \\\n \
-                 && DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends python3 python3-venv \\\n \
-                 && rm -rf /var/lib/apt/lists/* \\\n \
-                 && python3 -m venv /opt/{name} \\\n \
-                 && /opt/{name}/bin/pip install --no-cache-dir \"{package}==${{{version_arg}}}\" \\\n \
+                "RUN uv venv --no-cache /opt/{name} \\\n \
+                 && uv pip install --no-cache --python /opt/{name}/bin/python \"{package}==${{{version_arg}}}\" \\\n \
                  && ln -s /opt/{name}/bin/{cmd} /usr/local/bin/{cmd} \\\n \
                  && {cmd} --version\n"
             ),
@@ -64,7 +61,10 @@ pub fn files(agent: &NewAgent) -> Vec<(PathBuf, String)> {
          LABEL org.opencontainers.image.description=\"agent-sandbox {name}\" \\\n      \
          io.github.agent-sandbox.agent.name=\"{name}\"{version_label}\n\n\
          {install}{sep}\
-         ENV ASSISTANT_CMD=\"{cmd}\"\n\n\
+         # SANDBOX_STATE_DIRS: where the CLI keeps its sign-in and history, to mount as volumes\n\
+         # (`:`-separated, inside /home/agent; sandbox-init makes them the agent's).\n\
+         ENV ASSISTANT_CMD=\"{cmd}\" \\\n    \
+         SANDBOX_STATE_DIRS=\"/home/agent/.{name}\"\n\n\
          COPY policy.yaml /etc/agent-sandbox/policy.yaml\n",
         sep = if install.is_empty() { "" } else { "\n" },
     );
@@ -140,9 +140,10 @@ pub fn next_steps(agent: &NewAgent) -> String {
         steps.push_str(&format!("  1. Add what the agent needs to images/{name}/Dockerfile.\n"));
     }
     steps.push_str(&format!(
-        "  2. List the domains it needs in policies/{name}.yaml (check: cargo run -p sandbox-init -- check policies/{name}.yaml).\n  \
-         3. cargo xtask build {name}\n  \
-         4. cargo xtask test -- contract::{}::\n",
+        "  2. Set SANDBOX_STATE_DIRS in images/{name}/Dockerfile to the directories the CLI keeps its sign-in in.\n  \
+         3. List the domains it needs in policies/{name}.yaml (check: cargo run -p sandbox-init -- check policies/{name}.yaml).\n  \
+         4. cargo xtask build {name}\n  \
+         5. cargo xtask test -- contract::{}::\n",
         name.replace('-', "_")
     ));
     steps

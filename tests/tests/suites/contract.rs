@@ -5,55 +5,94 @@
 //! reachable while example.com is not.
 
 use sandbox_init::policy::{DomainPattern, Policy};
-use sandbox_tests::sandbox::{Peer, SandboxSpec, TestNet, assert_blocked, assert_reaches, image};
+use sandbox_tests::sandbox::{Peer, SandboxSpec, TestNet, TestVolume, assert_blocked, assert_reaches, image};
 use xtask::engine::Engine;
 
 macro_rules! contract_tests {
     ($name:literal) => {
         #[tokio::test]
         async fn labels_and_lock_entry() -> anyhow::Result<()> {
-            super::labels_and_lock_entry($name).await
+            super::labels_and_lock_entry(&super::Subject::of_repository($name).await?).await
         }
 
         #[tokio::test]
         async fn starts_ready_with_an_unprivileged_agent() -> anyhow::Result<()> {
-            super::starts_ready_with_an_unprivileged_agent($name).await
+            super::starts_ready_with_an_unprivileged_agent(&super::Subject::of_repository($name).await?).await
         }
 
         #[tokio::test]
         async fn agent_command_answers_version_offline() -> anyhow::Result<()> {
-            super::agent_command_answers_version_offline($name).await
+            super::agent_command_answers_version_offline(&super::Subject::of_repository($name).await?).await
+        }
+
+        #[tokio::test]
+        async fn state_dirs_are_the_agents_and_outlive_the_container() -> anyhow::Result<()> {
+            super::state_dirs_are_the_agents_and_outlive_the_container(
+                &super::Subject::of_repository($name).await?,
+            )
+            .await
         }
 
         #[tokio::test]
         async fn net_admin_reaches_its_policy_and_not_example_com() -> anyhow::Result<()> {
-            super::reaches_its_policy_and_not_example_com($name).await
+            super::reaches_its_policy_and_not_example_com(&super::Subject::of_repository($name).await?).await
         }
     };
 }
 
 include!(concat!(env!("OUT_DIR"), "/contract_images.rs"));
 
+/// An image under contract: its name, the tag to run, and the checkout it was built from (whose
+/// images.lock and policies/ it must agree with): the repository, or a scratch copy.
+pub struct Subject {
+    pub name: String,
+    pub tag: String,
+    pub root: std::path::PathBuf,
+}
+
+impl Subject {
+    async fn of_repository(name: &str) -> anyhow::Result<Subject> {
+        Ok(Subject { name: name.to_string(), tag: image(name).await?, root: sandbox_tests::root() })
+    }
+
+    fn lock(&self) -> anyhow::Result<xtask::lock::ImagesLock> {
+        xtask::lock::ImagesLock::read(&self.root.join("images.lock"))
+    }
+}
+
 struct Facts {
     tag: String,
     entrypoint: Vec<String>,
     env: Vec<String>,
+    labels: std::collections::HashMap<String, String>,
 }
 
-async fn facts(name: &str) -> anyhow::Result<Facts> {
-    let tag = image(name).await?;
+impl Facts {
+    fn env(&self, key: &str) -> Option<&str> {
+        self.env.iter().find_map(|e| e.strip_prefix(key)?.strip_prefix('='))
+    }
+}
+
+async fn facts(subject: &Subject) -> anyhow::Result<Facts> {
+    let tag = subject.tag.clone();
     let inspect = Engine::connect().await?.docker().inspect_image(&tag).await?;
     let config = inspect.config.unwrap_or_default();
-    Ok(Facts { tag, entrypoint: config.entrypoint.unwrap_or_default(), env: config.env.unwrap_or_default() })
+    Ok(Facts {
+        tag,
+        entrypoint: config.entrypoint.unwrap_or_default(),
+        env: config.env.unwrap_or_default(),
+        labels: config.labels.unwrap_or_default(),
+    })
 }
 
 /// Whether the image runs sandbox-init. Only the OS layer, which has no parent, may not: every
 /// image built on base inherits the entrypoint.
-async fn is_sandbox(name: &str, facts: &Facts) -> anyhow::Result<bool> {
+async fn is_sandbox(subject: &Subject, facts: &Facts) -> anyhow::Result<bool> {
+    let name = &subject.name;
     if facts.entrypoint == ["/usr/local/bin/sandbox-init"] {
         return Ok(true);
     }
-    let lock = xtask::lock::ImagesLock::read(&sandbox_tests::root().join("images.lock"))?;
+    let lock = subject.lock()?;
     let parent = lock.images.get(name).and_then(|e| e.parent.clone());
     anyhow::ensure!(
         parent.is_none(),
@@ -64,11 +103,12 @@ async fn is_sandbox(name: &str, facts: &Facts) -> anyhow::Result<bool> {
     Ok(false)
 }
 
-async fn labels_and_lock_entry(name: &str) -> anyhow::Result<()> {
-    let facts = facts(name).await?;
+pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
+    let name = subject.name.as_str();
+    let facts = facts(subject).await?;
     let engine = Engine::connect().await?;
     let local = engine.find(&facts.tag).await?.expect("just built");
-    let lock = xtask::lock::ImagesLock::read(&sandbox_tests::root().join("images.lock"))?;
+    let lock = subject.lock()?;
     let entry = lock.images.get(name).unwrap_or_else(|| panic!("{name} is not in images.lock"));
     assert_eq!(entry.id, local.id, "the lock's id for {name}");
     assert!(entry.tags.contains(&facts.tag), "{:?} lacks {}", entry.tags, facts.tag);
@@ -91,9 +131,9 @@ async fn labels_and_lock_entry(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn starts_ready_with_an_unprivileged_agent(name: &str) -> anyhow::Result<()> {
-    let facts = facts(name).await?;
-    if !is_sandbox(name, &facts).await? {
+pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyhow::Result<()> {
+    let facts = facts(subject).await?;
+    if !is_sandbox(subject, &facts).await? {
         return Ok(());
     }
     let mut spec = SandboxSpec::of(facts.tag);
@@ -102,17 +142,14 @@ async fn starts_ready_with_an_unprivileged_agent(name: &str) -> anyhow::Result<(
     crate::privileges::assert_agent_processes_unprivileged(&sb).await
 }
 
-async fn agent_command_answers_version_offline(name: &str) -> anyhow::Result<()> {
-    let facts = facts(name).await?;
-    if !is_sandbox(name, &facts).await? {
+pub async fn agent_command_answers_version_offline(subject: &Subject) -> anyhow::Result<()> {
+    let name = subject.name.as_str();
+    let facts = facts(subject).await?;
+    if !is_sandbox(subject, &facts).await? {
         return Ok(());
     }
-    let command = facts
-        .env
-        .iter()
-        .find_map(|e| e.strip_prefix("ASSISTANT_CMD="))
-        .unwrap_or_else(|| panic!("{name} sets no ASSISTANT_CMD"))
-        .to_string();
+    let command =
+        facts.env("ASSISTANT_CMD").unwrap_or_else(|| panic!("{name} sets no ASSISTANT_CMD")).to_string();
     let program = command.split_whitespace().next().expect("a command").to_string();
     let mut spec = SandboxSpec::of(facts.tag);
     spec.network = Some("none".into());
@@ -123,13 +160,56 @@ async fn agent_command_answers_version_offline(name: &str) -> anyhow::Result<()>
     Ok(())
 }
 
+/// An agent image names its CLI's state directories; mounted as fresh volumes (root's) they are
+/// the agent's to write, and what it wrote is there in the next container.
+pub async fn state_dirs_are_the_agents_and_outlive_the_container(subject: &Subject) -> anyhow::Result<()> {
+    let name = subject.name.as_str();
+    let facts = facts(subject).await?;
+    if !is_sandbox(subject, &facts).await? {
+        return Ok(());
+    }
+    let is_agent = facts.labels.contains_key(xtask::labels::AGENT_NAME);
+    let Some(value) = facts.env(sandbox_init::state::ENV) else {
+        assert!(!is_agent, "{name} is an agent image but sets no {}", sandbox_init::state::ENV);
+        eprintln!("{name} is not an agent image and keeps no state");
+        return Ok(());
+    };
+    let (dirs, warnings) = sandbox_init::state::dirs_from(value, std::path::Path::new("/home/agent"));
+    assert!(warnings.is_empty() && !dirs.is_empty(), "{name}: {value:?}: {warnings:?}");
+    let mut volumes = Vec::new();
+    for _ in &dirs {
+        volumes.push(TestVolume::create(&format!("state-{name}")).await?);
+    }
+    let spec = || {
+        let mut spec = SandboxSpec::of(facts.tag.clone());
+        spec.network = Some("none".into());
+        for (volume, dir) in volumes.iter().zip(&dirs) {
+            spec = spec.mount(&volume.name, &dir.display().to_string());
+        }
+        spec
+    };
+    let first = spec().start().await?;
+    for dir in &dirs {
+        let script = format!("test -O {0} && echo kept by {name} > {0}/contract-state", dir.display());
+        let out = first.as_agent(&["sh", "-c", &script]).await?;
+        assert_eq!(out.code, 0, "{} is not the agent's to write: {out:?}", dir.display());
+    }
+    drop(first);
+    let second = spec().start().await?;
+    for dir in &dirs {
+        let out = second.as_agent(&["cat", &format!("{}/contract-state", dir.display())]).await?;
+        assert_eq!(out.stdout.trim(), format!("kept by {name}"), "{}: {out:?}", dir.display());
+    }
+    Ok(())
+}
+
 /// The policy an image bakes: its own policies/<image>.yaml, or its nearest ancestor's.
-fn baked_policy(name: &str) -> anyhow::Result<Policy> {
-    let root = sandbox_tests::root();
-    let lock = xtask::lock::ImagesLock::read(&root.join("images.lock"))?;
+fn baked_policy(subject: &Subject) -> anyhow::Result<Policy> {
+    let name = &subject.name;
+    let lock = subject.lock()?;
     let mut current = Some(name.to_string());
     while let Some(image) = current {
-        let file = root.join("policies").join(format!("{image}.yaml"));
+        let file = subject.root.join("policies").join(format!("{image}.yaml"));
         if file.exists() {
             return Ok(Policy::read(&file)?);
         }
@@ -138,12 +218,13 @@ fn baked_policy(name: &str) -> anyhow::Result<Policy> {
     anyhow::bail!("neither {name} nor an ancestor has a policy in policies/")
 }
 
-async fn reaches_its_policy_and_not_example_com(name: &str) -> anyhow::Result<()> {
-    let facts = facts(name).await?;
-    if !is_sandbox(name, &facts).await? {
+pub async fn reaches_its_policy_and_not_example_com(subject: &Subject) -> anyhow::Result<()> {
+    let name = subject.name.as_str();
+    let facts = facts(subject).await?;
+    if !is_sandbox(subject, &facts).await? {
         return Ok(());
     }
-    let policy = baked_policy(name)?;
+    let policy = baked_policy(subject)?;
     // Every domain of the policy becomes an alias of one peer on the private network.
     let targets: Vec<(String, u16)> = policy
         .domains

@@ -8,3 +8,4 @@ mod privileges;
 mod publish;
 mod refusals;
 mod session;
+mod state;
