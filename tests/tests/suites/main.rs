@@ -2,6 +2,7 @@
 
 mod build;
 mod contract;
+mod examples;
 mod firewall;
 mod os;
 mod privileges;
