@@ -46,25 +46,44 @@ async fn docker() -> anyhow::Result<Docker> {
 }
 
 /// The image `name`, built or found up to date through the xtask library with the settings
-/// `cargo xtask test` exported. Builds are serialised across test processes by a file lock.
+/// `cargo xtask test` exported.
 pub async fn image(name: &str) -> anyhow::Result<String> {
+    let report = built(&[name]).await?;
+    report.id(name).context("the build reported no id")?;
+    Ok(format!("{}:{}", xtask::project::repository(&report.prefix, name), xtask::project::VERSION))
+}
+
+/// The repository's images `names` (all when empty), built or found up to date. Builds are
+/// serialised across test processes by a file lock.
+pub async fn built(names: &[&str]) -> anyhow::Result<BuiltImages> {
     let root = root();
     let lock_dir = root.join("target/agent-sandbox");
     std::fs::create_dir_all(&lock_dir)?;
     let lock = std::fs::File::create(lock_dir.join("suite-build.lock"))?;
-    let name = name.to_string();
-    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         lock.lock()?;
         let mut opts = xtask::build::BuildOptions::from_env(&root)?;
-        opts.images = vec![name.clone()];
+        opts.images = names;
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let report = rt.block_on(xtask::build::build(&opts))?;
         report.ensure_success()?;
-        let id = report.id(&name).context("the build reported no id")?.to_string();
-        Ok((id, xtask::project::repository(&opts.prefix, &name)))
+        Ok(BuiltImages { report, prefix: opts.prefix })
     })
-    .await??;
-    Ok(format!("{}:{}", report.1, xtask::project::VERSION))
+    .await?
+}
+
+/// A build report and the tag prefix it was built under.
+pub struct BuiltImages {
+    pub report: xtask::build::BuildReport,
+    pub prefix: String,
+}
+
+impl std::ops::Deref for BuiltImages {
+    type Target = xtask::build::BuildReport;
+    fn deref(&self) -> &Self::Target {
+        &self.report
+    }
 }
 
 /// The probe binary, static, built once and cached by the xtask.

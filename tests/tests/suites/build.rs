@@ -173,3 +173,86 @@ async fn a_scaffolded_agent_builds_and_passes_the_contract() -> anyhow::Result<(
     }
     Ok(())
 }
+
+/// The variables the agents read their keys from (README, Agents).
+const KEY_VARIABLES: [&str; 7] = [
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "DASHSCOPE_API_KEY",
+    "GH_TOKEN",
+    "GITHUB_TOKEN",
+];
+
+/// Whether the image's config (environment, labels, command) or history (which keeps every
+/// build arg a RUN step consumed) mentions `needle`.
+async fn mentions(engine: &Engine, id: &str, needle: &str) -> anyhow::Result<bool> {
+    let inspect = engine.docker().inspect_image(id).await?;
+    let config = serde_json::to_string(&inspect)?;
+    let history = engine.docker().image_history(id).await?;
+    Ok(config.contains(needle) || history.iter().any(|h| h.created_by.contains(needle)))
+}
+
+/// Builds `plan` as the xtask does, with `extra` build args on top of its own.
+async fn build_plan(
+    engine: &Engine,
+    plan: &xtask::build::BuildPlan,
+    extra: &HashMap<String, String>,
+) -> anyhow::Result<String> {
+    let mut args: HashMap<String, String> = plan.build_args.clone().into_iter().collect();
+    args.extend(extra.clone());
+    engine
+        .build(plan.context.to_tar(), &args, &plan.labels, |_| {})
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", plan.name))
+}
+
+/// API keys given to a build (as build args: the environment of `cargo xtask build` never
+/// reaches the engine) stay out of every image. Each image of the graph, built again with a key
+/// in every variable the agents read, is the very image built without them, layer for layer
+/// (same id), and its config and history do not mention the key. A control image that declares
+/// the variable as an ARG shows the check catches a key that is kept.
+#[tokio::test]
+async fn no_image_keeps_a_key_passed_at_build() -> anyhow::Result<()> {
+    let report = sandbox_tests::sandbox::built(&[]).await?;
+    let engine = Engine::connect().await?;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
+    let key = format!("sk-ant-api03-buildsentinel{}x{nanos}", std::process::id());
+    let keys: HashMap<String, String> = KEY_VARIABLES.iter().map(|v| (v.to_string(), key.clone())).collect();
+
+    let mut checked = Vec::new();
+    let mut leftovers = Vec::new();
+    for plan in &report.plans {
+        let without = build_plan(&engine, plan, &HashMap::new()).await?;
+        let with_keys = build_plan(&engine, plan, &keys).await?;
+        assert_eq!(with_keys, without, "{}: built with keys, the image differs", plan.name);
+        assert!(!mentions(&engine, &with_keys, &key).await?, "{} mentions the key", plan.name);
+        if report.id(&plan.name) != Some(without.as_str()) {
+            leftovers.push(without);
+        }
+        checked.push(plan.name.clone());
+    }
+    assert!(checked.len() >= 12 && checked.contains(&"claude".to_string()), "{checked:?}");
+
+    // The control: a Dockerfile that takes the key as an ARG and uses it keeps it.
+    let os = report.id("os").expect("the OS layer is in the graph").to_string();
+    let mut context = xtask::context::BuildContext::default();
+    let dockerfile =
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nARG ANTHROPIC_API_KEY\nRUN test -n \"$ANTHROPIC_API_KEY\"\n";
+    context.insert("Dockerfile", 0o644, dockerfile.as_bytes().to_vec());
+    let base = HashMap::from([("BASE_IMAGE".to_string(), os)]);
+    let mut with_key = base.clone();
+    with_key.insert("ANTHROPIC_API_KEY".into(), key.clone());
+    let careless = engine.build(context.to_tar(), &with_key, &HashMap::new(), |_| {}).await?;
+    assert!(mentions(&engine, &careless, &key).await?, "the check must see a key an image keeps");
+    leftovers.push(careless);
+
+    for id in leftovers.iter().rev() {
+        let _ = engine
+            .docker()
+            .remove_image(id, None::<bollard::query_parameters::RemoveImageOptions>, None)
+            .await;
+    }
+    Ok(())
+}
