@@ -135,11 +135,11 @@ pub struct TestNet {
     pub name: String,
 }
 
-static NETWORKS: AtomicU32 = AtomicU32::new(0);
+static CREATED: AtomicU32 = AtomicU32::new(0);
 
 impl TestNet {
     pub async fn create(test: &str) -> anyhow::Result<TestNet> {
-        let n = NETWORKS.fetch_add(1, Ordering::SeqCst);
+        let n = CREATED.fetch_add(1, Ordering::SeqCst);
         let pid = std::process::id();
         let name = format!("agent-sandbox-test-{test}-{pid}-{n}");
         let subnet = format!("fd00:a5:{:x}:{n:x}::/64", pid & 0xffff);
@@ -164,22 +164,44 @@ impl TestNet {
 
 impl Drop for TestNet {
     fn drop(&mut self) {
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            rt.block_on(async {
-                let docker = docker().await.ok()?;
-                let filters = HashMap::from([("network".to_string(), vec![name.clone()])]);
-                let list = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-                for c in docker.list_containers(Some(list)).await.ok()? {
-                    let force = RemoveContainerOptionsBuilder::default().force(true).build();
-                    let _ = docker.remove_container(c.id.as_deref()?, Some(force)).await;
-                }
-                docker.remove_network(&name).await.ok()
-            })
-        })
-        .join();
+        remove_blocking(Resource::Network, self.name.clone());
     }
+}
+
+/// What a test creates beside its containers, which a container in use keeps alive.
+#[derive(Clone, Copy)]
+enum Resource {
+    Network,
+    Volume,
+}
+
+/// Removes a network or volume and every container still using it, from synchronous code such
+/// as `Drop`, so nothing is left behind when a test fails.
+fn remove_blocking(kind: Resource, name: String) {
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+        rt.block_on(async {
+            let docker = docker().await.ok()?;
+            let filter = match kind {
+                Resource::Network => "network",
+                Resource::Volume => "volume",
+            };
+            let filters = HashMap::from([(filter.to_string(), vec![name.clone()])]);
+            let list = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+            for c in docker.list_containers(Some(list)).await.ok()? {
+                let force = RemoveContainerOptionsBuilder::default().force(true).build();
+                let _ = docker.remove_container(c.id.as_deref()?, Some(force)).await;
+            }
+            match kind {
+                Resource::Network => docker.remove_network(&name).await.ok(),
+                Resource::Volume => docker
+                    .remove_volume(&name, None::<bollard::query_parameters::RemoveVolumeOptions>)
+                    .await
+                    .ok(),
+            }
+        })
+    })
+    .join();
 }
 
 /// A named volume, labelled as the suites' and removed (with any container still using it) when
@@ -190,7 +212,7 @@ pub struct TestVolume {
 
 impl TestVolume {
     pub async fn create(test: &str) -> anyhow::Result<TestVolume> {
-        let n = NETWORKS.fetch_add(1, Ordering::SeqCst);
+        let n = CREATED.fetch_add(1, Ordering::SeqCst);
         let name = format!("agent-sandbox-test-{test}-{}-{n}", std::process::id());
         docker()
             .await?
@@ -207,21 +229,7 @@ impl TestVolume {
 
 impl Drop for TestVolume {
     fn drop(&mut self) {
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            rt.block_on(async {
-                let docker = docker().await.ok()?;
-                let filters = HashMap::from([("volume".to_string(), vec![name.clone()])]);
-                let list = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-                for c in docker.list_containers(Some(list)).await.ok()? {
-                    let force = RemoveContainerOptionsBuilder::default().force(true).build();
-                    let _ = docker.remove_container(c.id.as_deref()?, Some(force)).await;
-                }
-                docker.remove_volume(&name, None::<bollard::query_parameters::RemoveVolumeOptions>).await.ok()
-            })
-        })
-        .join();
+        remove_blocking(Resource::Volume, self.name.clone());
     }
 }
 

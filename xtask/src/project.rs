@@ -76,8 +76,14 @@ pub fn on_path(program: &str) -> bool {
 
 /// The files sandbox-init is built from, relative to the workspace root: not its tests' corpus,
 /// nor fuzz/ (whose target/ and corpus/ grow to gigabytes and thousands of files while fuzzing).
-const SANDBOX_INIT_SOURCES: &[&str] =
-    &["sandbox-init/src", "sandbox-init/Cargo.toml", "policies/services.yaml", "Cargo.lock", "Cargo.toml", ".cargo/config.toml"];
+const SANDBOX_INIT_SOURCES: &[&str] = &[
+    "sandbox-init/src",
+    "sandbox-init/Cargo.toml",
+    "policies/services.yaml",
+    "Cargo.lock",
+    "Cargo.toml",
+    ".cargo/config.toml",
+];
 
 /// sandbox-init as one static binary (glibc with crt-static: no NSS is used, DNS is pure Rust).
 pub fn sandbox_init_binary(sh: &Shell, root: &Path) -> anyhow::Result<Vec<u8>> {
