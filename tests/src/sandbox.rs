@@ -573,7 +573,7 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-async fn container_logs(id: &str) -> anyhow::Result<(String, String)> {
+pub async fn container_logs(id: &str) -> anyhow::Result<(String, String)> {
     let docker = docker().await?;
     let options = LogsOptionsBuilder::default().stdout(true).stderr(true).build();
     split_output(docker.logs(id, Some(options))).await

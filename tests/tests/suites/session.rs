@@ -153,9 +153,12 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
         }
         Ok(())
     };
-    read_until("sandbox ready", &mut screen).await?;
-    // The attached tmux client draws the session; the shell's prompt ends with `$ `.
+    // The attached tmux client draws the session; the shell's prompt ends with `$ `. The ready
+    // line came first, on the same terminal: the container's log has it even when the engine
+    // hands an attach that raced the start only what followed (seen once under load).
     read_until("$ ", &mut screen).await?;
+    let (log, _) = sandbox_tests::sandbox::container_logs(&id).await?;
+    assert!(log.contains("sandbox ready"), "the terminal never said `sandbox ready`:\n{log}");
     attached.input.write_all(b"echo tty-$((3*3))\r").await?;
     read_until("tty-9", &mut screen).await?;
     attached.input.write_all(b"exit\r").await?;
