@@ -139,7 +139,13 @@ pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyho
     let mut spec = SandboxSpec::of(facts.tag);
     spec.network = Some("none".into());
     let sb = spec.start().await?;
-    crate::privileges::assert_agent_processes_unprivileged(&sb).await
+    crate::privileges::assert_agent_processes_unprivileged(&sb).await?;
+    // The agent's processes started outside sandbox-exec (`docker exec -u agent`) have no
+    // no_new_privs: no setuid or setgid program may lead them back to the container's capabilities.
+    let setid = sb.exec(&["find", "/", "-xdev", "-type", "f", "-perm", "/6000"]).await?;
+    assert_eq!(setid.code, 0, "{setid:?}");
+    assert_eq!(setid.stdout, "", "{} has setuid or setgid programs", subject.name);
+    Ok(())
 }
 
 pub async fn agent_command_answers_version_offline(subject: &Subject) -> anyhow::Result<()> {
