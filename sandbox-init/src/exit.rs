@@ -17,8 +17,9 @@ pub enum Refusal {
     /// A setup step failed: the ruleset was rejected, the DNS gate could not bind, the agent
     /// user is missing, tmux did not start.
     SetupFailed = 71,
-    /// No CAP_NET_ADMIN on a container with a network: the firewall cannot be programmed.
-    NoNetAdmin = 77,
+    /// A capability sandbox-init needs is missing: NET_ADMIN on a container with a network (the
+    /// firewall), or one of those it starts the agent with (CHOWN, SETUID, SETGID, SETPCAP, KILL).
+    MissingCapability = 77,
     /// SANDBOX_FIREWALL has a value other than on, off or open.
     BadFirewallMode = 78,
 }
@@ -43,7 +44,7 @@ impl Refusal {
         Refusal::NftMissing,
         Refusal::VerificationFailed,
         Refusal::SetupFailed,
-        Refusal::NoNetAdmin,
+        Refusal::MissingCapability,
         Refusal::BadFirewallMode,
     ];
 
@@ -55,7 +56,9 @@ impl Refusal {
             Refusal::NftMissing => "nft is not installed in the image",
             Refusal::VerificationFailed => "the firewall did not hold when checked",
             Refusal::SetupFailed => "a setup step failed (ruleset, DNS gate, agent user, tmux)",
-            Refusal::NoNetAdmin => "no CAP_NET_ADMIN: the firewall cannot be programmed",
+            Refusal::MissingCapability => {
+                "a capability it needs is missing (NET_ADMIN, or one of Docker's defaults)"
+            }
             Refusal::BadFirewallMode => "SANDBOX_FIREWALL is not on, off or open",
         }
     }

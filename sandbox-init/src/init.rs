@@ -73,6 +73,17 @@ pub fn run() -> Result<u8, Fatal> {
     let started = Instant::now();
     let mode = FirewallMode::from_env()?;
     let policy = load_policy()?;
+    let missing = Capabilities::of("self").unwrap_or_default().missing(crate::privileges::INIT_NEEDS);
+    if !missing.is_empty() {
+        return Err(Fatal::new(
+            Refusal::MissingCapability,
+            format!(
+                "missing {}: sandbox-init needs CAP_CHOWN, CAP_SETUID, CAP_SETGID, CAP_SETPCAP and CAP_KILL \
+                 (Docker's defaults) to start the agent unprivileged; with --cap-drop ALL, --cap-add them back",
+                missing.join(", ")
+            ),
+        ));
+    }
     let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     prepare_run_dir(&agent)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot prepare {RUN_DIR}: {e}")))?;
@@ -106,7 +117,7 @@ pub fn run() -> Result<u8, Fatal> {
             let caps = Capabilities::of("self").unwrap_or_default();
             if !caps.has_effective(CAP_NET_ADMIN) {
                 return Err(Fatal::new(
-                    Refusal::NoNetAdmin,
+                    Refusal::MissingCapability,
                     "no CAP_NET_ADMIN: cannot program the egress firewall, so the agent is not started \
                      (run with --cap-add NET_ADMIN, or --network none, or SANDBOX_FIREWALL=off to run unfiltered)",
                 ));

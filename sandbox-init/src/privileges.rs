@@ -121,6 +121,10 @@ impl AgentPrivileges {
 /// What PID 1 keeps once the session runs: NET_ADMIN (set updates, reload), KILL (signals to the
 /// agent's processes), and SETUID, SETGID, SETPCAP (running tmux as the agent).
 pub const INIT_KEEPS: &[u32] = &[CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_KILL, CAP_NET_ADMIN];
+/// What PID 1 needs, whatever the network, to start the agent unprivileged: CHOWN (its run and
+/// state directories) and what it keeps but NET_ADMIN. All are in Docker's default set.
+pub const INIT_NEEDS: &[u32] = &[CAP_CHOWN, CAP_SETUID, CAP_SETGID, CAP_SETPCAP, CAP_KILL];
+const CAP_CHOWN: u32 = 0;
 const CAP_KILL: u32 = 5;
 const CAP_SETGID: u32 = 6;
 const CAP_SETUID: u32 = 7;
@@ -225,6 +229,23 @@ impl Capabilities {
     pub fn has_effective(&self, cap: u32) -> bool {
         self.effective & (1 << cap) != 0
     }
+
+    /// The names (`CAP_…`) of the capabilities in `needed` that are not effective.
+    pub fn missing(&self, needed: &[u32]) -> Vec<&'static str> {
+        needed.iter().filter(|cap| !self.has_effective(**cap)).map(|cap| capability_name(*cap)).collect()
+    }
+}
+
+fn capability_name(cap: u32) -> &'static str {
+    match cap {
+        CAP_CHOWN => "CAP_CHOWN",
+        CAP_KILL => "CAP_KILL",
+        CAP_SETGID => "CAP_SETGID",
+        CAP_SETUID => "CAP_SETUID",
+        CAP_SETPCAP => "CAP_SETPCAP",
+        CAP_NET_ADMIN => "CAP_NET_ADMIN",
+        _ => "another capability",
+    }
 }
 
 #[cfg(test)]
@@ -247,5 +268,10 @@ mod tests {
         assert!(caps.has_effective(CAP_NET_ADMIN));
         assert_eq!(caps.bounding, 0x1ff_ffff_ffff);
         assert!(!Capabilities::parse("CapEff:\t0000000000000000\n").has_effective(CAP_NET_ADMIN));
+        // Docker's default set, without CHOWN and KILL.
+        let docker = Capabilities::parse("CapEff:\t00000000a80425fb\n");
+        assert!(docker.missing(INIT_NEEDS).is_empty(), "{:?}", docker.missing(INIT_NEEDS));
+        let reduced = Capabilities::parse("CapEff:\t00000000a80425da\n");
+        assert_eq!(reduced.missing(INIT_NEEDS), ["CAP_CHOWN", "CAP_KILL"]);
     }
 }

@@ -393,6 +393,8 @@ pub struct SandboxSpec {
     pub env: Vec<(String, String)>,
     /// Read-write mounts: (host path or volume name, path in the container).
     pub mounts: Vec<(String, String)>,
+    /// `--cap-drop ALL` (NET_ADMIN is still added when asked for).
+    pub cap_drop_all: bool,
 }
 
 impl SandboxSpec {
@@ -409,6 +411,7 @@ impl SandboxSpec {
             drop_ins: Vec::new(),
             env: Vec::new(),
             mounts: Vec::new(),
+            cap_drop_all: false,
         }
     }
 
@@ -462,6 +465,9 @@ impl SandboxSpec {
             .with_startup_timeout(Duration::from_secs(30));
         if self.net_admin {
             request = request.with_cap_add("NET_ADMIN");
+        }
+        if self.cap_drop_all {
+            request = request.with_cap_drop("ALL");
         }
         if let Some(network) = &self.network {
             request = request.with_network(network);
@@ -522,6 +528,9 @@ impl SandboxSpec {
         };
         if self.net_admin {
             host.cap_add = Some(vec!["NET_ADMIN".into()]);
+        }
+        if self.cap_drop_all {
+            host.cap_drop = Some(vec!["ALL".into()]);
         }
         let body = ContainerCreateBody {
             image: Some(self.image.clone()),

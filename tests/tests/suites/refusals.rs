@@ -15,6 +15,24 @@ async fn without_net_admin_the_agent_never_starts() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn without_dockers_default_capabilities_the_agent_never_starts() -> anyhow::Result<()> {
+    let mut spec = SandboxSpec::smallest().await?;
+    spec.network = Some("none".into());
+    spec.cap_drop_all = true;
+    let exited = spec.run_to_exit().await?;
+    assert_eq!(exited.code, 77, "{exited:?}");
+    let line = exited.stderr.lines().last().unwrap_or_default();
+    assert!(
+        line.starts_with(
+            "sandbox-init: missing CAP_CHOWN, CAP_SETUID, CAP_SETGID, CAP_SETPCAP, CAP_KILL: sandbox-init needs"
+        ) && line.contains("--cap-add them back"),
+        "{exited:?}"
+    );
+    assert!(!exited.stdout.contains("sandbox ready"), "{exited:?}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn an_invalid_drop_in_is_refused_with_its_file_line_and_column() -> anyhow::Result<()> {
     let net = TestNet::create("invalid").await?;
     let exited = SandboxSpec::smallest()
