@@ -73,14 +73,18 @@ pub fn run() -> Result<u8, Fatal> {
     let started = Instant::now();
     let mode = FirewallMode::from_env()?;
     let policy = load_policy()?;
-    let missing = Capabilities::of("self").unwrap_or_default().missing(crate::privileges::INIT_NEEDS);
+    // Read once: PID 1's capabilities do not change until it restricts itself.
+    let caps = Capabilities::of("self").unwrap_or_default();
+    let needs = crate::privileges::INIT_NEEDS;
+    let missing = caps.missing(needs);
     if !missing.is_empty() {
         return Err(Fatal::new(
             Refusal::MissingCapability,
             format!(
-                "missing {}: sandbox-init needs CAP_CHOWN, CAP_SETUID, CAP_SETGID, CAP_SETPCAP and CAP_KILL \
-                 (Docker's defaults) to start the agent unprivileged; with --cap-drop ALL, --cap-add them back",
-                missing.join(", ")
+                "missing {}: sandbox-init needs {} (Docker's defaults) to start the agent unprivileged; \
+                 with --cap-drop ALL, --cap-add them back",
+                missing.join(", "),
+                Capabilities::default().missing(needs).join(", ")
             ),
         ));
     }
@@ -114,7 +118,6 @@ pub fn run() -> Result<u8, Fatal> {
             "no network but loopback, nothing to filter".to_string()
         }
         FirewallMode::On => {
-            let caps = Capabilities::of("self").unwrap_or_default();
             if !caps.has_effective(CAP_NET_ADMIN) {
                 return Err(Fatal::new(
                     Refusal::MissingCapability,
