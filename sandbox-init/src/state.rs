@@ -61,12 +61,13 @@ pub fn prepare(dir: &Path, home: &Path, uid: u32, gid: u32) -> io::Result<Prepar
         .strip_prefix(home)
         .map_err(|_| io::Error::other(format!("{} is not inside {}", dir.display(), home.display())))?;
     let mut current = home.to_path_buf();
-    real_directory(&current)?;
+    // One lstat per component; the last one is the directory's own.
+    let mut top = real_directory(&current, std::fs::symlink_metadata(&current)?)?;
     let mut created = false;
     for component in relative.components() {
         current.push(component);
         match std::fs::symlink_metadata(&current) {
-            Ok(_) => real_directory(&current)?,
+            Ok(meta) => top = real_directory(&current, meta)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 std::fs::create_dir(&current)?;
                 lchown(&current, Some(uid), Some(gid))?;
@@ -78,7 +79,6 @@ pub fn prepare(dir: &Path, home: &Path, uid: u32, gid: u32) -> io::Result<Prepar
     if created {
         return Ok(Prepared::Created);
     }
-    let top = std::fs::symlink_metadata(dir)?;
     if top.uid() == uid {
         return Ok(Prepared::Kept);
     }
@@ -88,15 +88,15 @@ pub fn prepare(dir: &Path, home: &Path, uid: u32, gid: u32) -> io::Result<Prepar
     Ok(Prepared::HandedOver { from_uid: top.uid(), entries: walk.entries, skipped: walk.skipped })
 }
 
-fn real_directory(path: &Path) -> io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
+/// `meta` (from lstat), if `path` is a directory and not a symbolic link.
+fn real_directory(path: &Path, meta: std::fs::Metadata) -> io::Result<std::fs::Metadata> {
     if meta.file_type().is_symlink() {
         return Err(io::Error::other(format!("{} is a symbolic link", path.display())));
     }
     if !meta.is_dir() {
         return Err(io::Error::other(format!("{} is not a directory", path.display())));
     }
-    Ok(())
+    Ok(meta)
 }
 
 struct Walk {
