@@ -60,6 +60,16 @@ impl Drop for ScratchImages {
     }
 }
 
+/// Removes a tag when dropped, whatever the test's outcome.
+pub struct RemoveTagOnDrop(pub String);
+
+impl Drop for RemoveTagOnDrop {
+    fn drop(&mut self) {
+        let tag = self.0.clone();
+        remove_tags_blocking(move |_| async move { Some(vec![tag]) });
+    }
+}
+
 /// Removes the tags `which` names, from synchronous code such as `Drop` (which cannot await):
 /// a thread with its own runtime can, even inside a test's runtime. Best effort: cleanup must not
 /// hide the test's own result.

@@ -83,6 +83,8 @@ pub struct ListedImage {
     pub tags: Vec<String>,
     pub labels: HashMap<String, String>,
     pub size: u64,
+    /// Seconds since the epoch.
+    pub created: i64,
 }
 
 /// A build that the engine reported as failed.
@@ -175,6 +177,7 @@ impl Engine {
                 tags: i.repo_tags,
                 labels: i.labels,
                 size: i.size.max(0) as u64,
+                created: i.created,
             })
             .collect())
     }
@@ -243,6 +246,45 @@ impl Engine {
             Ok(_) | Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
             Err(source) => Err(EngineError::Call { what: format!("removing '{reference}'"), source }),
         }
+    }
+
+    /// Removes a tag, or an image by id, with the untagged build steps only it needed. Not
+    /// forced: the engine refuses while a container uses the image. Gone already is success.
+    pub async fn remove_image(&self, reference: &str) -> Result<(), EngineError> {
+        let options = RemoveImageOptionsBuilder::default().noprune(false).build();
+        match self.docker.remove_image(reference, Some(options), None).await {
+            Ok(_) | Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            Err(source) => Err(EngineError::Call { what: format!("removing '{reference}'"), source }),
+        }
+    }
+
+    /// The images containers (running or not) are made from, each with one such container's
+    /// name.
+    pub async fn images_in_use(&self) -> Result<HashMap<String, String>, EngineError> {
+        let options = bollard::query_parameters::ListContainersOptionsBuilder::default().all(true).build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|source| EngineError::Call { what: "listing containers".into(), source })?;
+        Ok(containers
+            .into_iter()
+            .filter_map(|c| {
+                let name = c.names.and_then(|n| n.into_iter().next()).or(c.id)?;
+                Some((c.image_id?, name.trim_start_matches('/').to_string()))
+            })
+            .collect())
+    }
+
+    /// The engine's data directory, when the engine runs on this host (a local socket) and the
+    /// directory is visible here.
+    pub async fn local_root_dir(&self) -> Option<std::path::PathBuf> {
+        let host = std::env::var("DOCKER_HOST").unwrap_or_default();
+        if !(host.is_empty() || host.starts_with("unix://")) {
+            return None;
+        }
+        let dir = std::path::PathBuf::from(self.docker.info().await.ok()?.docker_root_dir?);
+        dir.is_dir().then_some(dir)
     }
 
     /// Pulls `reference` unless it is already present.

@@ -66,6 +66,24 @@ pub enum Command {
     Digests(DigestsFlags),
     /// List the agent-sandbox images this engine holds, found by their label
     List(ListFlags),
+    /// Remove the project's images that images.lock no longer names (older builds' generations)
+    #[command(
+        long_about = "Remove the project's images that images.lock no longer names.\n\n\
+            Every build that changes an input (a Dockerfile, a CLI version, sandbox-init) leaves the \
+            previous image behind, tagged :sha-<old commit>; a few generations of the agent images \
+            take tens of gigabytes. prune keeps the latest build of every image (the one tagged \
+            <prefix>/agent-<name>:<version>) and every image images.lock records, and removes the \
+            other images the build made under --prefix, with their inputs tags.\n\n\
+            Only images carrying the build's inputs label are touched, and of their tags only \
+            <prefix>/agent-* and the inputs index. An image that also has another tag (a registry's, \
+            one of yours) loses only the project's tags; an image a container uses, even a stopped \
+            one, is kept (nothing is forced). Images no prefix tag claims are taken only when older \
+            than 10 minutes, so a build in progress elsewhere keeps its image. Look first with \
+            --dry-run. Exit status: 0 when done (kept images included), 1 on an engine error or a \
+            lock that records no image.",
+        after_help = "Examples:\n  cargo xtask prune --dry-run   what would go\n  cargo xtask prune"
+    )]
+    Prune(PruneFlags),
     /// Scaffold a new agent image: images/NAME/Dockerfile and policies/NAME.yaml
     #[command(
         after_help = "Examples:\n  cargo xtask new-agent acme --npm @acme/cli --cmd acme --domain api.acme.com\n  \
@@ -97,6 +115,16 @@ pub struct NewAgentFlags {
     /// A domain the agent needs (repeatable): `host`, `*.host` or `host:port`
     #[arg(long = "domain")]
     pub domains: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneFlags {
+    /// Print what would be removed; remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Tag prefix whose images are judged: <prefix>/agent-<name>
+    #[arg(long, env = crate::project::PREFIX_ENV, default_value = crate::project::DEFAULT_PREFIX)]
+    pub prefix: String,
 }
 
 #[derive(Debug, Args)]

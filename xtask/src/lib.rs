@@ -12,6 +12,7 @@ pub mod lock;
 pub mod os;
 pub mod progress;
 pub mod project;
+pub mod prune;
 pub mod publish;
 pub mod registry;
 pub mod scaffold;

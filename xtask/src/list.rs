@@ -65,6 +65,7 @@ mod tests {
                 tags: tags.iter().map(|t| t.to_string()).collect(),
                 labels,
                 size: 1_720_000_000,
+                created: 0,
             }
         };
         let images = [

@@ -83,6 +83,20 @@ async fn run(flags: Xtask) -> anyhow::Result<()> {
             Ok(())
         }
         Command::List(f) => xtask::list::run(f.all).await,
+        Command::Prune(f) => {
+            use xtask::prune;
+            let opts = prune::PruneOptions {
+                lock_path: root.join(xtask::lock::FILE_NAME),
+                prefix: f.prefix,
+                dry_run: f.dry_run,
+                grace: prune::GRACE,
+            };
+            let report =
+                prune::prune(&opts, |image, outcome| eprintln!("{}", prune::describe(image, outcome)))
+                    .await?;
+            eprintln!("{}", report.summary(opts.dry_run));
+            Ok(())
+        }
         Command::NewAgent(f) => {
             use xtask::scaffold::{NewAgent, Source};
             let source = match (f.npm, f.pip, f.from) {

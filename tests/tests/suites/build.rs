@@ -3,22 +3,12 @@
 
 use std::collections::HashMap;
 
-use sandbox_tests::ScratchImages;
+use sandbox_tests::{RemoveTagOnDrop, ScratchImages};
 use xtask::build::{Outcome, build};
 use xtask::engine::Engine;
 use xtask::labels;
 use xtask::lock::ImagesLock;
 use xtask::project::{VERSION, repository};
-
-/// Removes a tag when the test ends, passed or not.
-struct RemoveOnDrop(String);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let tag = self.0.clone();
-        sandbox_tests::remove_tags_blocking(move |_| async move { Some(vec![tag]) });
-    }
-}
 
 #[tokio::test]
 async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<()> {
@@ -83,7 +73,8 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
     assert_ne!(rebuilt.images["shell"].id, lock.images["shell"].id);
     assert_ne!(rebuilt.images["shell"].inputs, lock.images["shell"].inputs);
     assert_eq!(rebuilt.images["base"], lock.images["base"]);
-    let _remove_rebuilt = RemoveOnDrop(xtask::project::inputs_tag("shell", &rebuilt.images["shell"].inputs));
+    let _remove_rebuilt =
+        RemoveTagOnDrop(xtask::project::inputs_tag("shell", &rebuilt.images["shell"].inputs));
 
     // --locked passes now, and fails (naming the image, building nothing) after another change.
     let mut locked = opts.clone();

@@ -6,6 +6,7 @@ mod examples;
 mod firewall;
 mod os;
 mod privileges;
+mod prune;
 mod publish;
 mod refusals;
 mod session;

@@ -1,0 +1,125 @@
+//! `cargo xtask prune` on a real engine: older generations go, the latest, the locked and the
+//! used stay, and nothing outside the prefix is touched.
+
+use std::collections::BTreeMap;
+
+use bollard::query_parameters::CreateContainerOptionsBuilder;
+use sandbox_tests::sandbox::RemoveOnDrop;
+use sandbox_tests::{RemoveTagOnDrop, ScratchImages};
+use xtask::build::build;
+use xtask::engine::Engine;
+use xtask::lock::ImagesLock;
+use xtask::project::{VERSION, inputs_tag, repository};
+use xtask::prune::{GRACE, Outcome, PruneOptions, prune};
+
+/// Every tag of the engine under the default prefix but the shared inputs index, with its
+/// image id.
+async fn default_prefix_tags(engine: &Engine) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut tags = BTreeMap::new();
+    let index = format!("{}:", xtask::project::INPUTS_REPOSITORY);
+    for tag in engine.tags_with_prefix(&format!("{}/", xtask::project::DEFAULT_PREFIX)).await? {
+        if tag.starts_with(&index) {
+            continue;
+        }
+        if let Some(id) = engine.image_id(&tag).await? {
+            tags.insert(tag, id);
+        }
+    }
+    Ok(tags)
+}
+
+#[tokio::test]
+async fn older_generations_go_and_the_latest_the_locked_and_the_used_stay() -> anyhow::Result<()> {
+    let scratch = ScratchImages::copy("prune", &["os", "base", "shell"])?;
+    let opts = scratch.options()?;
+    let engine = Engine::connect().await?;
+    let shell_repo = repository(&scratch.prefix, "shell");
+
+    // Three generations of shell, each tagged as a build at another commit leaves it. The
+    // content is new to this run, so every generation is a new image.
+    let mut generations = Vec::new();
+    for generation in 0..3 {
+        let notes =
+            format!("prune test {} {:?} {generation}\n", std::process::id(), std::time::SystemTime::now());
+        std::fs::write(scratch.images_dir().join("shell/NOTES.txt"), notes)?;
+        build(&opts).await?.ensure_success()?;
+        let entry = ImagesLock::read(&scratch.lock_path())?.images["shell"].clone();
+        engine.tag(&entry.id, &shell_repo, &format!("sha-{generation:012}")).await?;
+        generations.push(entry);
+    }
+    let _indexes: Vec<RemoveTagOnDrop> =
+        generations.iter().map(|g| RemoveTagOnDrop(inputs_tag("shell", &g.inputs))).collect();
+    let [oldest, used, latest] = [&generations[0], &generations[1], &generations[2]];
+    let lock = ImagesLock::read(&scratch.lock_path())?;
+    assert_eq!(lock.images["shell"].id, latest.id);
+
+    // A container made from the middle generation, never started: the engine must keep it.
+    let docker = engine.docker();
+    let name = format!("agent-sandbox-test-prune-{}", std::process::id());
+    let config = bollard::models::ContainerCreateBody { image: Some(used.id.clone()), ..Default::default() };
+    let container = docker
+        .create_container(Some(CreateContainerOptionsBuilder::default().name(&name).build()), config)
+        .await?;
+    let _container = RemoveOnDrop(container.id.clone());
+
+    let before = default_prefix_tags(&engine).await?;
+    let options = |dry_run| PruneOptions {
+        lock_path: scratch.lock_path(),
+        prefix: scratch.prefix.clone(),
+        dry_run,
+        grace: GRACE,
+    };
+    let outcome_of = |report: &xtask::prune::PruneReport, id: &str| {
+        report.images.iter().find(|(image, _)| image.id == id).map(|(_, outcome)| outcome.clone())
+    };
+
+    let dry = prune(&options(true), |_, _| {}).await?;
+    assert_eq!(outcome_of(&dry, &oldest.id), Some(Outcome::WouldRemove), "{:?}", dry.images);
+    let kept_for_the_container = Some(Outcome::Kept(format!("container {name} uses it")));
+    assert_eq!(outcome_of(&dry, &used.id), kept_for_the_container, "{:?}", dry.images);
+    for entry in generations.iter() {
+        assert!(engine.find(&entry.id).await?.is_some(), "--dry-run removed {}", entry.id);
+    }
+
+    let report = prune(&options(false), |_, _| {}).await?;
+    assert_eq!(outcome_of(&report, &oldest.id), Some(Outcome::Removed), "{:?}", report.images);
+    assert_eq!(engine.find(&oldest.id).await?, None, "the oldest generation is gone");
+    assert_eq!(engine.find(&inputs_tag("shell", &oldest.inputs)).await?, None, "with its inputs tag");
+
+    assert_eq!(outcome_of(&report, &used.id), kept_for_the_container, "{:?}", report.images);
+    let kept = engine.find(&used.id).await?.expect("a container's image is never forced out");
+    assert!(kept.tags.contains(&format!("{shell_repo}:sha-000000000001")), "untagged: {:?}", kept.tags);
+
+    assert_eq!(outcome_of(&report, &latest.id), None, "the latest is not even a candidate");
+    assert_eq!(
+        engine.image_id(&format!("{shell_repo}:{VERSION}")).await?.as_deref(),
+        Some(latest.id.as_str())
+    );
+    for (name, entry) in &lock.images {
+        assert!(engine.find(&entry.id).await?.is_some(), "{name}, in the lock, was removed");
+    }
+    for (image, _) in &report.images {
+        for tag in &image.ours {
+            assert!(
+                tag.starts_with(&format!("{}/", scratch.prefix))
+                    || tag.starts_with(xtask::project::INPUTS_REPOSITORY),
+                "{tag} is not the scratch prefix's"
+            );
+        }
+    }
+    let after = default_prefix_tags(&engine).await?;
+    let changed: Vec<_> = before.iter().filter(|(tag, id)| after.get(*tag) != Some(id)).collect();
+    assert!(changed.is_empty(), "the repository's images were touched: {changed:?}");
+
+    // Once the container is gone, the next prune takes that generation too; the one after
+    // finds nothing to do.
+    docker.remove_container(&container.id, None::<bollard::query_parameters::RemoveContainerOptions>).await?;
+    let again = prune(&options(false), |_, _| {}).await?;
+    assert_eq!(outcome_of(&again, &used.id), Some(Outcome::Removed), "{:?}", again.images);
+    assert_eq!(engine.find(&used.id).await?, None);
+    let idle = prune(&options(false), |_, _| {}).await?;
+    let ours = |image: &xtask::prune::Superseded| image.ours.iter().any(|t| t.starts_with(&scratch.prefix));
+    assert!(!idle.images.iter().any(|(image, _)| ours(image)), "{:?}", idle.images);
+
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! `cargo xtask prune`: remove the project's images that the current images.lock no longer names.
+//!
+//! Every build that changes an input leaves the previous image behind, still tagged
+//! `:sha-<old commit>` and `inputs:<name>-<old hash>`; after a few sandbox-init changes the engine
+//! holds several generations of every agent image (gigabytes each). Kept: the images the lock
+//! records and the latest build of each (the one the version tag names). Only what the build made is
+//! touched: images carrying the project's inputs label, and of their tags only the prefix's
+//! `agent-*` tags and the inputs tags. An image that keeps another tag (a registry tag, a tag of
+//! the user's) or that a container uses stays. Nothing is forced.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::engine::{Engine, ListedImage};
+use crate::{labels, lock::ImagesLock, project};
+
+/// Images that no prefix tag claims (only inputs tags, or none) are taken only when older than
+/// this: a build in progress tags its image a moment after the engine made it.
+pub const GRACE: Duration = Duration::from_secs(10 * 60);
+
+#[derive(Debug, Clone)]
+pub struct PruneOptions {
+    /// The images this lock records are kept.
+    pub lock_path: PathBuf,
+    pub prefix: String,
+    pub dry_run: bool,
+    pub grace: Duration,
+}
+
+/// What to do with one superseded image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superseded {
+    pub id: String,
+    /// Its graph node (the image label), `-` when unlabelled.
+    pub name: String,
+    /// The tags the build made, to remove.
+    pub ours: Vec<String>,
+    /// Other tags: the image stays while they exist.
+    pub others: Vec<String>,
+    pub size: u64,
+    pub created: i64,
+}
+
+impl Superseded {
+    /// Whether removing our tags removes the image.
+    pub fn goes(&self) -> bool {
+        self.others.is_empty()
+    }
+}
+
+/// The superseded images among `images`, newest first (children before their parents).
+pub fn plan(
+    images: &[ListedImage],
+    keep: &HashSet<String>,
+    prefix: &str,
+    now: i64,
+    grace: Duration,
+) -> Vec<Superseded> {
+    let prefix_repo = format!("{}/{}", prefix.trim_end_matches('/'), crate::graph::LOCAL_PREFIX);
+    let inputs_repo = format!("{}:", project::INPUTS_REPOSITORY);
+    let version_tag = format!(":{}", project::VERSION);
+    // The version tag moves to every new build of an image: it names the latest, whichever
+    // checkout made it, even when this checkout's lock is older.
+    let latest = |image: &ListedImage| {
+        image.tags.iter().any(|t| t.starts_with(&prefix_repo) && t.ends_with(&version_tag))
+    };
+    let mut out: Vec<Superseded> = images
+        .iter()
+        .filter(|image| {
+            image.labels.contains_key(labels::INPUTS) && !keep.contains(&image.id) && !latest(image)
+        })
+        .filter_map(|image| {
+            let (prefixed, rest): (Vec<&String>, Vec<&String>) =
+                image.tags.iter().partition(|t| t.starts_with(&prefix_repo));
+            let (inputs, others): (Vec<&String>, Vec<&String>) =
+                rest.into_iter().partition(|t| t.starts_with(&inputs_repo));
+            if prefixed.is_empty() {
+                // Another prefix's image (a scratch copy's, a registry's): not ours to judge.
+                // Unless nothing but the inputs index names it, and not since a build's moment.
+                let young = now.saturating_sub(image.created) < grace.as_secs() as i64;
+                if !others.is_empty() || young {
+                    return None;
+                }
+            }
+            // The inputs tags are the build's index: they go only with the image itself, and
+            // first, so that an image the engine refuses to remove keeps the prefix tag by which
+            // the next prune finds it.
+            let inputs = if others.is_empty() { inputs } else { Vec::new() };
+            let ours = inputs.into_iter().chain(prefixed).cloned().collect();
+            Some(Superseded {
+                id: image.id.clone(),
+                name: image.labels.get(labels::IMAGE).cloned().unwrap_or_else(|| "-".into()),
+                ours,
+                others: others.into_iter().cloned().collect(),
+                size: image.size,
+                created: image.created,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.id.cmp(&b.id)));
+    out
+}
+
+/// What happened to one superseded image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Removed,
+    /// Untagged from the project; other tags keep it.
+    Untagged,
+    /// The engine refused (a container uses it, a child image needs it): its message.
+    Kept(String),
+    WouldRemove,
+    WouldUntag,
+}
+
+#[derive(Debug, Default)]
+pub struct PruneReport {
+    pub images: Vec<(Superseded, Outcome)>,
+    /// Free bytes under the engine's data directory before and after, when it is on this host.
+    pub free: Option<(u64, u64)>,
+    pub root_dir: Option<PathBuf>,
+}
+
+impl PruneReport {
+    pub fn removed(&self) -> usize {
+        self.images.iter().filter(|(_, o)| *o == Outcome::Removed).count()
+    }
+
+    pub fn summary(&self, dry_run: bool) -> String {
+        let count = |o: &Outcome| self.images.iter().filter(|(_, x)| x == o).count();
+        let mut s = if dry_run {
+            format!(
+                "would remove {} superseded images and untag {} (nothing was changed)",
+                count(&Outcome::WouldRemove),
+                count(&Outcome::WouldUntag)
+            )
+        } else {
+            let kept = self.images.iter().filter(|(_, o)| matches!(o, Outcome::Kept(_))).count();
+            format!(
+                "removed {} superseded images, untagged {}, kept {kept}",
+                self.removed(),
+                count(&Outcome::Untagged)
+            )
+        };
+        match (self.free, &self.root_dir) {
+            (Some((before, _)), Some(dir)) if dry_run => {
+                s.push_str(&format!("; free under {}: {}", dir.display(), gigabytes(before)))
+            }
+            (Some((before, after)), Some(dir)) => s.push_str(&format!(
+                "; free under {}: {} → {}",
+                dir.display(),
+                gigabytes(before),
+                gigabytes(after)
+            )),
+            _ => {}
+        }
+        s
+    }
+}
+
+pub fn gigabytes(bytes: u64) -> String {
+    format!("{:.1} GB", bytes as f64 / 1e9)
+}
+
+/// The line printed for one image.
+pub fn describe(image: &Superseded, outcome: &Outcome) -> String {
+    let id = crate::build::short(&image.id).chars().take(12).collect::<String>();
+    let what = format!("{} {id} ({:.0} MB)", image.name, image.size as f64 / 1e6);
+    let tags = if image.ours.is_empty() { "untagged".to_string() } else { image.ours.join(", ") };
+    match outcome {
+        Outcome::Removed => format!("removed {what}: {tags}"),
+        Outcome::WouldRemove => format!("would remove {what}: {tags}"),
+        Outcome::Untagged => format!("untagged {what}: {tags}; kept for {}", image.others.join(", ")),
+        Outcome::WouldUntag => format!("would untag {what}: {tags}; kept for {}", image.others.join(", ")),
+        Outcome::Kept(why) => format!("kept {what}: {why}"),
+    }
+}
+
+pub async fn prune(
+    opts: &PruneOptions,
+    mut on_image: impl FnMut(&Superseded, &Outcome),
+) -> anyhow::Result<PruneReport> {
+    let lock = ImagesLock::read(&opts.lock_path)?;
+    if lock.images.is_empty() {
+        anyhow::bail!(
+            "{} records no image, so every image of the project would count as superseded; \
+             run `cargo xtask build` first",
+            opts.lock_path.display()
+        );
+    }
+    let keep: HashSet<String> = lock.images.values().map(|entry| entry.id.clone()).collect();
+    let engine = Engine::connect().await?;
+    let root_dir = engine.local_root_dir().await;
+    let free = |dir: &Option<PathBuf>| dir.as_deref().and_then(free_bytes);
+    let before = free(&root_dir);
+    let images = engine.images_with_label(labels::INPUTS).await?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as i64;
+    let mut report = PruneReport { root_dir: root_dir.clone(), ..Default::default() };
+    let used = engine.images_in_use().await?;
+    for image in plan(&images, &keep, &opts.prefix, now, opts.grace) {
+        let outcome = match (opts.dry_run, image.goes(), used.get(&image.id)) {
+            (_, _, Some(container)) => Outcome::Kept(format!("container {container} uses it")),
+            (true, true, None) => Outcome::WouldRemove,
+            (true, false, None) => Outcome::WouldUntag,
+            (false, goes, None) => match remove(&engine, &image).await {
+                Ok(()) if goes => Outcome::Removed,
+                Ok(()) => Outcome::Untagged,
+                Err(why) => Outcome::Kept(why),
+            },
+        };
+        on_image(&image, &outcome);
+        report.images.push((image, outcome));
+    }
+    report.free = before.zip(free(&root_dir));
+    Ok(report)
+}
+
+/// Removes our tags (the last one takes the image and its untagged build steps), or the image
+/// itself when it has none. Never forced: the engine refuses while a container uses it.
+async fn remove(engine: &Engine, image: &Superseded) -> Result<(), String> {
+    if image.ours.is_empty() {
+        return engine.remove_image(&image.id).await.map_err(|e| e.to_string());
+    }
+    for tag in &image.ours {
+        engine.remove_image(tag).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let stat = rustix::fs::statvfs(dir).ok()?;
+    Some(stat.f_bavail * stat.f_frsize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const NOW: i64 = 1_000_000;
+
+    fn image(id: &str, name: &str, tags: &[&str], age: i64) -> ListedImage {
+        ListedImage {
+            id: id.into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            labels: HashMap::from([
+                (labels::IMAGE.to_string(), name.to_string()),
+                (labels::INPUTS.to_string(), format!("sha256:{id}")),
+            ]),
+            size: 100,
+            created: NOW - age,
+        }
+    }
+
+    fn run(images: &[ListedImage], keep: &[&str]) -> Vec<(String, Vec<String>, bool)> {
+        let keep = keep.iter().map(|k| k.to_string()).collect();
+        plan(images, &keep, "localhost/agent-sandbox", NOW, GRACE)
+            .into_iter()
+            .map(|s| (s.id.clone(), s.ours.clone(), s.goes()))
+            .collect()
+    }
+
+    #[test]
+    fn what_the_lock_names_stays_and_older_generations_go_newest_first() {
+        let images = [
+            image(
+                "current",
+                "shell",
+                &["localhost/agent-sandbox/agent-shell:0.1.0", "localhost/agent-sandbox/inputs:shell-c"],
+                5,
+            ),
+            image(
+                "old",
+                "shell",
+                &[
+                    "localhost/agent-sandbox/agent-shell:sha-0a8f9309fb64",
+                    "localhost/agent-sandbox/inputs:shell-o",
+                ],
+                3600,
+            ),
+            image("older", "base", &["localhost/agent-sandbox/agent-base:sha-a223551a0513"], 7200),
+        ];
+        assert_eq!(run(&images, &["current"]), run(&images, &[]), "the version tag alone keeps the latest");
+        assert_eq!(
+            run(&images, &["current"]),
+            vec![
+                (
+                    "old".into(),
+                    vec![
+                        "localhost/agent-sandbox/inputs:shell-o".into(),
+                        "localhost/agent-sandbox/agent-shell:sha-0a8f9309fb64".into()
+                    ],
+                    true
+                ),
+                ("older".into(), vec!["localhost/agent-sandbox/agent-base:sha-a223551a0513".into()], true),
+            ]
+        );
+    }
+
+    #[test]
+    fn what_an_older_lock_names_stays_too() {
+        let images = [
+            image("latest", "shell", &["localhost/agent-sandbox/agent-shell:0.1.0"], 5),
+            image("locked", "shell", &["localhost/agent-sandbox/agent-shell:sha-0a8f9309fb64"], 3600),
+        ];
+        assert_eq!(run(&images, &["locked"]), vec![]);
+    }
+
+    #[test]
+    fn another_tag_keeps_the_image_and_its_inputs_index() {
+        let images = [image(
+            "old",
+            "claude",
+            &[
+                "localhost/agent-sandbox/agent-claude:sha-0a8f9309fb64",
+                "localhost/agent-sandbox/inputs:claude-o",
+                "ghcr.io/agent-sandbox/agent-claude:0.1.0",
+            ],
+            3600,
+        )];
+        assert_eq!(
+            run(&images, &[]),
+            vec![("old".into(), vec!["localhost/agent-sandbox/agent-claude:sha-0a8f9309fb64".into()], false)]
+        );
+    }
+
+    #[test]
+    fn another_prefix_is_left_alone() {
+        let images = [image("x", "shell", &["localhost/agent-sandbox-test-a-1/agent-shell:0.1.0"], 3600)];
+        assert_eq!(run(&images, &[]), vec![]);
+    }
+
+    #[test]
+    fn unclaimed_images_go_only_after_the_grace() {
+        let images = [
+            image(
+                "index-only",
+                "shell",
+                &["localhost/agent-sandbox/inputs:shell-i"],
+                GRACE.as_secs() as i64 + 1,
+            ),
+            image("dangling", "shell", &[], GRACE.as_secs() as i64 + 1),
+            image("being-built", "shell", &[], 30),
+            image("being-tagged", "shell", &["localhost/agent-sandbox/inputs:shell-t"], 30),
+        ];
+        assert_eq!(
+            run(&images, &[]),
+            vec![
+                ("dangling".into(), vec![], true),
+                ("index-only".into(), vec!["localhost/agent-sandbox/inputs:shell-i".into()], true),
+            ]
+        );
+    }
+
+    #[test]
+    fn images_the_build_did_not_make_are_not_listed() {
+        let mut foreign = image("foreign", "x", &["localhost/agent-sandbox/agent-x:1"], 3600);
+        foreign.labels.remove(labels::INPUTS);
+        assert_eq!(run(&[foreign], &[]), vec![]);
+    }
+}
