@@ -24,6 +24,8 @@ const GATE_ADDR: &str = "127.0.0.1:53";
 /// How long the session's foreground processes get to end after SIGTERM before the tmux server
 /// is closed, which hangs up the rest (an interactive shell ignores SIGTERM, not SIGHUP).
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// With a terminal: how long the ready line has to reach the engine before tmux starts.
+const TTY_READY_GRACE: Duration = Duration::from_millis(100);
 
 /// SANDBOX_FIREWALL: `on` (the default), or one of the two loudly warned opt-outs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +156,11 @@ pub fn run() -> Result<u8, Fatal> {
     println!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis());
     // SAFETY: isatty on fd 0.
     if unsafe { libc::isatty(0) } == 1 {
+        // The tmux client discards the terminal's output not yet read (tcflush TCOFLUSH) as it
+        // starts: on a loaded machine the engine had not read the ready line yet, and neither the
+        // terminal nor `docker logs` showed it. No call tells when a pty's reader has the bytes;
+        // a tenth of a second, once, with a terminal only, gives it the time.
+        std::thread::sleep(TTY_READY_GRACE);
         session::attach_terminal(&agent).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     }
     Ok(runtime.block_on(supervise(&agent, server, mode, enforcer)))

@@ -158,7 +158,10 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
     // hands an attach that raced the start only what followed (seen once under load).
     read_until("$ ", &mut screen).await?;
     let (log, _) = sandbox_tests::sandbox::container_logs(&id).await?;
-    assert!(log.contains("sandbox ready"), "the terminal never said `sandbox ready`:\n{log}");
+    assert!(
+        log.contains("sandbox ready"),
+        "the terminal never said `sandbox ready`: {log:?}\nscreen: {screen:?}"
+    );
     attached.input.write_all(b"echo tty-$((3*3))\r").await?;
     read_until("tty-9", &mut screen).await?;
     attached.input.write_all(b"exit\r").await?;
