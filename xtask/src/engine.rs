@@ -249,11 +249,13 @@ impl Engine {
     }
 
     /// Removes a tag, or an image by id, with the untagged build steps only it needed. Not
-    /// forced: the engine refuses while a container uses the image. Gone already is success.
-    pub async fn remove_image(&self, reference: &str) -> Result<(), EngineError> {
+    /// forced: the engine refuses while a container uses the image. Whether an image is gone:
+    /// removing the last tag of an image that others are built on only untags it.
+    pub async fn remove_image(&self, reference: &str) -> Result<bool, EngineError> {
         let options = RemoveImageOptionsBuilder::default().noprune(false).build();
         match self.docker.remove_image(reference, Some(options), None).await {
-            Ok(_) | Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            Ok(items) => Ok(items.iter().any(|item| item.deleted.is_some())),
+            Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(true),
             Err(source) => Err(EngineError::Call { what: format!("removing '{reference}'"), source }),
         }
     }

@@ -1,4 +1,5 @@
-//! `cargo xtask prune`: remove the project's images that the current images.lock no longer names.
+//! `cargo xtask prune`: remove the project's images that neither images.lock nor a version tag
+//! names.
 //!
 //! Every build that changes an input leaves the previous image behind, still tagged
 //! `:sha-<old commit>` and `inputs:<name>-<old hash>`; after a few sandbox-init changes the engine
@@ -77,7 +78,8 @@ pub fn plan(
                 rest.into_iter().partition(|t| t.starts_with(&inputs_repo));
             if prefixed.is_empty() {
                 // Another prefix's image (a scratch copy's, a registry's): not ours to judge.
-                // Unless nothing but the inputs index names it, and not since a build's moment.
+                // Unless only the inputs index names it (what a scratch copy leaves), and it is
+                // older than the grace: a build tags its image a moment after the engine made it.
                 let young = now.saturating_sub(image.created) < grace.as_secs() as i64;
                 if !others.is_empty() || young {
                     return None;
@@ -108,7 +110,8 @@ pub enum Outcome {
     Removed,
     /// Untagged from the project; other tags keep it.
     Untagged,
-    /// The engine refused (a container uses it, a child image needs it): its message.
+    /// Still there, and why: a container uses it, the engine refused, or images built on it
+    /// keep it (untagged).
     Kept(String),
     WouldRemove,
     WouldUntag,
@@ -204,8 +207,9 @@ pub async fn prune(
             (true, true, None) => Outcome::WouldRemove,
             (true, false, None) => Outcome::WouldUntag,
             (false, goes, None) => match remove(&engine, &image).await {
-                Ok(()) if goes => Outcome::Removed,
-                Ok(()) => Outcome::Untagged,
+                Ok(true) => Outcome::Removed,
+                Ok(false) if goes => Outcome::Kept("untagged; images built on it keep it".into()),
+                Ok(false) => Outcome::Untagged,
                 Err(why) => Outcome::Kept(why),
             },
         };
@@ -217,15 +221,17 @@ pub async fn prune(
 }
 
 /// Removes our tags (the last one takes the image and its untagged build steps), or the image
-/// itself when it has none. Never forced: the engine refuses while a container uses it.
-async fn remove(engine: &Engine, image: &Superseded) -> Result<(), String> {
+/// itself when it has none; whether the image is gone. Never forced: the engine refuses while a
+/// container uses it.
+async fn remove(engine: &Engine, image: &Superseded) -> Result<bool, String> {
     if image.ours.is_empty() {
         return engine.remove_image(&image.id).await.map_err(|e| e.to_string());
     }
+    let mut gone = false;
     for tag in &image.ours {
-        engine.remove_image(tag).await.map_err(|e| e.to_string())?;
+        gone |= engine.remove_image(tag).await.map_err(|e| e.to_string())?;
     }
-    Ok(())
+    Ok(gone)
 }
 
 fn free_bytes(dir: &Path) -> Option<u64> {

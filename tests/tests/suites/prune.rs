@@ -123,3 +123,60 @@ async fn older_generations_go_and_the_latest_the_locked_and_the_used_stay() -> a
 
     Ok(())
 }
+
+#[tokio::test]
+async fn an_older_parent_that_the_latest_child_is_built_on_loses_its_tags_not_its_layers()
+-> anyhow::Result<()> {
+    let scratch = ScratchImages::copy("prune-parent", &["os", "base", "shell"])?;
+    let mut opts = scratch.options()?;
+    let engine = Engine::connect().await?;
+    let base_repo = repository(&scratch.prefix, "base");
+    let notes =
+        |what: &str| format!("prune test {} {:?} {what}\n", std::process::id(), std::time::SystemTime::now());
+
+    // base and shell on it; then base alone again, changed: shell, still the latest shell, is
+    // built on the older base.
+    std::fs::write(scratch.images_dir().join("base/NOTES.txt"), notes("first"))?;
+    build(&opts).await?.ensure_success()?;
+    let first = ImagesLock::read(&scratch.lock_path())?;
+    let (older_base, shell) = (&first.images["base"], &first.images["shell"]);
+    engine.tag(&older_base.id, &base_repo, "sha-000000000009").await?;
+    std::fs::write(scratch.images_dir().join("base/NOTES.txt"), notes("second"))?;
+    opts.images = vec!["base".into()];
+    build(&opts).await?.ensure_success()?;
+    let newer_base = ImagesLock::read(&scratch.lock_path())?.images["base"].clone();
+    let _indexes = [
+        RemoveTagOnDrop(inputs_tag("base", &older_base.inputs)),
+        RemoveTagOnDrop(inputs_tag("base", &newer_base.inputs)),
+        RemoveTagOnDrop(inputs_tag("shell", &shell.inputs)),
+    ];
+    assert_ne!(newer_base.id, older_base.id);
+
+    let options = PruneOptions {
+        lock_path: scratch.lock_path(),
+        prefix: scratch.prefix.clone(),
+        dry_run: false,
+        grace: GRACE,
+    };
+    let report = prune(&options, |_, _| {}).await?;
+    let outcome = report.images.iter().find(|(image, _)| image.id == older_base.id).map(|(_, o)| o.clone());
+    assert_eq!(
+        outcome,
+        Some(Outcome::Kept("untagged; images built on it keep it".into())),
+        "{:?}",
+        report.images
+    );
+    let kept = engine.find(&older_base.id).await?.expect("the latest shell's parent must stay");
+    assert!(kept.tags.is_empty(), "the project's tags go: {:?}", kept.tags);
+    let shell_tag = format!("{}:{VERSION}", repository(&scratch.prefix, "shell"));
+    assert_eq!(
+        engine.image_id(&shell_tag).await?.as_deref(),
+        Some(shell.id.as_str()),
+        "the latest shell stays"
+    );
+    let removed_here = report.images.iter().filter(|(image, outcome)| {
+        *outcome == Outcome::Removed && image.ours.iter().any(|t| t.starts_with(&scratch.prefix))
+    });
+    assert_eq!(removed_here.count(), 0, "nothing of this prefix was deleted: {:?}", report.images);
+    Ok(())
+}
