@@ -241,18 +241,19 @@ impl Engine {
 
     /// Removes a tag; the image goes too when nothing else references it, its parents stay.
     pub async fn remove_tag(&self, reference: &str) -> Result<(), EngineError> {
-        let options = RemoveImageOptionsBuilder::default().noprune(true).build();
-        match self.docker.remove_image(reference, Some(options), None).await {
-            Ok(_) | Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
-            Err(source) => Err(EngineError::Call { what: format!("removing '{reference}'"), source }),
-        }
+        self.remove(reference, true).await.map(drop)
     }
 
     /// Removes a tag, or an image by id, with the untagged build steps only it needed. Not
     /// forced: the engine refuses while a container uses the image. Whether an image is gone:
     /// removing the last tag of an image that others are built on only untags it.
     pub async fn remove_image(&self, reference: &str) -> Result<bool, EngineError> {
-        let options = RemoveImageOptionsBuilder::default().noprune(false).build();
+        self.remove(reference, false).await
+    }
+
+    /// Whether an image was deleted; one that is gone already counts.
+    async fn remove(&self, reference: &str, noprune: bool) -> Result<bool, EngineError> {
+        let options = RemoveImageOptionsBuilder::default().noprune(noprune).build();
         match self.docker.remove_image(reference, Some(options), None).await {
             Ok(items) => Ok(items.iter().any(|item| item.deleted.is_some())),
             Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(true),

@@ -126,8 +126,9 @@ pub struct PruneReport {
 }
 
 impl PruneReport {
-    pub fn removed(&self) -> usize {
-        self.images.iter().filter(|(_, o)| *o == Outcome::Removed).count()
+    /// What happened to the image with this id, if it was superseded.
+    pub fn outcome(&self, id: &str) -> Option<&Outcome> {
+        self.images.iter().find(|(image, _)| image.id == id).map(|(_, outcome)| outcome)
     }
 
     pub fn summary(&self, dry_run: bool) -> String {
@@ -142,7 +143,7 @@ impl PruneReport {
             let kept = self.images.iter().filter(|(_, o)| matches!(o, Outcome::Kept(_))).count();
             format!(
                 "removed {} superseded images, untagged {}, kept {kept}",
-                self.removed(),
+                count(&Outcome::Removed),
                 count(&Outcome::Untagged)
             )
         };

@@ -69,28 +69,25 @@ async fn older_generations_go_and_the_latest_the_locked_and_the_used_stay() -> a
         dry_run,
         grace: GRACE,
     };
-    let outcome_of = |report: &xtask::prune::PruneReport, id: &str| {
-        report.images.iter().find(|(image, _)| image.id == id).map(|(_, outcome)| outcome.clone())
-    };
 
     let dry = prune(&options(true), |_, _| {}).await?;
-    assert_eq!(outcome_of(&dry, &oldest.id), Some(Outcome::WouldRemove), "{:?}", dry.images);
+    assert_eq!(dry.outcome(&oldest.id).cloned(), Some(Outcome::WouldRemove), "{:?}", dry.images);
     let kept_for_the_container = Some(Outcome::Kept(format!("container {name} uses it")));
-    assert_eq!(outcome_of(&dry, &used.id), kept_for_the_container, "{:?}", dry.images);
+    assert_eq!(dry.outcome(&used.id).cloned(), kept_for_the_container, "{:?}", dry.images);
     for entry in generations.iter() {
         assert!(engine.find(&entry.id).await?.is_some(), "--dry-run removed {}", entry.id);
     }
 
     let report = prune(&options(false), |_, _| {}).await?;
-    assert_eq!(outcome_of(&report, &oldest.id), Some(Outcome::Removed), "{:?}", report.images);
+    assert_eq!(report.outcome(&oldest.id).cloned(), Some(Outcome::Removed), "{:?}", report.images);
     assert_eq!(engine.find(&oldest.id).await?, None, "the oldest generation is gone");
     assert_eq!(engine.find(&inputs_tag("shell", &oldest.inputs)).await?, None, "with its inputs tag");
 
-    assert_eq!(outcome_of(&report, &used.id), kept_for_the_container, "{:?}", report.images);
+    assert_eq!(report.outcome(&used.id).cloned(), kept_for_the_container, "{:?}", report.images);
     let kept = engine.find(&used.id).await?.expect("a container's image is never forced out");
     assert!(kept.tags.contains(&format!("{shell_repo}:sha-000000000001")), "untagged: {:?}", kept.tags);
 
-    assert_eq!(outcome_of(&report, &latest.id), None, "the latest is not even a candidate");
+    assert_eq!(report.outcome(&latest.id).cloned(), None, "the latest is not even a candidate");
     assert_eq!(
         engine.image_id(&format!("{shell_repo}:{VERSION}")).await?.as_deref(),
         Some(latest.id.as_str())
@@ -115,7 +112,7 @@ async fn older_generations_go_and_the_latest_the_locked_and_the_used_stay() -> a
     // finds nothing to do.
     docker.remove_container(&container.id, None::<bollard::query_parameters::RemoveContainerOptions>).await?;
     let again = prune(&options(false), |_, _| {}).await?;
-    assert_eq!(outcome_of(&again, &used.id), Some(Outcome::Removed), "{:?}", again.images);
+    assert_eq!(again.outcome(&used.id).cloned(), Some(Outcome::Removed), "{:?}", again.images);
     assert_eq!(engine.find(&used.id).await?, None);
     let idle = prune(&options(false), |_, _| {}).await?;
     let ours = |image: &xtask::prune::Superseded| image.ours.iter().any(|t| t.starts_with(&scratch.prefix));
@@ -159,7 +156,7 @@ async fn an_older_parent_that_the_latest_child_is_built_on_loses_its_tags_not_it
         grace: GRACE,
     };
     let report = prune(&options, |_, _| {}).await?;
-    let outcome = report.images.iter().find(|(image, _)| image.id == older_base.id).map(|(_, o)| o.clone());
+    let outcome = report.outcome(&older_base.id).cloned();
     assert_eq!(
         outcome,
         Some(Outcome::Kept("untagged; images built on it keep it".into())),
