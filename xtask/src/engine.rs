@@ -184,12 +184,21 @@ impl Engine {
 
     /// Every local tag that starts with `prefix`.
     pub async fn tags_with_prefix(&self, prefix: &str) -> Result<Vec<String>, EngineError> {
+        Ok(self.tagged_with_prefix(prefix).await?.into_iter().map(|(tag, _)| tag).collect())
+    }
+
+    /// Every local tag that starts with `prefix`, with the id of its image: one call.
+    pub async fn tagged_with_prefix(&self, prefix: &str) -> Result<Vec<(String, String)>, EngineError> {
         let images = self
             .docker
             .list_images(None::<bollard::query_parameters::ListImagesOptions>)
             .await
             .map_err(|source| EngineError::Call { what: "listing images".into(), source })?;
-        Ok(images.into_iter().flat_map(|i| i.repo_tags).filter(|t| t.starts_with(prefix)).collect())
+        Ok(images
+            .into_iter()
+            .flat_map(|i| i.repo_tags.into_iter().map(move |tag| (tag, i.id.clone())))
+            .filter(|(tag, _)| tag.starts_with(prefix))
+            .collect())
     }
 
     /// Points `repository:tag` at `id`.

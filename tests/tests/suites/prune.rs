@@ -15,17 +15,9 @@ use xtask::prune::{GRACE, Outcome, PruneOptions, prune};
 /// Every tag of the engine under the default prefix but the shared inputs index, with its
 /// image id.
 async fn default_prefix_tags(engine: &Engine) -> anyhow::Result<BTreeMap<String, String>> {
-    let mut tags = BTreeMap::new();
     let index = format!("{}:", xtask::project::INPUTS_REPOSITORY);
-    for tag in engine.tags_with_prefix(&format!("{}/", xtask::project::DEFAULT_PREFIX)).await? {
-        if tag.starts_with(&index) {
-            continue;
-        }
-        if let Some(id) = engine.image_id(&tag).await? {
-            tags.insert(tag, id);
-        }
-    }
-    Ok(tags)
+    let tagged = engine.tagged_with_prefix(&format!("{}/", xtask::project::DEFAULT_PREFIX)).await?;
+    Ok(tagged.into_iter().filter(|(tag, _)| !tag.starts_with(&index)).collect())
 }
 
 #[tokio::test]
