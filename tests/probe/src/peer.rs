@@ -1,0 +1,140 @@
+//! The peer side: servers on the private test network that answer to allowlisted and blocked
+//! names (network aliases), and a DNS server that records every query it receives.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, UdpSocket};
+
+use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{RData, Record, RecordType};
+
+fn ports(list: &str) -> Vec<u16> {
+    list.split(',').filter_map(|p| p.parse().ok()).collect()
+}
+
+pub fn serve(args: &[String]) {
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim().to_string();
+    let mut threads = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--tcp" => {
+                for port in ports(&args[i + 1]) {
+                    let listener = TcpListener::bind(("::", port)).expect("bind tcp");
+                    let greeting = format!("hello from {host}:{port}\n");
+                    threads.push(std::thread::spawn(move || {
+                        for mut stream in listener.incoming().flatten() {
+                            let _ = stream.write_all(greeting.as_bytes());
+                        }
+                    }));
+                }
+                i += 2;
+            }
+            "--echo" => {
+                for port in ports(&args[i + 1]) {
+                    let listener = TcpListener::bind(("::", port)).expect("bind tcp echo");
+                    threads.push(std::thread::spawn(move || {
+                        for mut stream in listener.incoming().flatten() {
+                            std::thread::spawn(move || {
+                                let mut buf = [0u8; 16384];
+                                while let Ok(len @ 1..) = stream.read(&mut buf) {
+                                    if stream.write_all(&buf[..len]).is_err() {
+                                        break;
+                                    }
+                                }
+                            });
+                        }
+                    }));
+                }
+                i += 2;
+            }
+            "--udp" => {
+                for port in ports(&args[i + 1]) {
+                    let socket = UdpSocket::bind(("::", port)).expect("bind udp");
+                    threads.push(std::thread::spawn(move || {
+                        let mut buf = [0u8; 2048];
+                        while let Ok((len, from)) = socket.recv_from(&mut buf) {
+                            let _ = socket.send_to(&buf[..len], from);
+                        }
+                    }));
+                }
+                i += 2;
+            }
+            "--dns" => {
+                let (zone, log) = (args[i + 1].clone(), args[i + 2].clone());
+                let socket = UdpSocket::bind(("::", 53)).expect("bind dns");
+                threads.push(std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok((len, from)) = socket.recv_from(&mut buf) {
+                        if let Some(reply) = answer(&buf[..len], &zone, &log) {
+                            let _ = socket.send_to(&reply, from);
+                        }
+                    }
+                }));
+                i += 3;
+            }
+            other => panic!("unknown serve option {other}"),
+        }
+    }
+    println!("peer ready");
+    for thread in threads {
+        let _ = thread.join();
+    }
+}
+
+/// Answers from the zone file (`name type address ttl` lines), logging the query first as
+/// `name type id`.
+fn answer(packet: &[u8], zone: &str, log: &str) -> Option<Vec<u8>> {
+    let query = Message::from_vec(packet).ok()?;
+    let question = query.queries().first()?.clone();
+    let name = question.name().to_ascii().to_ascii_lowercase();
+    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+        let _ = writeln!(file, "{name} {} {}", question.query_type(), query.id());
+    }
+    let mut reply = Message::new();
+    reply
+        .set_id(query.id())
+        .set_message_type(MessageType::Response)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(query.recursion_desired())
+        .set_recursion_available(true)
+        .set_authoritative(true);
+    reply.add_query(question.clone());
+    let mut found = false;
+    for line in std::fs::read_to_string(zone).unwrap_or_default().lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let bare = name.trim_end_matches('.');
+        let matches = fields.len() == 4
+            && match fields[0].strip_prefix("*.") {
+                Some(suffix) => bare.ends_with(&format!(".{suffix}")),
+                None => fields[0].trim_end_matches('.') == bare,
+            };
+        if !matches {
+            continue;
+        }
+        found = true;
+        let ttl = fields[3].parse().unwrap_or(60);
+        let owner = question.name().clone();
+        let record = match (fields[1], question.query_type()) {
+            // `10.99.0.0/16`: an address of that range chosen by the name, so every name of a
+            // wildcard gets its own.
+            ("A", RecordType::A) if fields[2].contains('/') => {
+                let (base, _) = fields[2].split_once('/')?;
+                let base = u32::from(base.parse::<std::net::Ipv4Addr>().ok()?);
+                let hash = bare.bytes().fold(2166136261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16777619));
+                let addr = std::net::Ipv4Addr::from(base | (hash & 0xffff).max(1));
+                Record::from_rdata(owner, ttl, RData::A(A(addr)))
+            }
+            ("A", RecordType::A) => Record::from_rdata(owner, ttl, RData::A(A(fields[2].parse().ok()?))),
+            ("AAAA", RecordType::AAAA) => {
+                Record::from_rdata(owner, ttl, RData::AAAA(AAAA(fields[2].parse().ok()?)))
+            }
+            _ => continue,
+        };
+        reply.add_answer(record);
+    }
+    if !found {
+        reply.set_response_code(ResponseCode::NXDomain);
+    }
+    reply.to_vec().ok()
+}
