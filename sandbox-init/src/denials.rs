@@ -1,67 +1,101 @@
 //! The denial log: one JSON line per refused name or rejected connection, on stderr (so
-//! `docker logs` shows it) and appended to a file under /run that `sandbox-status` tails.
+//! `docker logs` shows it) and in a file under /run that `sandbox-status` tails. The agent
+//! decides what is denied, so the log folds repeats, is rate-limited and is capped on disk
+//! (jsonlog.rs).
 
-use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::jsonlog::{JsonLog, Limits};
 
 pub const DENIAL_LOG: &str = "/run/agent-sandbox/denials.jsonl";
 
+/// At most 1 MiB on disk (2 MiB with the rotated file), 20 lines a second after a burst of 200,
+/// the same denial once per 10 s.
+pub const LIMITS: Limits =
+    Limits { max_bytes: 1 << 20, per_second: 20, burst: 200, fold: Duration::from_secs(10) };
+
+/// Why a name was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// No entry of the policy allows it.
+    NotAllowlisted,
+    /// The name is allowed, the query type is not (only A, AAAA and CNAME leave).
+    QueryType,
+    /// Allowed only by a wildcard, and longer than names matched by a wildcard may be.
+    WildcardNameTooLong,
+    /// The address sets are full.
+    SetsFull,
+    /// A reload removed the name while its answer was on its way.
+    PolicyChanged,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NotAllowlisted => "not allowlisted",
+            Reason::QueryType => "query type",
+            Reason::WildcardNameTooLong => "wildcard name too long",
+            Reason::SetsFull => "address sets full",
+            Reason::PolicyChanged => "policy changed",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Denial {
-    /// A DNS query for a name outside the allowlist, answered REFUSED.
-    Name { name: String, kind: String },
+    /// A DNS query that did not leave the container (or whose answer opened nothing).
+    Name { name: String, kind: String, reason: Reason },
     /// A packet that reached the end of the output chain and was rejected.
     Connection { protocol: String, addr: IpAddr, port: Option<u16>, uid: Option<u32> },
 }
 
 impl Denial {
-    pub fn to_json(&self, time: SystemTime) -> String {
+    pub fn to_value(&self, time: SystemTime) -> serde_json::Value {
         let time = rfc3339(time);
-        let value = match self {
-            Denial::Name { name, kind } => serde_json::json!({
+        match self {
+            Denial::Name { name, kind, reason } => serde_json::json!({
                 "time": time, "denied": "dns", "name": name.strip_suffix('.').unwrap_or(name), "type": kind,
+                "reason": reason.as_str(),
             }),
             Denial::Connection { protocol, addr, port, uid } => serde_json::json!({
                 "time": time, "denied": "connection", "protocol": protocol, "address": addr.to_string(),
                 "port": port, "uid": uid,
             }),
-        };
-        value.to_string()
+        }
+    }
+
+    pub fn to_json(&self, time: SystemTime) -> String {
+        self.to_value(time).to_string()
+    }
+
+    /// What makes two denials the same for folding.
+    fn key(&self) -> String {
+        match self {
+            Denial::Name { name, kind, reason } => format!("dns {name} {kind} {reason:?}"),
+            Denial::Connection { protocol, addr, port, .. } => format!("{protocol} {addr} {port:?}"),
+        }
     }
 }
 
 pub struct DenialLog {
-    file: Option<Mutex<std::fs::File>>,
+    log: JsonLog,
 }
 
 impl DenialLog {
     /// Logs to stderr and, when it can be opened, to `path`.
     pub fn open(path: &Path) -> DenialLog {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
-        match file {
-            Ok(file) => DenialLog { file: Some(Mutex::new(file)) },
-            Err(e) => {
-                eprintln!("sandbox-init: denials go to stderr only: cannot open {}: {e}", path.display());
-                DenialLog { file: None }
-            }
-        }
+        DenialLog { log: JsonLog::open(path, LIMITS) }
     }
 
     /// Logs to stderr only.
     pub fn stderr_only() -> DenialLog {
-        DenialLog { file: None }
+        DenialLog { log: JsonLog::stderr_only(LIMITS) }
     }
 
     pub fn record(&self, denial: Denial) {
-        let mut line = denial.to_json(SystemTime::now());
-        line.push('\n');
-        let _ = std::io::stderr().write_all(line.as_bytes());
-        if let Some(file) = &self.file {
-            let _ = file.lock().unwrap_or_else(|e| e.into_inner()).write_all(line.as_bytes());
-        }
+        self.log.write(&denial.key(), || denial.to_value(SystemTime::now()));
     }
 }
 
@@ -95,10 +129,11 @@ mod tests {
     #[test]
     fn denials_are_json_lines_with_utc_times() {
         let time = UNIX_EPOCH + Duration::from_millis(1_795_996_800_250);
-        let name = Denial::Name { name: "example.com.".into(), kind: "A".into() };
+        let name =
+            Denial::Name { name: "example.com.".into(), kind: "A".into(), reason: Reason::NotAllowlisted };
         assert_eq!(
             name.to_json(time),
-            r#"{"denied":"dns","name":"example.com","time":"2026-11-30T00:00:00.250Z","type":"A"}"#
+            r#"{"denied":"dns","name":"example.com","reason":"not allowlisted","time":"2026-11-30T00:00:00.250Z","type":"A"}"#
         );
         let conn = Denial::Connection {
             protocol: "tcp".into(),

@@ -1,34 +1,57 @@
 //! The DNS gate on 127.0.0.1:53 (UDP and TCP). A query for a name outside the allowlist is
 //! answered REFUSED and logged, and never leaves the container: no DNS exfiltration. A query for
-//! an allowed name is forwarded to the container's original resolver, and every A/AAAA address
-//! of the answer (following CNAMEs) is added to the firewall's sets before the answer is returned.
+//! an allowed name is forwarded to the container's original resolver under an id of the gate's
+//! own, and every A/AAAA address of the answer (following CNAMEs) is added to the firewall's
+//! sets before the answer is returned.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData};
+use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::Semaphore;
 
-use crate::denials::{Denial, DenialLog};
-use crate::firewall::{Element, Nft, add_elements, create_elements};
-use crate::policy::{Allowlist, Ports};
+use crate::denials::{Denial, DenialLog, Reason};
+use crate::firewall::{Element, FirewallError};
+use crate::policy::{Access, Allowlist};
 
 /// How long an upstream resolver gets to answer before the next one is tried.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 /// CNAME chains longer than this are not followed (a loop, or an attack).
 const MAX_CNAME_CHAIN: usize = 16;
+/// The query types that leave the container: the addresses the firewall opens, and CNAME.
+/// Every other type (TXT, NULL, ANY, MX, SRV, HTTPS, …) is answered empty without being
+/// forwarded: they carry data either way, and the resolvers agents use ask for A and AAAA.
+pub const FORWARDED_TYPES: [RecordType; 3] = [RecordType::A, RecordType::AAAA, RecordType::CNAME];
+/// A name that only a wildcard allows may be at most this long, and its labels this long: room
+/// for real host names (`release-assets.githubusercontent.com`), not for a tunnel's payload.
+pub const WILDCARD_MAX_NAME: usize = 100;
+pub const WILDCARD_MAX_LABEL: usize = 40;
+/// Queries in flight at once: past this, a query is dropped (its client retries) instead of
+/// getting a task and a socket.
+pub const MAX_IN_FLIGHT: usize = 256;
+/// TCP clients served at once: past this, connections wait in the listen backlog.
+pub const MAX_TCP_CLIENTS: usize = 32;
+/// How long a TCP client may take to send a query.
+const TCP_IDLE: Duration = Duration::from_secs(10);
 
 /// What the gate does with one query packet.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decision {
-    /// Reply at once with this packet; `refused` names the query that was denied.
-    Reply { packet: Vec<u8>, refused: Option<(String, String)> },
-    /// Forward to the upstream; on the answer, allow its addresses on these ports.
-    Forward { id: u16, query: Query, ports: Ports },
+    /// Reply at once with this packet; `refused` says what was denied, for the log.
+    Reply { packet: Vec<u8>, refused: Option<Denial> },
+    /// Forward to the upstream; on the answer, open its addresses as `access` says.
+    Forward { id: u16, query: Query, access: Access },
+}
+
+/// Whether a name may go upstream through a wildcard: short enough to be a host, not a payload.
+fn fits_a_wildcard(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.len() <= WILDCARD_MAX_NAME && name.split('.').all(|label| label.len() <= WILDCARD_MAX_LABEL)
 }
 
 /// Decides on a packet from a client. None: not a DNS query at all, dropped without a reply.
@@ -50,13 +73,21 @@ pub fn decide(packet: &[u8], allowlist: &Allowlist) -> Option<Decision> {
         return Some(Decision::Reply { packet: reply(ResponseCode::FormErr)?, refused: None });
     };
     let name = query.name().to_ascii();
-    match allowlist.ports(&name) {
-        Some(ports) => Some(Decision::Forward { id: message.id(), query: query.clone(), ports }),
-        None => {
-            let refused = Some((name, query.query_type().to_string()));
-            Some(Decision::Reply { packet: reply(ResponseCode::Refused)?, refused })
-        }
+    let refused = |reason| Denial::Name { name: name.clone(), kind: query.query_type().to_string(), reason };
+    let Some(matched) = allowlist.matches(&name) else {
+        let refused = Some(refused(Reason::NotAllowlisted));
+        return Some(Decision::Reply { packet: reply(ResponseCode::Refused)?, refused });
+    };
+    if matched.only_by_wildcard() && !fits_a_wildcard(&name) {
+        let refused = Some(refused(Reason::WildcardNameTooLong));
+        return Some(Decision::Reply { packet: reply(ResponseCode::Refused)?, refused });
     }
+    if !FORWARDED_TYPES.contains(&query.query_type()) {
+        // NOERROR with no records: "no data of that type", which every resolver takes calmly.
+        let refused = Some(refused(Reason::QueryType));
+        return Some(Decision::Reply { packet: reply(ResponseCode::NoError)?, refused });
+    }
+    Some(Decision::Forward { id: message.id(), query: query.clone(), access: matched.access })
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -67,17 +98,22 @@ pub enum AnswerError {
     Mismatch,
 }
 
+/// Whether a packet is the answer to `query` sent with `id`: a response with that id and the
+/// very question.
+fn answers(message: &Message, id: u16, query: &Query) -> bool {
+    message.id() == id
+        && message.message_type() == MessageType::Response
+        && message.queries().len() == 1
+        && message.queries()[0].name().eq_case(query.name())
+        && message.queries()[0].query_type() == query.query_type()
+}
+
 /// The addresses an upstream answer gives for the query's name, with their TTLs: A and AAAA
 /// records of the name or of a name its CNAME chain leads to. Records for other names are
 /// ignored, so an answer cannot smuggle in an address for a name nobody asked about.
 pub fn answer_addresses(answer: &[u8], id: u16, query: &Query) -> Result<Vec<(IpAddr, u32)>, AnswerError> {
     let message = Message::from_vec(answer).map_err(|_| AnswerError::Malformed)?;
-    let matches = message.id() == id
-        && message.message_type() == MessageType::Response
-        && message.queries().len() == 1
-        && message.queries()[0].name().eq_case(query.name())
-        && message.queries()[0].query_type() == query.query_type();
-    if !matches {
+    if !answers(&message, id, query) {
         return Err(AnswerError::Mismatch);
     }
     let mut names: HashSet<Name> = HashSet::from([query.name().to_lowercase()]);
@@ -114,112 +150,73 @@ fn servfail(id: u16, query: &Query) -> Vec<u8> {
     reply.to_vec().unwrap_or_default()
 }
 
-/// Where allowed addresses go: the firewall's sets, or a recorder in tests.
+fn refused(id: u16, query: &Query) -> Vec<u8> {
+    let mut reply = Message::error_msg(id, OpCode::Query, ResponseCode::Refused);
+    reply.add_query(query.clone());
+    reply.to_vec().unwrap_or_default()
+}
+
+/// A random id for a query the gate sends upstream: an answer must carry it, so one cannot be
+/// forged without seeing the query.
+fn random_id() -> u16 {
+    let mut bytes = [0u8; 2];
+    // SAFETY: getrandom into a buffer we own, of its length.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if filled != 2 {
+        // The kernel's entropy pool is always initialised in a running container; this only
+        // keeps the id from being constant if it ever is not.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return (nanos.subsec_nanos() ^ std::process::id()) as u16;
+    }
+    u16::from_ne_bytes(bytes)
+}
+
+/// Why the sink did not allow an answer's addresses.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("the name is no longer allowed (the policy changed while it was resolved)")]
+    NotAllowed,
+    #[error(
+        "the address sets are full ({max} entries): the name is refused (SANDBOX_MAX_ADDRESSES raises the limit)"
+    )]
+    Full { max: usize },
+    #[error(transparent)]
+    Firewall(#[from] FirewallError),
+}
+
+/// Where allowed addresses go: the firewall's sets (sink.rs), or a recorder in tests. The sink
+/// holds the allowlist in force, so that what the gate decides and what the sets admit change
+/// together.
 pub trait AddressSink: Send + Sync + 'static {
-    /// Allows the elements, resolved for `name`, before the answer is released. Blocking.
-    fn allow(&self, name: &str, elements: Vec<Element>) -> Result<(), String>;
+    /// The allowlist queries are decided on.
+    fn allowlist(&self) -> Arc<Allowlist>;
+    /// Allows the elements resolved for `name`, before the answer is released, if the allowlist
+    /// in force at the time of the write still allows them. Blocking.
+    fn allow(&self, name: &str, elements: Vec<Element>) -> Result<(), SinkError>;
 }
 
-/// The firewall's sets, with a record of what was written so repeats within a few seconds do
-/// not run nft again.
-pub struct NftSink {
-    nft: Nft,
-    /// Each element written, with its expiry and the name it was resolved for.
-    written: Mutex<HashMap<(IpAddr, u16), (Instant, String)>>,
-}
-
-/// What one answer's elements need: `new` ones are created with a plain `add` (an nft run of
-/// a few ms); `refresh` ones exist and are past half their time, so they get the new timeout
-/// by add, delete, add (older kernels keep an existing element's timeout on `add`), which
-/// costs a kernel RCU grace period (tens of ms), hence at most once per half-life. The rest
-/// were written recently enough: a cached name costs no nft run at all.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Writes {
-    pub new: Vec<Element>,
-    pub refresh: Vec<Element>,
-}
-
-pub fn plan_writes(
-    written: &HashMap<(IpAddr, u16), (Instant, String)>,
-    elements: Vec<Element>,
-    now: Instant,
-) -> Writes {
-    let mut writes = Writes::default();
-    for e in elements {
-        match written.get(&(e.addr, e.port)) {
-            Some((expiry, _)) if *expiry > now => {
-                if *expiry - now < e.timeout / 2 {
-                    writes.refresh.push(e);
-                }
-            }
-            _ => writes.new.push(e),
-        }
-    }
-    writes
-}
-
-impl NftSink {
-    pub fn new(nft: Nft) -> NftSink {
-        NftSink { nft, written: Mutex::new(HashMap::new()) }
-    }
-
-    /// The elements a new allowlist keeps, with their remaining time: those still unexpired
-    /// whose name it still allows on that port. The rest are forgotten, as the table that
-    /// replaces the old one will not have them.
-    pub fn retain(&self, allowlist: &Allowlist) -> Vec<Element> {
-        let now = Instant::now() + Duration::from_secs(1);
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.retain(|(_, port), (expiry, name)| {
-            *expiry > now && allowlist.ports(name).is_some_and(|ports| ports.contains(port))
-        });
-        written
-            .iter()
-            .map(|(&(addr, port), (expiry, _))| Element { addr, port, timeout: *expiry - now })
-            .collect()
-    }
-}
-
-impl AddressSink for NftSink {
-    fn allow(&self, name: &str, elements: Vec<Element>) -> Result<(), String> {
-        let now = Instant::now();
-        let writes = plan_writes(&self.written.lock().unwrap_or_else(|e| e.into_inner()), elements, now);
-        if writes.new.is_empty() && writes.refresh.is_empty() {
-            return Ok(());
-        }
-        let script = create_elements(&writes.new) + &add_elements(&writes.refresh);
-        self.nft.apply(&script).map_err(|e| e.to_string())?;
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        for e in writes.new.into_iter().chain(writes.refresh) {
-            written.insert((e.addr, e.port), (now + e.timeout, name.to_string()));
-        }
-        Ok(())
-    }
-}
-
-/// The gate: its allowlist (replaced on reload), upstreams, sink and denial log.
+/// The gate: its upstreams, sink, denial log, and the bounds on what a client can make it hold.
 pub struct DnsGate {
-    allowlist: RwLock<Arc<Allowlist>>,
     upstreams: Vec<SocketAddr>,
     sink: Arc<dyn AddressSink>,
     denials: Arc<DenialLog>,
+    in_flight: Arc<Semaphore>,
+    tcp_clients: Arc<Semaphore>,
 }
 
 impl DnsGate {
     pub fn new(
-        allowlist: Allowlist,
         upstreams: Vec<SocketAddr>,
         sink: Arc<dyn AddressSink>,
         denials: Arc<DenialLog>,
     ) -> Arc<DnsGate> {
-        Arc::new(DnsGate { allowlist: RwLock::new(Arc::new(allowlist)), upstreams, sink, denials })
-    }
-
-    pub fn set_allowlist(&self, allowlist: Allowlist) {
-        *self.allowlist.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(allowlist);
-    }
-
-    fn allowlist(&self) -> Arc<Allowlist> {
-        self.allowlist.read().unwrap_or_else(|e| e.into_inner()).clone()
+        Arc::new(DnsGate {
+            upstreams,
+            sink,
+            denials,
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            tcp_clients: Arc::new(Semaphore::new(MAX_TCP_CLIENTS)),
+        })
     }
 
     /// Binds UDP and TCP on `addr` and serves until the runtime ends.
@@ -228,23 +225,32 @@ impl DnsGate {
         let tcp = TcpListener::bind(addr).await?;
         let gate = self.clone();
         tokio::spawn(async move {
-            let mut buf = vec![0u8; 65535];
+            let mut buf = Vec::with_capacity(65535);
             loop {
-                let Ok((len, client)) = udp.recv_from(&mut buf).await else { continue };
-                let (gate, udp, packet) = (gate.clone(), udp.clone(), buf[..len].to_vec());
+                buf.clear();
+                let Ok((_, client)) = udp.recv_buf_from(&mut buf).await else { continue };
+                // Full: the query is dropped and its client retries, rather than every query
+                // of a flood holding a task and an upstream socket.
+                let Ok(permit) = gate.in_flight.clone().try_acquire_owned() else { continue };
+                let (gate, udp, packet) = (gate.clone(), udp.clone(), buf.clone());
                 tokio::spawn(async move {
                     if let Some(reply) = gate.handle(&packet, Transport::Udp).await {
                         let _ = udp.send_to(&reply, client).await;
                     }
+                    drop(permit);
                 });
             }
         });
         let gate = self.clone();
         tokio::spawn(async move {
             loop {
+                let Ok(permit) = gate.tcp_clients.clone().acquire_owned().await else { return };
                 let Ok((stream, _)) = tcp.accept().await else { continue };
                 let gate = gate.clone();
-                tokio::spawn(async move { gate.serve_tcp(stream).await });
+                tokio::spawn(async move {
+                    gate.serve_tcp(stream).await;
+                    drop(permit);
+                });
             }
         });
         Ok(())
@@ -252,9 +258,8 @@ impl DnsGate {
 
     async fn serve_tcp(&self, mut stream: TcpStream) {
         loop {
-            let Ok(Some(packet)) = tokio::time::timeout(Duration::from_secs(10), read_frame(&mut stream))
-                .await
-                .unwrap_or(Ok(None))
+            let Ok(Some(packet)) =
+                tokio::time::timeout(TCP_IDLE, read_frame(&mut stream)).await.unwrap_or(Ok(None))
             else {
                 return;
             };
@@ -267,47 +272,67 @@ impl DnsGate {
 
     /// One query in, at most one reply out.
     pub async fn handle(&self, packet: &[u8], transport: Transport) -> Option<Vec<u8>> {
-        let allowlist = self.allowlist();
+        let allowlist = self.sink.allowlist();
         match decide(packet, &allowlist)? {
             Decision::Reply { packet, refused } => {
-                if let Some((name, kind)) = refused {
-                    self.denials.record(Denial::Name { name, kind });
+                if let Some(denial) = refused {
+                    self.denials.record(denial);
                 }
                 Some(packet)
             }
-            Decision::Forward { id, query, ports } => {
-                let Some(answer) = self.exchange(packet, id, transport).await else {
+            Decision::Forward { id, query, access } => {
+                let ours = random_id();
+                let mut forwarded = packet.to_vec();
+                forwarded[..2].copy_from_slice(&ours.to_be_bytes());
+                let Some(mut answer) = self.exchange(&forwarded, ours, &query, transport).await else {
                     return Some(servfail(id, &query));
                 };
-                let addresses = match answer_addresses(&answer, id, &query) {
+                let addresses = match answer_addresses(&answer, ours, &query) {
                     Ok(addresses) => addresses,
                     Err(_) => return Some(servfail(id, &query)),
                 };
                 let elements: Vec<Element> = addresses
                     .into_iter()
-                    .flat_map(|(addr, ttl)| Element::for_answer(addr, &ports, ttl))
+                    .flat_map(|(addr, ttl)| Element::for_answer(addr, &access, ttl))
                     .collect();
                 if !elements.is_empty() {
                     let (sink, name) = (self.sink.clone(), query.name().to_ascii());
                     let allowed = tokio::task::spawn_blocking(move || sink.allow(&name, elements)).await;
-                    if !matches!(allowed, Ok(Ok(()))) {
-                        eprintln!(
-                            "sandbox-init: cannot allow the addresses of {}: {allowed:?}",
-                            query.name()
-                        );
-                        return Some(servfail(id, &query));
+                    let denial = |reason| Denial::Name {
+                        name: query.name().to_ascii(),
+                        kind: query.query_type().to_string(),
+                        reason,
+                    };
+                    match allowed {
+                        Ok(Ok(())) => {}
+                        Ok(Err(SinkError::NotAllowed)) => {
+                            self.denials.record(denial(Reason::PolicyChanged));
+                            return Some(refused(id, &query));
+                        }
+                        Ok(Err(SinkError::Full { .. })) => {
+                            self.denials.record(denial(Reason::SetsFull));
+                            return Some(servfail(id, &query));
+                        }
+                        other => {
+                            eprintln!(
+                                "sandbox-init: cannot allow the addresses of {}: {other:?}",
+                                query.name()
+                            );
+                            return Some(servfail(id, &query));
+                        }
                     }
                 }
+                answer[..2].copy_from_slice(&id.to_be_bytes());
                 Some(answer)
             }
         }
     }
 
-    async fn exchange(&self, packet: &[u8], id: u16, transport: Transport) -> Option<Vec<u8>> {
+    async fn exchange(&self, packet: &[u8], id: u16, query: &Query, transport: Transport) -> Option<Vec<u8>> {
         for upstream in &self.upstreams {
             let answer = match transport {
                 Transport::Udp => {
-                    tokio::time::timeout(UPSTREAM_TIMEOUT, exchange_udp(*upstream, packet, id)).await
+                    tokio::time::timeout(UPSTREAM_TIMEOUT, exchange_udp(*upstream, packet, id, query)).await
                 }
                 Transport::Tcp => {
                     tokio::time::timeout(UPSTREAM_TIMEOUT, exchange_tcp(*upstream, packet)).await
@@ -327,17 +352,24 @@ pub enum Transport {
     Tcp,
 }
 
-async fn exchange_udp(upstream: SocketAddr, packet: &[u8], id: u16) -> std::io::Result<Vec<u8>> {
+/// Sends from a fresh socket (a random port the kernel picks) connected to the upstream, so
+/// only datagrams from the upstream's address and port arrive; of those, only one with our id
+/// and our question is the answer: anything else is not ours (late, or forged) and ignored.
+async fn exchange_udp(
+    upstream: SocketAddr,
+    packet: &[u8],
+    id: u16,
+    query: &Query,
+) -> std::io::Result<Vec<u8>> {
     let local: SocketAddr = if upstream.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("valid");
     let socket = UdpSocket::bind(local).await?;
     socket.connect(upstream).await?;
     socket.send(packet).await?;
-    let mut buf = vec![0u8; 65535];
+    let mut buf = Vec::with_capacity(65535);
     loop {
-        let len = socket.recv(&mut buf).await?;
-        // A datagram with another id is not our answer (late, or spoofed): keep waiting.
-        if len >= 2 && u16::from_be_bytes([buf[0], buf[1]]) == id {
-            buf.truncate(len);
+        buf.clear();
+        socket.recv_buf(&mut buf).await?;
+        if Message::from_vec(&buf).is_ok_and(|m| answers(&m, id, query)) {
             return Ok(buf);
         }
     }

@@ -10,6 +10,9 @@ pub enum Refusal {
     PolicyInvalid = 65,
     /// A policy file cannot be read (the baked policy is missing, a drop-in is unreadable).
     PolicyUnreadable = 66,
+    /// The network cannot be sandboxed: the container shares the host's network namespace, or
+    /// its resolver is on loopback inside the container, where the agent could pose as it.
+    UnsafeNetwork = 68,
     /// `nft` is not installed in the image.
     NftMissing = 69,
     /// The firewall read back from the kernel, or the blocked-connection probe, did not hold.
@@ -20,8 +23,9 @@ pub enum Refusal {
     /// A capability sandbox-init needs is missing: NET_ADMIN on a container with a network (the
     /// firewall), or one of those it starts the agent with (CHOWN, SETUID, SETGID, SETPCAP, KILL).
     MissingCapability = 77,
-    /// SANDBOX_FIREWALL has a value other than on, off or open.
-    BadFirewallMode = 78,
+    /// A setting has an invalid value: SANDBOX_FIREWALL other than on, off or open, or
+    /// SANDBOX_MAX_ADDRESSES not a number in range.
+    BadSetting = 78,
 }
 
 impl Refusal {
@@ -37,15 +41,16 @@ impl Refusal {
         }
     }
 
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::Usage,
         Refusal::PolicyInvalid,
         Refusal::PolicyUnreadable,
+        Refusal::UnsafeNetwork,
         Refusal::NftMissing,
         Refusal::VerificationFailed,
         Refusal::SetupFailed,
         Refusal::MissingCapability,
-        Refusal::BadFirewallMode,
+        Refusal::BadSetting,
     ];
 
     pub fn meaning(self) -> &'static str {
@@ -53,13 +58,16 @@ impl Refusal {
             Refusal::Usage => "the command line is wrong",
             Refusal::PolicyInvalid => "a policy file is invalid (file:line:column in the message)",
             Refusal::PolicyUnreadable => "a policy file cannot be read",
+            Refusal::UnsafeNetwork => {
+                "the network cannot be sandboxed (the host's network, or a resolver the agent could pose as)"
+            }
             Refusal::NftMissing => "nft is not installed in the image",
             Refusal::VerificationFailed => "the firewall did not hold when checked",
             Refusal::SetupFailed => "a setup step failed (ruleset, DNS gate, agent user, tmux)",
             Refusal::MissingCapability => {
                 "a capability it needs is missing (NET_ADMIN, or one of Docker's defaults)"
             }
-            Refusal::BadFirewallMode => "SANDBOX_FIREWALL is not on, off or open",
+            Refusal::BadSetting => "SANDBOX_FIREWALL or SANDBOX_MAX_ADDRESSES has an invalid value",
         }
     }
 }

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::policy::{Policy, Ports};
+use crate::policy::{Access, Policy, Ports, Protocol};
 use crate::process;
 
 pub const TABLE: &str = "agent_sandbox";
@@ -21,6 +21,12 @@ pub const NFLOG_GROUP: u16 = 3074;
 /// up, and a ceiling, so one answer cannot allow an address for ever.
 pub const MIN_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+/// The connection-tracking mark of every connection the policy let out (a set or a CIDR): a
+/// reload finds them by it and cuts those the new policy no longer allows.
+pub const EGRESS_MARK: u32 = 0x0a5b_0001;
+/// The most elements (address, protocol, port) the sets hold unless SANDBOX_MAX_ADDRESSES says
+/// otherwise: a full set refuses the next name instead of growing without bound.
+pub const DEFAULT_SET_SIZE: usize = 65_536;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FirewallError {
@@ -38,23 +44,35 @@ pub enum FirewallError {
     Mismatch(String),
 }
 
-/// An allowed (address, port) pair with the time it stays allowed.
+/// What identifies an element of the sets.
+pub type ElementKey = (IpAddr, Protocol, u16);
+
+/// An allowed (address, protocol, port) with the time it stays allowed.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Element {
     pub addr: IpAddr,
+    pub protocol: Protocol,
     pub port: u16,
     pub timeout: Duration,
 }
 
 impl Element {
-    /// Every port of `ports` on `addr`, for a DNS answer with `ttl` seconds.
-    pub fn for_answer(addr: IpAddr, ports: &Ports, ttl: u32) -> impl Iterator<Item = Element> + '_ {
+    /// Everything `access` opens on `addr`, for a DNS answer with `ttl` seconds.
+    pub fn for_answer(addr: IpAddr, access: &Access, ttl: u32) -> impl Iterator<Item = Element> + '_ {
         let timeout = Duration::from_secs(ttl.into()).clamp(MIN_TIMEOUT, MAX_TIMEOUT);
-        ports.iter().map(move |&port| Element { addr, port, timeout })
+        access.pairs().map(move |(protocol, port)| Element { addr, protocol, port, timeout })
+    }
+
+    pub fn key(&self) -> ElementKey {
+        (self.addr, self.protocol, self.port)
     }
 
     fn set(&self) -> &'static str {
         if self.addr.is_ipv4() { "allowed_v4" } else { "allowed_v6" }
+    }
+
+    fn render_key(&self) -> String {
+        format!("{} . {} . {}", self.addr, self.protocol.name(), self.port)
     }
 }
 
@@ -67,6 +85,8 @@ pub struct Ruleset<'a> {
     /// Whether rejected packets go to nflog for the denial log. Off only where the kernel has
     /// no nflog backend (the rule would make the whole table fail to load).
     pub log: bool,
+    /// The most elements each set holds.
+    pub set_size: usize,
 }
 
 impl Ruleset<'_> {
@@ -76,13 +96,23 @@ impl Ruleset<'_> {
         let mut s = String::new();
         let _ = writeln!(s, "table inet {TABLE}\ndelete table inet {TABLE}\ntable inet {TABLE} {{");
         for (set, family) in [("allowed_v4", "ipv4_addr"), ("allowed_v6", "ipv6_addr")] {
-            let _ = writeln!(s, "\tset {set} {{\n\t\ttype {family} . inet_service\n\t\tflags timeout\n\t}}");
+            let _ = writeln!(
+                s,
+                "\tset {set} {{\n\t\ttype {family} . inet_proto . inet_service\n\t\tflags timeout\n\t\tsize {}\n\t}}",
+                self.set_size
+            );
         }
-        s.push_str("\tchain output {\n\t\ttype filter hook output priority filter; policy drop;\n");
-        for rule in self.rules() {
-            let _ = writeln!(s, "\t\t{rule}");
+        for (chain, hook, rules) in
+            [("output", "output", self.rules()), ("input", "input", self.input_rules())]
+        {
+            let _ =
+                writeln!(s, "\tchain {chain} {{\n\t\ttype filter hook {hook} priority filter; policy drop;");
+            for rule in rules {
+                let _ = writeln!(s, "\t\t{rule}");
+            }
+            s.push_str("\t}\n");
         }
-        s.push_str("\t}\n}\n");
+        s.push_str("}\n");
         // The table is new: carried-over elements are simply created.
         s.push_str(&create_elements(self.elements));
         s
@@ -91,6 +121,11 @@ impl Ruleset<'_> {
     /// The output chain's rules, in order.
     pub fn rules(&self) -> Vec<String> {
         let mut rules = vec![
+            // First, before replies are accepted as such: nothing but root sends from port 53,
+            // so no packet of the agent can pose as a resolver's answer, not even as the reply
+            // side of a connection-tracking entry it planted (the gate's next query would then
+            // skip Docker's DNAT and land on the agent's socket).
+            "meta skuid != 0 meta l4proto { tcp, udp } th sport 53 drop".to_string(),
             "ct state established,related accept".to_string(),
             "ct state invalid drop".to_string(),
             // Before the loopback accept: Docker's DNS is on loopback, and it answers any name.
@@ -106,12 +141,17 @@ impl Ruleset<'_> {
             // from inside this network namespace, as root; which resolvers, only the host knows.
             rules.push("meta skuid 0 meta l4proto { tcp, udp } th dport 53 accept".into());
         }
-        rules.push("meta l4proto { tcp, udp } ip daddr . th dport @allowed_v4 accept".into());
-        rules.push("meta l4proto { tcp, udp } ip6 daddr . th dport @allowed_v6 accept".into());
+        let mark = format!("ct mark set {EGRESS_MARK:#010x} accept");
+        rules.push(format!(
+            "meta l4proto {{ tcp, udp }} ip daddr . meta l4proto . th dport @allowed_v4 {mark}"
+        ));
+        rules.push(format!(
+            "meta l4proto {{ tcp, udp }} ip6 daddr . meta l4proto . th dport @allowed_v6 {mark}"
+        ));
         for (net, ports) in &self.policy.cidrs {
             let family = if matches!(net, ipnet::IpNet::V4(_)) { "ip" } else { "ip6" };
             rules.push(format!(
-                "{family} daddr {net} meta l4proto {{ tcp, udp }} th dport {} accept",
+                "{family} daddr {net} meta l4proto {{ tcp, udp }} th dport {} {mark}",
                 port_set(ports)
             ));
         }
@@ -122,6 +162,25 @@ impl Ruleset<'_> {
             rules.push(format!("log group {NFLOG_GROUP}"));
         }
         // Reject, not drop: a blocked connection fails at once instead of hanging.
+        rules.push("meta l4proto tcp reject with tcp reset".into());
+        rules.push("reject with icmpx admin-prohibited".into());
+        rules
+    }
+
+    /// The input chain's rules: nothing reaches a listener of the agent from outside but the
+    /// ports the policy opens (`inbound`); loopback, and replies to the container's own
+    /// connections, pass.
+    pub fn input_rules(&self) -> Vec<String> {
+        let mut rules = vec![
+            "ct state established,related accept".to_string(),
+            "ct state invalid drop".to_string(),
+            "iifname \"lo\" accept".to_string(),
+            // Without neighbour discovery no IPv6 peer could even answer us.
+            "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-advert } accept".to_string(),
+        ];
+        if !self.policy.inbound.is_empty() {
+            rules.push(format!("tcp dport {} accept", port_set(&self.policy.inbound)));
+        }
         rules.push("meta l4proto tcp reject with tcp reset".into());
         rules.push("reject with icmpx admin-prohibited".into());
         rules
@@ -143,11 +202,9 @@ pub fn add_elements(elements: &[Element]) -> String {
     }
     let mut s = String::new();
     for (set, elements) in by_set {
-        let keys: Vec<String> = elements.iter().map(|e| format!("{} . {}", e.addr, e.port)).collect();
-        let timed: Vec<String> = elements
-            .iter()
-            .map(|e| format!("{} . {} timeout {}s", e.addr, e.port, e.timeout.as_secs()))
-            .collect();
+        let keys: Vec<String> = elements.iter().map(|e| e.render_key()).collect();
+        let timed: Vec<String> =
+            elements.iter().map(|e| format!("{} timeout {}s", e.render_key(), e.timeout.as_secs())).collect();
         let _ = writeln!(s, "add element inet {TABLE} {set} {{ {} }}", keys.join(", "));
         let _ = writeln!(s, "delete element inet {TABLE} {set} {{ {} }}", keys.join(", "));
         let _ = writeln!(s, "add element inet {TABLE} {set} {{ {} }}", timed.join(", "));
@@ -160,9 +217,8 @@ pub fn create_elements(elements: &[Element]) -> String {
     let mut by_set: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for e in elements {
         by_set.entry(e.set()).or_default().push(format!(
-            "{} . {} timeout {}s",
-            e.addr,
-            e.port,
+            "{} timeout {}s",
+            e.render_key(),
             e.timeout.as_secs()
         ));
     }
@@ -223,7 +279,19 @@ impl Nft {
                     .map(|v| v.to_string().trim_matches('"').to_string())
                     .collect();
                 let expires = entry["expires"].as_u64().unwrap_or(0);
-                elements.push((key.join(" port "), Duration::from_secs(expires)));
+                // `tcp 203.0.113.7 port 443`
+                let shown = match &key[..] {
+                    [addr, protocol, port] => {
+                        let protocol = match protocol.as_str() {
+                            "6" => "tcp",
+                            "17" => "udp",
+                            other => other,
+                        };
+                        format!("{protocol} {addr} port {port}")
+                    }
+                    other => other.join(" "),
+                };
+                elements.push((shown, Duration::from_secs(expires)));
             }
         }
         Ok(elements)
@@ -241,27 +309,28 @@ impl Nft {
 /// both sets, and every rule present.
 pub fn verify_table(table: &serde_json::Value, ruleset: &Ruleset) -> Result<(), FirewallError> {
     let items = table["nftables"].as_array().ok_or_else(|| FirewallError::Mismatch("no table".into()))?;
-    let chain = items
-        .iter()
-        .map(|i| &i["chain"])
-        .find(|c| c["name"] == "output")
-        .ok_or_else(|| FirewallError::Mismatch("the output chain is missing".into()))?;
-    if chain["hook"] != "output" || chain["policy"] != "drop" {
-        return Err(FirewallError::Mismatch(format!(
-            "the output chain is not hooked with policy drop: {chain}"
-        )));
+    for (name, expected) in [("output", ruleset.rules().len()), ("input", ruleset.input_rules().len())] {
+        let chain = items
+            .iter()
+            .map(|i| &i["chain"])
+            .find(|c| c["name"] == name)
+            .ok_or_else(|| FirewallError::Mismatch(format!("the {name} chain is missing")))?;
+        if chain["hook"] != name || chain["policy"] != "drop" {
+            return Err(FirewallError::Mismatch(format!(
+                "the {name} chain is not hooked with policy drop: {chain}"
+            )));
+        }
+        let rules = items.iter().filter(|i| i["rule"]["chain"] == name).count();
+        if rules != expected {
+            return Err(FirewallError::Mismatch(format!(
+                "{rules} rules in the {name} chain, {expected} expected"
+            )));
+        }
     }
     for set in ["allowed_v4", "allowed_v6"] {
         if !items.iter().any(|i| i["set"]["name"] == set) {
             return Err(FirewallError::Mismatch(format!("set {set} is missing")));
         }
-    }
-    let rules = items.iter().filter(|i| i["rule"]["chain"] == "output").count();
-    let expected = ruleset.rules().len();
-    if rules != expected {
-        return Err(FirewallError::Mismatch(format!(
-            "{rules} rules in the output chain, {expected} expected"
-        )));
     }
     Ok(())
 }
@@ -273,25 +342,52 @@ mod tests {
     fn sample_policy() -> Policy {
         Policy::from_yaml(
             Path::new("sample.yaml"),
-            "version: 1\ndomains: [api.example.com]\ncidrs:\n  - 10.20.0.0/16\n  - cidr: fd00:1234::/32\n    ports: [8080, 11434]\n",
+            "version: 1\ndomains:\n  - api.example.com\n  - domain: media.example.com\n    udp: [3478]\ncidrs:\n  - 10.20.0.0/16\n  - cidr: fd00:1234::/32\n    ports: [8080, 11434]\ninbound: [3000]\n",
         )
         .unwrap()
+    }
+
+    fn ruleset<'a>(policy: &'a Policy, upstreams: &'a [IpAddr], elements: &'a [Element]) -> Ruleset<'a> {
+        Ruleset { policy, upstreams, elements, log: true, set_size: 1024 }
     }
 
     #[test]
     fn the_ruleset_for_a_sample_policy() {
         let policy = sample_policy();
         let upstreams = ["127.0.0.11".parse().unwrap(), "192.168.65.7".parse().unwrap()];
-        let elements =
-            [Element { addr: "203.0.113.9".parse().unwrap(), port: 443, timeout: Duration::from_secs(75) }];
-        let ruleset = Ruleset { policy: &policy, upstreams: &upstreams, elements: &elements, log: true };
-        insta::assert_snapshot!("sample_ruleset", ruleset.render());
+        let elements = [Element {
+            addr: "203.0.113.9".parse().unwrap(),
+            protocol: Protocol::Tcp,
+            port: 443,
+            timeout: Duration::from_secs(75),
+        }];
+        insta::assert_snapshot!("sample_ruleset", ruleset(&policy, &upstreams, &elements).render());
+    }
+
+    #[test]
+    fn the_agent_never_sends_from_port_53_and_that_comes_before_any_accept() {
+        let policy = sample_policy();
+        let rules = ruleset(&policy, &[], &[]).rules();
+        assert_eq!(rules[0], "meta skuid != 0 meta l4proto { tcp, udp } th sport 53 drop");
+        assert!(rules[1..].iter().all(|r| !r.contains("sport")), "{rules:?}");
+    }
+
+    #[test]
+    fn inbound_is_closed_but_for_the_policys_ports() {
+        let policy = sample_policy();
+        let rules = ruleset(&policy, &[], &[]).input_rules();
+        assert!(rules.contains(&"tcp dport { 3000 } accept".to_string()), "{rules:?}");
+        let closed =
+            Policy::from_yaml(Path::new("p.yaml"), "version: 1\ndomains: [a.example.com]\n").unwrap();
+        let rules = ruleset(&closed, &[], &[]).input_rules();
+        assert!(!rules.iter().any(|r| r.contains("dport")), "{rules:?}");
+        assert_eq!(rules.last().unwrap(), "reject with icmpx admin-prohibited");
     }
 
     #[test]
     fn without_nflog_the_ruleset_has_no_log_rule_and_still_ends_in_rejects() {
         let policy = sample_policy();
-        let logged = Ruleset { policy: &policy, upstreams: &[], elements: &[], log: true };
+        let logged = ruleset(&policy, &[], &[]);
         let quiet = Ruleset { log: false, ..logged };
         let rules = quiet.rules();
         assert!(!rules.iter().any(|r| r.starts_with("log ")), "{rules:?}");
@@ -303,13 +399,16 @@ mod tests {
     }
 
     #[test]
-    fn elements_are_refreshed_per_family_in_one_script() {
-        let ports: Ports = [443, 8443].into();
+    fn elements_are_tcp_unless_udp_is_asked_for_and_refreshed_per_family_in_one_script() {
+        let web = Access::tcp([443, 8443].into());
         let mut elements: Vec<Element> =
-            Element::for_answer("203.0.113.9".parse().unwrap(), &ports, 5).collect();
-        elements.extend(Element::for_answer("2001:db8::9".parse().unwrap(), &[443].into(), 90_000_000));
+            Element::for_answer("203.0.113.9".parse().unwrap(), &web, 5).collect();
+        assert!(elements.iter().all(|e| e.protocol == Protocol::Tcp), "{elements:?}");
+        let media = Access { tcp: [443].into(), udp: [3478].into() };
+        elements.extend(Element::for_answer("2001:db8::9".parse().unwrap(), &media, 90_000_000));
         assert_eq!(elements[0].timeout, MIN_TIMEOUT, "TTL floor");
         assert_eq!(elements[2].timeout, MAX_TIMEOUT, "TTL ceiling");
+        assert_eq!(elements[3].protocol, Protocol::Udp);
         insta::assert_snapshot!("refresh_elements", add_elements(&elements));
         insta::assert_snapshot!("create_elements", create_elements(&elements));
     }
@@ -317,26 +416,33 @@ mod tests {
     #[test]
     fn the_read_back_check_fails_on_a_weakened_table() {
         let policy = sample_policy();
-        let ruleset = Ruleset { policy: &policy, upstreams: &[], elements: &[], log: true };
+        let ruleset = ruleset(&policy, &[], &[]);
         let mut items = vec![
             serde_json::json!({"table": {"family": "inet", "name": TABLE}}),
             serde_json::json!({"chain": {"name": "output", "hook": "output", "policy": "drop"}}),
+            serde_json::json!({"chain": {"name": "input", "hook": "input", "policy": "drop"}}),
             serde_json::json!({"set": {"name": "allowed_v4"}}),
             serde_json::json!({"set": {"name": "allowed_v6"}}),
         ];
         for _ in ruleset.rules() {
             items.push(serde_json::json!({"rule": {"chain": "output"}}));
         }
+        for _ in ruleset.input_rules() {
+            items.push(serde_json::json!({"rule": {"chain": "input"}}));
+        }
         let table = serde_json::json!({ "nftables": items });
         verify_table(&table, &ruleset).unwrap();
 
         let mut open = table.clone();
         open["nftables"][1]["chain"]["policy"] = "accept".into();
-        assert!(verify_table(&open, &ruleset).unwrap_err().to_string().contains("policy drop"));
+        assert!(
+            verify_table(&open, &ruleset).unwrap_err().to_string().contains("output chain is not hooked")
+        );
+        let mut inbound_open = table.clone();
+        inbound_open["nftables"][2]["chain"]["policy"] = "accept".into();
+        assert!(verify_table(&inbound_open, &ruleset).unwrap_err().to_string().contains("input chain"));
         let mut fewer = table.clone();
         fewer["nftables"].as_array_mut().unwrap().pop();
-        assert!(
-            verify_table(&fewer, &ruleset).unwrap_err().to_string().contains("rules in the output chain")
-        );
+        assert!(verify_table(&fewer, &ruleset).unwrap_err().to_string().contains("rules in the input chain"));
     }
 }

@@ -10,14 +10,15 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::denials::{DENIAL_LOG, DenialLog};
-use crate::dns::{DnsGate, NftSink, gate_resolv_conf, resolv_conf_upstreams};
+use crate::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
 use crate::exit::{Fatal, Refusal};
-use crate::firewall::{Nft, Ruleset, verify_table};
-use crate::network::{Network, probe_targets};
-use crate::policy::{Allowlist, BAKED_POLICY, DROP_IN_DIR, Policy};
+use crate::firewall::{DEFAULT_SET_SIZE, EGRESS_MARK, Nft, Ruleset, verify_table};
+use crate::network::{Network, impersonable_resolver, probe_targets};
+use crate::policy::{Allowlist, BAKED_POLICY, DROP_IN_DIR, Policy, Protocol};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
 use crate::session::{self, RUN_DIR, SESSION_DIR, TMUX_TMPDIR};
-use crate::{nflog, process, status};
+use crate::sink::NftSink;
+use crate::{conntrack, nflog, process, status};
 
 const RESOLV_CONF: &str = "/etc/resolv.conf";
 const GATE_ADDR: &str = "127.0.0.1:53";
@@ -42,10 +43,27 @@ impl FirewallMode {
             Ok("off") => Ok(FirewallMode::Off),
             Ok("open") => Ok(FirewallMode::Open),
             Ok(other) => Err(Fatal::new(
-                Refusal::BadFirewallMode,
+                Refusal::BadSetting,
                 format!("SANDBOX_FIREWALL={other} is not one of on, off, open"),
             )),
         }
+    }
+}
+
+/// The variable that bounds the address sets.
+pub const MAX_ADDRESSES_ENV: &str = "SANDBOX_MAX_ADDRESSES";
+
+/// SANDBOX_MAX_ADDRESSES: how many (address, protocol, port) elements the sets may hold.
+pub fn max_addresses() -> Result<usize, Fatal> {
+    match std::env::var(MAX_ADDRESSES_ENV).as_deref() {
+        Err(_) | Ok("") => Ok(DEFAULT_SET_SIZE),
+        Ok(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=1 << 20).contains(&n) => Ok(n),
+            _ => Err(Fatal::new(
+                Refusal::BadSetting,
+                format!("{MAX_ADDRESSES_ENV}={text} is not a number from 1 to 1048576"),
+            )),
+        },
     }
 }
 
@@ -62,10 +80,10 @@ pub fn load_policy() -> Result<Policy, Fatal> {
 struct Enforcer {
     nft: Nft,
     sink: Arc<NftSink>,
-    gate: Arc<DnsGate>,
     upstreams: Vec<IpAddr>,
     /// Whether the table logs rejected packets (see `enforce`).
     log: bool,
+    set_size: usize,
     /// For the status written on reload.
     ipv6: bool,
 }
@@ -74,6 +92,7 @@ struct Enforcer {
 pub fn run() -> Result<u8, Fatal> {
     let started = Instant::now();
     let mode = FirewallMode::from_env()?;
+    let set_size = max_addresses()?;
     let policy = load_policy()?;
     // Read once: PID 1's capabilities do not change until it restricts itself.
     let caps = Capabilities::of("self").unwrap_or_default();
@@ -119,6 +138,17 @@ pub fn run() -> Result<u8, Fatal> {
         FirewallMode::On if network.loopback_only() => {
             "no network but loopback, nothing to filter".to_string()
         }
+        FirewallMode::On if network.is_hosts() => {
+            return Err(Fatal::new(
+                Refusal::UnsafeNetwork,
+                format!(
+                    "this is the host's network namespace (--network host: {} are the host's), whose \
+                     firewall is not the sandbox's to program and whose loopback services the agent would \
+                     reach; give the container a network of its own",
+                    network.host_interfaces.join(", ")
+                ),
+            ));
+        }
         FirewallMode::On => {
             if !caps.has_effective(CAP_NET_ADMIN) {
                 return Err(Fatal::new(
@@ -127,13 +157,8 @@ pub fn run() -> Result<u8, Fatal> {
                      (run with --cap-add NET_ADMIN, or --network none, or SANDBOX_FIREWALL=off to run unfiltered)",
                 ));
             }
-            let e = runtime.block_on(enforce(&policy, &agent, &denials, network.ipv6))?;
-            let summary = format!(
-                "{} domains, {} cidrs, ipv6 {}",
-                policy.domains.len(),
-                policy.cidrs.len(),
-                if network.ipv6 { "on" } else { "off" }
-            );
+            let e = runtime.block_on(enforce(&policy, &agent, &denials, network.ipv6, set_size))?;
+            let summary = format!("{}, ipv6 {}", policy.summary(), if network.ipv6 { "on" } else { "off" });
             enforcer = Some(e);
             summary
         }
@@ -149,7 +174,7 @@ pub fn run() -> Result<u8, Fatal> {
         session::start(&agent, &sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     // From here PID 1 only updates the firewall, signals the session and runs tmux as the agent.
     if let Err(e) = crate::privileges::restrict_self(crate::privileges::INIT_KEEPS) {
-        session::kill_server(&agent);
+        session::stop_server(server, &agent, libc::SIGKILL);
         return Err(Fatal::new(Refusal::SetupFailed, format!("cannot drop PID 1's own capabilities: {e}")));
     }
     // The one line tests and users wait for: the firewall holds and the session runs.
@@ -168,18 +193,19 @@ pub fn run() -> Result<u8, Fatal> {
 
 fn prepare_run_dir(agent: &AgentPrivileges) -> std::io::Result<()> {
     std::fs::create_dir_all(RUN_DIR)?;
+    chown(RUN_DIR, Some(0), Some(0))?;
     std::fs::set_permissions(RUN_DIR, std::fs::Permissions::from_mode(0o755))?;
     // Left over from before a container restart: the session is new.
     let _ = std::fs::remove_file(session::STOPPING);
-    // tmux's socket directory is the agent's alone; the session directory PID 1 must read
-    // without DAC_OVERRIDE, which it drops.
-    for (dir, mode) in [(TMUX_TMPDIR, 0o700), (SESSION_DIR, 0o755)] {
+    // tmux's socket directory is the agent's alone. The session directory is root's: PID 1
+    // reads the status file in it, which the agent may write but not replace.
+    for (dir, owner, mode) in [(TMUX_TMPDIR, agent.uid, 0o700), (SESSION_DIR, 0, 0o755)] {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir(dir)?;
-        chown(dir, Some(agent.uid), Some(agent.gid))?;
+        chown(dir, Some(owner), Some(if owner == 0 { 0 } else { agent.gid }))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
     }
-    Ok(())
+    session::prepare_status_file(agent.gid)
 }
 
 async fn enforce(
@@ -187,18 +213,28 @@ async fn enforce(
     agent: &AgentPrivileges,
     denials: &Arc<DenialLog>,
     ipv6: bool,
+    set_size: usize,
 ) -> Result<Enforcer, Fatal> {
     let setup =
         |what: &str, e: &dyn std::fmt::Display| Fatal::new(Refusal::SetupFailed, format!("{what}: {e}"));
     let nft = Nft::find().map_err(|e| Fatal::new(Refusal::NftMissing, e))?;
     let original =
         std::fs::read_to_string(RESOLV_CONF).map_err(|e| setup("cannot read /etc/resolv.conf", &e))?;
-    let upstreams: Vec<IpAddr> =
-        resolv_conf_upstreams(&original).into_iter().filter(|a| *a != IpAddr::from([127, 0, 0, 1])).collect();
+    let upstreams: Vec<IpAddr> = resolv_conf_upstreams(&original);
+    if let Some(resolver) = upstreams.iter().find(|a| impersonable_resolver(a)) {
+        return Err(Fatal::new(
+            Refusal::UnsafeNetwork,
+            format!(
+                "the resolver {resolver} (/etc/resolv.conf) is on loopback inside the container, where the \
+                 agent could bind its address and answer for it; use a user-defined network (Docker's DNS, \
+                 127.0.0.11) or a resolver outside the container (--dns)"
+            ),
+        ));
+    }
     if upstreams.is_empty() {
         eprintln!("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
     }
-    let mut ruleset = Ruleset { policy, upstreams: &upstreams, elements: &[], log: true };
+    let mut ruleset = Ruleset { policy, upstreams: &upstreams, elements: &[], log: true, set_size };
     if let Err(first) = nft.apply(&ruleset.render()) {
         // A kernel without an nflog backend rejects the log rule, and with it the table: load
         // it without, and say that rejected connections will not be in the denial log.
@@ -209,9 +245,9 @@ async fn enforce(
     let table = nft.read_table().map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
     verify_table(&table, &ruleset).map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
 
-    let sink = Arc::new(NftSink::new(nft.clone()));
+    let sink = Arc::new(NftSink::new(nft.clone(), Allowlist::new(policy), set_size));
     let upstream_addrs = upstreams.iter().map(|a| SocketAddr::new(*a, 53)).collect();
-    let gate = DnsGate::new(Allowlist::new(policy), upstream_addrs, sink.clone(), denials.clone());
+    let gate = DnsGate::new(upstream_addrs, sink.clone(), denials.clone());
     gate.serve(GATE_ADDR.parse().expect("valid"))
         .await
         .map_err(|e| setup("cannot start the DNS gate on 127.0.0.1:53", &e))?;
@@ -220,7 +256,7 @@ async fn enforce(
         .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
     verify_blocked(policy, agent)?;
     let log = ruleset.log;
-    Ok(Enforcer { nft, sink, gate, upstreams, log, ipv6 })
+    Ok(Enforcer { nft, sink, upstreams, log, set_size, ipv6 })
 }
 
 /// A connection as the agent to an address outside the allowlist must be refused at once.
@@ -314,32 +350,26 @@ async fn supervise(
             }
             _ = term.recv() => {
                 stop_signal = libc::SIGTERM;
-                stop_deadline = Some(stop(agent, libc::SIGTERM));
+                stop_deadline = Some(stop(agent, server, libc::SIGTERM));
             }
             _ = int.recv() => {
                 stop_signal = libc::SIGINT;
-                stop_deadline = Some(stop(agent, libc::SIGINT));
+                stop_deadline = Some(stop(agent, server, libc::SIGINT));
             }
             _ = hup.recv() => reload(mode, enforcer.as_ref()),
             _ = tokio::time::sleep_until(deadline), if stop_deadline.is_some() => {
                 eprintln!("sandbox-init: the session did not end within {} s of the signal; closing it", STOP_GRACE.as_secs());
-                let agent = agent.clone();
-                let _ = tokio::task::spawn_blocking(move || session::kill_server(&agent)).await;
+                // SIGTERM is tmux's own way out: it hangs up every pane and exits.
+                session::stop_server(server, agent, libc::SIGTERM);
                 stop_deadline = None;
             }
         }
     }
 }
 
-fn stop(agent: &AgentPrivileges, signal: libc::c_int) -> tokio::time::Instant {
+fn stop(agent: &AgentPrivileges, server: i32, signal: libc::c_int) -> tokio::time::Instant {
     session::mark_stopping();
-    for group in session::pane_process_groups(agent) {
-        // SAFETY: kill with plain integers.
-        unsafe {
-            libc::kill(-group, signal);
-            libc::kill(group, signal);
-        }
-    }
+    session::signal_panes(server, agent, signal);
     tokio::time::Instant::now() + STOP_GRACE
 }
 
@@ -355,8 +385,10 @@ fn session_status(stop_signal: libc::c_int, server_status: i32) -> u8 {
     process::exit_code(server_status)
 }
 
-/// SIGHUP: read the policy again and replace the table and the gate's allowlist at once. The
-/// session is not touched; on any error the current policy stays.
+/// SIGHUP: read the policy again and replace the table and the allowlist in one step (the
+/// sink's lock: no answer in flight can slip the address of a removed name into the new table),
+/// then cut the connections the new policy no longer allows. The session is not touched; on any
+/// error the current policy stays.
 fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
     let started = Instant::now();
     let policy = match load_policy() {
@@ -370,19 +402,48 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
         eprintln!("sandbox-init: policy reloaded; nothing to enforce ({mode:?})");
         return;
     };
-    let allowlist = Allowlist::new(&policy);
-    let kept = e.sink.retain(&allowlist);
-    let ruleset = Ruleset { policy: &policy, upstreams: &e.upstreams, elements: &kept, log: e.log };
-    if let Err(err) = e.nft.apply(&ruleset.render()) {
-        eprintln!("sandbox-init: reload failed, the current policy stays: {err}");
-        return;
-    }
-    e.gate.set_allowlist(allowlist);
+    let loaded = e.sink.reload(Allowlist::new(&policy), |kept| {
+        let ruleset = Ruleset {
+            policy: &policy,
+            upstreams: &e.upstreams,
+            elements: kept,
+            log: e.log,
+            set_size: e.set_size,
+        };
+        e.nft.apply(&ruleset.render())
+    });
+    let kept = match loaded {
+        Ok(kept) => kept,
+        Err(err) => {
+            eprintln!("sandbox-init: reload failed, the current policy stays: {err}");
+            return;
+        }
+    };
+    let open: std::collections::HashSet<_> = kept.iter().map(|k| k.key()).collect();
+    let still_allowed = |flow: &conntrack::Flow| {
+        let protocol = match flow.protocol {
+            6 => Protocol::Tcp,
+            17 => Protocol::Udp,
+            _ => return false,
+        };
+        open.contains(&(flow.destination, protocol, flow.port))
+            || policy
+                .cidrs
+                .iter()
+                .any(|(net, ports)| net.contains(&flow.destination) && ports.contains(&flow.port))
+    };
+    let cut = match conntrack::revoke(EGRESS_MARK, still_allowed) {
+        Ok(cut) => cut,
+        Err(err) => {
+            // The table holds the new policy already; only connections opened before it stay.
+            eprintln!("sandbox-init: WARNING: cannot cut connections the new policy no longer allows: {err}");
+            0
+        }
+    };
     status::write(&status::Status::new(mode, &policy, &e.upstreams, e.ipv6));
     println!(
-        "sandbox reloaded: {} domains, {} cidrs, {} addresses kept, {} ms",
-        policy.domains.len(),
-        policy.cidrs.len(),
+        "sandbox reloaded: {}, {} addresses kept, {cut} connections cut, {} ms",
+        policy.summary(),
         kept.len(),
         started.elapsed().as_millis()
     );

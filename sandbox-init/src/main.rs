@@ -31,6 +31,8 @@ Signals to PID 1: SIGHUP reloads the policy; SIGTERM and SIGINT go to the sessio
 
 Environment:
   SANDBOX_FIREWALL=on|off|open  off and open run WITHOUT the egress firewall (warned)
+  SANDBOX_MAX_ADDRESSES=N       the most (address, protocol, port) entries the gate opens
+                                (default 65536); past it, a new name is refused
   ASSISTANT_CMD                 the agent command (set by each image)
   TMUX_SESSION                  the session name (default: agent)
 
@@ -117,9 +119,8 @@ fn check(files: &[String]) -> u8 {
     for (name, result) in results {
         match result {
             Ok(policy) => println!(
-                "{name}: ok ({} domains, {} cidrs{})",
-                policy.domains.len(),
-                policy.cidrs.len(),
+                "{name}: ok ({}{})",
+                policy.summary(),
                 if policy.services.is_empty() {
                     String::new()
                 } else {

@@ -1,33 +1,66 @@
-//! What the container's network looks like from inside: its interfaces, whether IPv6 is up, and
-//! an address to prove the firewall with (one that would leave through a real route).
+//! What the container's network looks like from inside: its interfaces, whether IPv6 is up,
+//! whether it is the host's own, and an address to prove the firewall with (one that would
+//! leave through a real route).
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Network {
     /// Interfaces other than loopback.
     pub interfaces: Vec<String>,
+    /// Interfaces only a host's network namespace has: physical devices and bridges. A
+    /// container's own namespace has only virtual ones (veth, macvlan, ipvlan, tap).
+    pub host_interfaces: Vec<String>,
     /// A global IPv6 address is configured on some interface.
     pub ipv6: bool,
 }
 
 impl Network {
     pub fn detect() -> Network {
-        let mut interfaces: Vec<String> = std::fs::read_dir("/sys/class/net")
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-            .filter(|name| name != "lo")
-            .collect();
+        let mut network = Network::from_sysfs(Path::new("/sys/class/net"));
+        network.ipv6 = std::fs::read_to_string("/proc/net/if_inet6").is_ok_and(|t| has_global_ipv6(&t));
+        network
+    }
+
+    /// The interfaces listed in `class_net` (/sys/class/net), each a link into the device tree:
+    /// under `devices/virtual/` for a virtual one, with a `bridge` folder for a bridge.
+    pub fn from_sysfs(class_net: &Path) -> Network {
+        let (mut interfaces, mut host_interfaces) = (Vec::new(), Vec::new());
+        for entry in std::fs::read_dir(class_net).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "lo" {
+                continue;
+            }
+            let physical = std::fs::read_link(entry.path())
+                .is_ok_and(|target| !target.to_string_lossy().contains("devices/virtual/"));
+            if physical || entry.path().join("bridge").is_dir() {
+                host_interfaces.push(name.clone());
+            }
+            interfaces.push(name);
+        }
         interfaces.sort();
-        let ipv6 = std::fs::read_to_string("/proc/net/if_inet6").is_ok_and(|t| has_global_ipv6(&t));
-        Network { interfaces, ipv6 }
+        host_interfaces.sort();
+        Network { interfaces, host_interfaces, ipv6: false }
     }
 
     /// `--network none`: nothing but loopback, nothing to filter.
     pub fn loopback_only(&self) -> bool {
         self.interfaces.is_empty()
     }
+
+    /// `--network host`: the firewall would be the host's, and the host's services on loopback
+    /// the agent's to reach.
+    pub fn is_hosts(&self) -> bool {
+        !self.host_interfaces.is_empty()
+    }
+}
+
+/// Whether the agent could pose as this resolver: a loopback address inside the container is
+/// the agent's to bind (Docker lets any user bind any port). Docker's embedded DNS, 127.0.0.11,
+/// is the exception: its port 53 is Docker's DNAT, and nothing but root sends from port 53.
+pub fn impersonable_resolver(addr: &IpAddr) -> bool {
+    addr.is_loopback() && *addr != IpAddr::V4(crate::firewall::DOCKER_DNS)
 }
 
 /// /proc/net/if_inet6 lines: address, index, prefix length, scope, flags, device. Scope 00 is
@@ -87,6 +120,38 @@ mod tests {
         let internal = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
             eth0\t000016AC\t00000000\t0001\t0\t0\t0\t00F0FFFF\t0\t0\t0\n";
         assert_eq!(probe_targets(internal), vec!["172.22.15.254".parse::<IpAddr>().unwrap()]);
+    }
+
+    #[test]
+    fn physical_devices_and_bridges_mark_the_hosts_namespace() {
+        let sys = tempfile::tempdir().unwrap();
+        let link =
+            |name: &str, target: &str| std::os::unix::fs::symlink(target, sys.path().join(name)).unwrap();
+        link("lo", "../../devices/virtual/net/lo");
+        link("eth0", "../../devices/virtual/net/eth0");
+        let container = Network::from_sysfs(sys.path());
+        assert_eq!((container.interfaces.clone(), container.is_hosts()), (vec!["eth0".to_string()], false));
+
+        let bridge = sys.path().join("devices/virtual/net/docker0");
+        std::fs::create_dir_all(bridge.join("bridge")).unwrap();
+        link("docker0", &bridge.display().to_string());
+        link("ens3", "../../devices/pci0000:00/0000:00:03.0/virtio2/net/ens3");
+        let host = Network::from_sysfs(sys.path());
+        assert_eq!(host.host_interfaces, vec!["docker0".to_string(), "ens3".to_string()]);
+        assert!(host.is_hosts());
+    }
+
+    #[test]
+    fn a_resolver_on_loopback_is_one_the_agent_could_pose_as_but_dockers() {
+        for (addr, impersonable) in [
+            ("127.0.0.53", true),
+            ("127.0.0.1", true),
+            ("::1", true),
+            ("127.0.0.11", false),
+            ("10.0.0.2", false),
+        ] {
+            assert_eq!(impersonable_resolver(&addr.parse().unwrap()), impersonable, "{addr}");
+        }
     }
 
     #[test]

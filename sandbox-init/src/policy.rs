@@ -129,6 +129,77 @@ fn validate_labels(name: &str) -> Result<(), String> {
 /// A set of destination ports, never empty.
 pub type Ports = BTreeSet<u16>;
 
+/// What a domain entry opens on the addresses its name resolves to. TCP only unless the policy
+/// asks for UDP on a port: UDP to an allowed address would carry anything, QUIC included, past
+/// every check on the name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Access {
+    pub tcp: Ports,
+    pub udp: Ports,
+}
+
+impl Access {
+    /// TCP on `ports`.
+    pub fn tcp(ports: Ports) -> Access {
+        Access { tcp: ports, udp: Ports::new() }
+    }
+
+    pub fn merge(&mut self, other: &Access) {
+        self.tcp.extend(&other.tcp);
+        self.udp.extend(&other.udp);
+    }
+
+    pub fn allows(&self, protocol: Protocol, port: u16) -> bool {
+        match protocol {
+            Protocol::Tcp => self.tcp.contains(&port),
+            Protocol::Udp => self.udp.contains(&port),
+        }
+    }
+
+    /// Every (protocol, port) it opens.
+    pub fn pairs(&self) -> impl Iterator<Item = (Protocol, u16)> + '_ {
+        let tcp = self.tcp.iter().map(|&p| (Protocol::Tcp, p));
+        tcp.chain(self.udp.iter().map(|&p| (Protocol::Udp, p)))
+    }
+}
+
+impl fmt::Display for Access {
+    /// `80,443`, or `80,443; udp 443`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |ports: &Ports| ports.iter().map(u16::to_string).collect::<Vec<_>>().join(",");
+        f.write_str(&list(&self.tcp))?;
+        if !self.udp.is_empty() {
+            write!(f, "; udp {}", list(&self.udp))?;
+        }
+        Ok(())
+    }
+}
+
+/// A transport protocol the firewall opens ports for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    /// Its name in nft and in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+
+    /// Its IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+        }
+    }
+}
+
 fn parse_port(text: &str) -> Result<u16, String> {
     let value: u64 = text.trim().parse().map_err(|_| format!("`{text}` is not a port number"))?;
     port_in_range(value)
@@ -161,7 +232,7 @@ pub fn parse_domain_with_ports(text: &str) -> Result<(DomainPattern, Ports), Str
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DomainRule {
     pub pattern: DomainPattern,
-    pub ports: Ports,
+    pub access: Access,
 }
 
 /// One `cidrs` entry: an address range and the ports allowed in it.
@@ -232,26 +303,30 @@ impl<'de> Deserialize<'de> for Port {
     }
 }
 
-/// A mapping-form entry, `{<key>: …, ports: […]}`: the value of `key` parsed by `parse`, and
-/// the ports (80 and 443 when left out).
+/// A mapping-form entry, `{<key>: …, ports: […]}` (and `udp: […]` where `udp` is true): the
+/// value of `key` parsed by `parse`, the ports (80 and 443 when left out) and the UDP ports.
 fn entry_with_ports<'de, A: MapAccess<'de>, T>(
     mut map: A,
     key: &'static str,
+    udp: bool,
     parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<(T, Ports), A::Error> {
-    let (mut value, mut ports) = (None, None);
+) -> Result<(T, Ports, Ports), A::Error> {
+    let (mut value, mut ports, mut udp_ports) = (None, None, Ports::new());
     while let Some(name) = map.next_key::<String>()? {
         if name == key {
             let text: String = map.next_value()?;
             value = Some(parse(&text).map_err(de::Error::custom)?);
         } else if name == "ports" {
             ports = Some(map.next_value::<PortList>()?.0);
+        } else if name == "udp" && udp {
+            udp_ports = map.next_value::<PortList>()?.0;
         } else {
-            return Err(de::Error::custom(format!("unknown key `{name}` (expected one of: {key}, ports)")));
+            let expected = if udp { format!("{key}, ports, udp") } else { format!("{key}, ports") };
+            return Err(de::Error::custom(format!("unknown key `{name}` (expected one of: {expected})")));
         }
     }
     let value = value.ok_or_else(|| de::Error::custom(format!("entry has `ports` but no `{key}`")))?;
-    Ok((value, ports.unwrap_or_else(|| Ports::from(DEFAULT_PORTS))))
+    Ok((value, ports.unwrap_or_else(|| Ports::from(DEFAULT_PORTS)), udp_ports))
 }
 
 impl<'de> Deserialize<'de> for DomainRule {
@@ -264,11 +339,11 @@ impl<'de> Deserialize<'de> for DomainRule {
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<DomainRule, E> {
                 let (pattern, ports) = parse_domain_with_ports(v).map_err(E::custom)?;
-                Ok(DomainRule { pattern, ports })
+                Ok(DomainRule { pattern, access: Access::tcp(ports) })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DomainRule, A::Error> {
-                let (pattern, ports) = entry_with_ports(map, "domain", DomainPattern::parse)?;
-                Ok(DomainRule { pattern, ports })
+                let (pattern, tcp, udp) = entry_with_ports(map, "domain", true, DomainPattern::parse)?;
+                Ok(DomainRule { pattern, access: Access { tcp, udp } })
             }
         }
         d.deserialize_any(V)
@@ -288,7 +363,7 @@ impl<'de> Deserialize<'de> for CidrRule {
                 Ok(CidrRule { net, ports: Ports::from(DEFAULT_PORTS) })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<CidrRule, A::Error> {
-                let (net, ports) = entry_with_ports(map, "cidr", parse_cidr)?;
+                let (net, ports, _) = entry_with_ports(map, "cidr", false, parse_cidr)?;
                 Ok(CidrRule { net, ports })
             }
         }
@@ -357,6 +432,8 @@ struct PolicyFile {
     #[serde(default)]
     cidrs: Vec<CidrRule>,
     #[serde(default)]
+    inbound: Option<PortList>,
+    #[serde(default)]
     allow: Option<AllowNone>,
 }
 
@@ -380,8 +457,12 @@ pub fn services() -> &'static BTreeMap<String, Service> {
 /// One policy file, or several merged: every allowed domain and range with the union of its ports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
-    pub domains: BTreeMap<DomainPattern, Ports>,
+    pub domains: BTreeMap<DomainPattern, Access>,
+    /// Address ranges, TCP and UDP on their ports.
     pub cidrs: BTreeMap<IpNet, Ports>,
+    /// TCP ports that accept connections from outside the container (a dev server the user
+    /// publishes); every other inbound connection is refused.
+    pub inbound: Ports,
     pub services: BTreeSet<String>,
     /// The files this policy was read from, in merge order.
     pub files: Vec<PathBuf>,
@@ -407,11 +488,11 @@ impl Policy {
         let mut policy = Policy { files: vec![file.to_path_buf()], ..Policy::default() };
         let entries = parsed.domains.len() + parsed.services.len() + parsed.cidrs.len();
         match (parsed.allow.is_some(), entries) {
-            (false, 0) => {
+            (false, 0) if parsed.inbound.is_none() => {
                 return Err(invalid(
                     1,
                     1,
-                    "the policy allows nothing: list `domains`, `services` or `cidrs`, or say `allow: none`"
+                    "the policy allows nothing: list `domains`, `services`, `cidrs` or `inbound`, or say `allow: none`"
                         .into(),
                 ));
             }
@@ -426,17 +507,18 @@ impl Policy {
             _ => {}
         }
         for rule in parsed.domains {
-            policy.add_domain(rule.pattern, rule.ports);
+            policy.add_domain(rule.pattern, &rule.access);
         }
         for ServiceRef(name) in parsed.services {
             for rule in &services()[&name].domains {
-                policy.add_domain(rule.pattern.clone(), rule.ports.clone());
+                policy.add_domain(rule.pattern.clone(), &rule.access);
             }
             policy.services.insert(name);
         }
         for rule in parsed.cidrs {
             policy.cidrs.entry(rule.net).or_default().extend(rule.ports);
         }
+        policy.inbound = parsed.inbound.map(|p| p.0).unwrap_or_default();
         Ok(policy)
     }
 
@@ -453,7 +535,7 @@ impl Policy {
             let (pattern, ports) = parse_domain_with_ports(entry).map_err(|message| {
                 PolicyError::Invalid { file: file.display().to_string(), line: index + 1, column, message }
             })?;
-            policy.add_domain(pattern, ports);
+            policy.add_domain(pattern, &Access::tcp(ports));
         }
         Ok(policy)
     }
@@ -497,18 +579,29 @@ impl Policy {
     }
 
     pub fn merge(&mut self, other: Policy) {
-        for (pattern, ports) in other.domains {
-            self.add_domain(pattern, ports);
+        for (pattern, access) in other.domains {
+            self.add_domain(pattern, &access);
         }
         for (net, ports) in other.cidrs {
             self.cidrs.entry(net).or_default().extend(ports);
         }
+        self.inbound.extend(other.inbound);
         self.services.extend(other.services);
         self.files.extend(other.files);
     }
 
-    fn add_domain(&mut self, pattern: DomainPattern, ports: Ports) {
-        self.domains.entry(pattern).or_default().extend(ports);
+    fn add_domain(&mut self, pattern: DomainPattern, access: &Access) {
+        self.domains.entry(pattern).or_default().merge(access);
+    }
+
+    /// `N domains, M cidrs`, as the ready line, `check` and the reload line say it.
+    pub fn summary(&self) -> String {
+        let mut text = format!("{} domains, {} cidrs", self.domains.len(), self.cidrs.len());
+        if !self.inbound.is_empty() {
+            let ports: Vec<String> = self.inbound.iter().map(u16::to_string).collect();
+            text.push_str(&format!(", inbound {}", ports.join(",")));
+        }
+        text
     }
 }
 
@@ -527,40 +620,76 @@ fn key_position(text: &str, key: &str) -> Option<(usize, usize)> {
         .map(|index| (index + 1, 1))
 }
 
-/// Answers "may this name be resolved, and on which ports?" for a merged policy.
+/// Answers "may this name be resolved, and what does it open?" for a merged policy.
 #[derive(Clone, Debug, Default)]
 pub struct Allowlist {
-    exact: std::collections::HashMap<String, Ports>,
-    subdomains: std::collections::HashMap<String, Ports>,
+    exact: std::collections::HashMap<String, Access>,
+    subdomains: std::collections::HashMap<String, Access>,
+}
+
+/// How a name is allowed: what it opens, and the entries that allow it (its exact entry and
+/// every wildcard it falls under).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Match {
+    pub access: Access,
+    pub patterns: Vec<DomainPattern>,
+}
+
+impl Match {
+    /// Allowed by a wildcard alone, not by an entry of its own.
+    pub fn only_by_wildcard(&self) -> bool {
+        !self.patterns.iter().any(|p| matches!(p, DomainPattern::Exact(_)))
+    }
 }
 
 impl Allowlist {
     pub fn new(policy: &Policy) -> Allowlist {
         let mut allowlist = Allowlist::default();
-        for (pattern, ports) in &policy.domains {
+        for (pattern, access) in &policy.domains {
             let (map, name) = match pattern {
                 DomainPattern::Exact(name) => (&mut allowlist.exact, name),
                 DomainPattern::Subdomains(name) => (&mut allowlist.subdomains, name),
             };
-            map.entry(name.clone()).or_default().extend(ports);
+            map.entry(name.clone()).or_default().merge(access);
         }
         allowlist
     }
 
-    /// The ports allowed for a queried name, or None if the name is not allowlisted. Names are
-    /// compared without case and without the trailing dot; a query in Unicode never matches,
-    /// because DNS carries punycode.
-    pub fn ports(&self, name: &str) -> Option<Ports> {
+    /// How a queried name is allowed, or None if it is not. Names are compared without case and
+    /// without the trailing dot; a query in Unicode never matches, because DNS carries punycode.
+    pub fn matches(&self, name: &str) -> Option<Match> {
         let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-        let mut ports: Option<Ports> = self.exact.get(&name).cloned();
+        let mut found: Option<Match> = None;
+        let mut add = |pattern: DomainPattern, access: &Access| {
+            let entry =
+                found.get_or_insert_with(|| Match { access: Access::default(), patterns: Vec::new() });
+            entry.access.merge(access);
+            entry.patterns.push(pattern);
+        };
+        if let Some(access) = self.exact.get(&name) {
+            add(DomainPattern::Exact(name.clone()), access);
+        }
         let mut rest = name.as_str();
         while let Some((_, parent)) = rest.split_once('.') {
-            if let Some(more) = self.subdomains.get(parent) {
-                ports.get_or_insert_with(Ports::new).extend(more);
+            if let Some(access) = self.subdomains.get(parent) {
+                add(DomainPattern::Subdomains(parent.to_string()), access);
             }
             rest = parent;
         }
-        ports
+        found
+    }
+
+    /// What a queried name opens, or None if it is not allowed.
+    pub fn access(&self, name: &str) -> Option<Access> {
+        self.matches(name).map(|m| m.access)
+    }
+
+    /// What an entry opens, if this allowlist has it.
+    pub fn entry(&self, pattern: &DomainPattern) -> Option<&Access> {
+        match pattern {
+            DomainPattern::Exact(name) => self.exact.get(name),
+            DomainPattern::Subdomains(name) => self.subdomains.get(name),
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 static SPAWN_LOCK: Mutex<()> = Mutex::new(());
 
@@ -17,6 +18,28 @@ pub fn output(command: &mut Command, stdin: Option<&[u8]>) -> std::io::Result<Ou
     if let Some(input) = stdin {
         let mut pipe = child.stdin.take().expect("stdin is piped");
         pipe.write_all(input)?;
+    }
+    child.wait_with_output()
+}
+
+/// Like [`output`], but a command that has not ended within `limit` is killed: for programs
+/// that talk to something the agent controls (its tmux server), whose answer may never come.
+/// For commands with little output (it is read once they end).
+pub fn output_within(command: &mut Command, limit: Duration) -> std::io::Result<Output> {
+    let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn()?;
+    let deadline = Instant::now() + limit;
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", limit.as_secs()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
     child.wait_with_output()
 }

@@ -3,20 +3,27 @@
 //! container's terminal when there is one.
 
 use std::ffi::OsString;
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
 
 use crate::privileges::AgentPrivileges;
 use crate::process;
+use crate::procfs::{ProcessInfo, Target};
 
 /// Everything sandbox-init keeps at run time.
 pub const RUN_DIR: &str = "/run/agent-sandbox";
 /// tmux's socket directory (TMUX_TMPDIR), owned by the agent; the image sets the same variable
 /// so a plain `tmux attach` as the agent finds the session too.
 pub const TMUX_TMPDIR: &str = "/run/agent-sandbox/tmux";
-/// Where the pane writes the exit status of its last command, for PID 1 to exit with.
+/// Root's, holding the file the pane writes the exit status of its last command to, for PID 1
+/// to exit with: the agent can write that file but cannot replace it (with a link, a FIFO).
 pub const SESSION_DIR: &str = "/run/agent-sandbox/session";
+/// How long PID 1 waits for a tmux client it runs at start: the server is the agent's.
+const TMUX_LIMIT: Duration = Duration::from_secs(5);
 pub const WORKSPACE: &str = "/workspace";
 
 pub fn session_name() -> String {
@@ -33,7 +40,8 @@ fn tmux(agent: &AgentPrivileges) -> std::io::Result<Command> {
     Ok(command)
 }
 
-/// Starts the session detached and returns the tmux server's pid.
+/// Starts the session detached and returns the tmux server's pid, checked in /proc: a child of
+/// PID 1 (tmux daemonises, and PID 1 is the subreaper), owned by the agent.
 pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, String> {
     let name = session_name();
     let workspace = if Path::new(WORKSPACE).is_dir() { PathBuf::from(WORKSPACE) } else { agent.home.clone() };
@@ -44,16 +52,26 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, String
         .arg(sandbox_init)
         .arg("pane")
         .current_dir(&workspace);
-    let output = process::output(&mut command, None).map_err(|e| format!("cannot run tmux: {e}"))?;
+    let output =
+        process::output_within(&mut command, TMUX_LIMIT).map_err(|e| format!("cannot run tmux: {e}"))?;
     if !output.status.success() {
         return Err(format!("tmux new-session failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
     }
     let mut command = tmux(agent).map_err(|e| e.to_string())?;
     command.args(["display-message", "-p", "-t", &name, "#{pid}"]);
-    let output = process::output(&mut command, None).map_err(|e| format!("cannot run tmux: {e}"))?;
-    String::from_utf8_lossy(&output.stdout).trim().parse().map_err(|_| {
+    let output =
+        process::output_within(&mut command, TMUX_LIMIT).map_err(|e| format!("cannot run tmux: {e}"))?;
+    let pid: i32 = String::from_utf8_lossy(&output.stdout).trim().parse().map_err(|_| {
         format!("cannot find the tmux server: {}", String::from_utf8_lossy(&output.stderr).trim())
-    })
+    })?;
+    // SAFETY: getpid has no preconditions.
+    let ours = unsafe { libc::getpid() };
+    match ProcessInfo::read(pid) {
+        Some(server) if pid > 1 && server.ppid == ours && server.uid == agent.uid => Ok(pid),
+        other => Err(format!(
+            "tmux named {pid} as its server, which is not a child of PID 1 run by the agent: {other:?}"
+        )),
+    }
 }
 
 /// Attaches a tmux client to the container's terminal. Returns the client's pid.
@@ -66,32 +84,25 @@ pub fn attach_terminal(agent: &AgentPrivileges) -> Result<i32, String> {
     process::spawn(&mut command).map_err(|e| format!("cannot attach to the session: {e}"))
 }
 
-/// The pids of the processes in the foreground of each pane: where SIGTERM and SIGINT go.
-pub fn pane_process_groups(agent: &AgentPrivileges) -> Vec<i32> {
-    let Ok(mut command) = tmux(agent) else { return Vec::new() };
-    command.args(["list-panes", "-a", "-F", "#{pane_pid}"]);
-    let Ok(output) = process::output(&mut command, None) else { return Vec::new() };
-    let mut groups = Vec::new();
-    for pid in String::from_utf8_lossy(&output.stdout).split_whitespace() {
-        let Ok(pid) = pid.parse::<i32>() else { continue };
-        groups.push(pid);
-        // Field 8 of /proc/PID/stat: the terminal's foreground process group.
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let after_comm = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        if let Some(Ok(tpgid)) = after_comm.split_whitespace().nth(5).map(str::parse::<i32>)
-            && tpgid > 0
-            && tpgid != pid
-        {
-            groups.push(tpgid);
+/// Sends `signal` to the session's panes and their foreground process groups, found in /proc
+/// (never asked of tmux, whose server the agent controls).
+pub fn signal_panes(server: i32, agent: &AgentPrivileges, signal: libc::c_int) {
+    for target in crate::procfs::stop_targets(&ProcessInfo::all(), server, agent.uid) {
+        // SAFETY: kill with plain integers; stop_targets never yields pid 1 or below.
+        unsafe {
+            match target {
+                Target::Process(pid) => libc::kill(pid, signal),
+                Target::Group(group) => libc::kill(-group, signal),
+            };
         }
     }
-    groups
 }
 
-pub fn kill_server(agent: &AgentPrivileges) {
-    if let Ok(mut command) = tmux(agent) {
-        command.arg("kill-server");
-        let _ = process::output(&mut command, None);
+/// Ends the tmux server (it hangs up every pane), if `server` still is the agent's process.
+pub fn stop_server(server: i32, agent: &AgentPrivileges, signal: libc::c_int) {
+    if server > 1 && ProcessInfo::read(server).is_some_and(|p| p.uid == agent.uid) {
+        // SAFETY: kill with plain integers.
+        unsafe { libc::kill(server, signal) };
     }
 }
 
@@ -99,9 +110,37 @@ fn status_file() -> PathBuf {
     Path::new(SESSION_DIR).join("status")
 }
 
-/// The exit status the pane recorded, if it did.
+/// Creates the (empty) status file: root's, in root's directory, writable by the agent's group.
+pub fn prepare_status_file(gid: u32) -> std::io::Result<()> {
+    let path = status_file();
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o620).open(&path)?;
+    std::os::unix::fs::fchown(&file, Some(0), Some(gid))?;
+    // The mode given at creation is masked by the umask.
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o620))
+}
+
+/// The exit status the pane recorded, if it did. Read only from the file PID 1 created: not
+/// through a link, not from a FIFO, and at most a few bytes.
 pub fn recorded_status() -> Option<u8> {
-    std::fs::read_to_string(status_file()).ok()?.trim().parse().ok()
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(status_file())
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.uid() != 0 {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(16).read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Writes the pane's status into the file PID 1 created (never creating one).
+fn record_status(status: u8) {
+    if let Ok(mut file) = std::fs::OpenOptions::new().write(true).truncate(true).open(status_file()) {
+        let _ = writeln!(file, "{status}");
+    }
 }
 
 /// Present while PID 1 stops the session: the pane then does not start its shell.
@@ -138,7 +177,8 @@ pub fn pane() -> u8 {
         libc::signal(libc::SIGQUIT, ignore as *const () as libc::sighandler_t);
     }
     let mut status = run_in_pane(Command::new("bash").arg("-c").arg(&command));
-    let _ = std::fs::remove_file(status_file());
+    // A status from an earlier command of this session is not this one's.
+    let _ = std::fs::OpenOptions::new().write(true).truncate(true).open(status_file());
     if !Path::new(STOPPING).exists() {
         println!(
             "\r\n[agent-sandbox] `{command}` exited with status {status}; this shell keeps the session (`exit` ends it)\r"
@@ -146,7 +186,7 @@ pub fn pane() -> u8 {
         let shell = std::env::var_os("SHELL").unwrap_or_else(|| OsString::from("/bin/bash"));
         status = run_in_pane(&mut Command::new(shell));
     }
-    let _ = std::fs::write(status_file(), format!("{status}\n"));
+    record_status(status);
     status
 }
 

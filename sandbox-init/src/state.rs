@@ -4,17 +4,25 @@
 //! mounted one that belongs to another user to the agent: a fresh volume is root's, a bind mount
 //! keeps the host's owner.
 //!
-//! The agent wrote these directories in an earlier run, so they are untrusted: the walk never
-//! follows a symbolic link, never leaves the agent's home or the directory's file system, and
-//! leaves files with other hard links alone. Otherwise a planted link would let root give the
-//! agent /etc/agent-sandbox.
+//! The agent wrote these directories in an earlier run, and another container may be writing
+//! them right now, so they are untrusted and changing: every step is taken relative to a
+//! directory already open (never by path), every name is opened without following a link, and
+//! an entry is checked and changed through the one descriptor, so that swapping a directory for
+//! a link between the two cannot redirect root. The walk never leaves the directory's file
+//! system and leaves files with other hard links alone.
 
+use std::ffi::OsStr;
 use std::io;
-use std::os::unix::fs::{MetadataExt as _, lchown};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, CWD, Dir, FileType, Gid, Mode, OFlags, Stat, Uid};
 
 /// The image's list of state directories: `:`-separated, absolute or `~/…`.
 pub const ENV: &str = "SANDBOX_STATE_DIRS";
+/// Deeper than this, a walk hands nothing over: real CLI state is shallow, and a deep tree is
+/// only a way to make PID 1 hold a descriptor per level.
+const MAX_DEPTH: usize = 64;
 
 /// What [`prepare`] did to one directory.
 #[derive(Debug, PartialEq, Eq)]
@@ -24,7 +32,7 @@ pub enum Prepared {
     /// It was already the agent's: nothing changed.
     Kept,
     /// It belonged to `from_uid`; `entries` entries are now the agent's, and `skipped` were left
-    /// alone (other file systems, files with other hard links).
+    /// alone (other file systems, files with other hard links, too deep).
     HandedOver { from_uid: u32, entries: u64, skipped: u64 },
 }
 
@@ -54,74 +62,104 @@ pub fn dirs_from(value: &str, home: &Path) -> (Vec<PathBuf>, Vec<String>) {
     (dirs, warnings)
 }
 
+fn errno(e: rustix::io::Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+/// Opens `name` in `dir` as a directory, refusing a symbolic link.
+fn open_dir(dir: impl AsFd, name: &OsStr, path: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(&dir, name, flags, Mode::empty()).map_err(|e| match e {
+        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => {
+            // Only for the message: the open has already refused it.
+            let link = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Symlink);
+            let what = if link { "is a symbolic link" } else { "is not a directory" };
+            io::Error::other(format!("{} {what}", path.display()))
+        }
+        other => errno(other),
+    })
+}
+
 /// Makes `dir` (inside `home`) a directory the agent owns: created if missing, handed over if
 /// another user owns it.
 pub fn prepare(dir: &Path, home: &Path, uid: u32, gid: u32) -> io::Result<Prepared> {
     let relative = dir
         .strip_prefix(home)
         .map_err(|_| io::Error::other(format!("{} is not inside {}", dir.display(), home.display())))?;
-    let mut current = home.to_path_buf();
-    // One lstat per component; the last one is the directory's own.
-    let mut top = real_directory(&current, std::fs::symlink_metadata(&current)?)?;
+    let (owner, group) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
+    let mut current = open_dir(CWD, home.as_os_str(), home)?;
+    let mut path = home.to_path_buf();
     let mut created = false;
     for component in relative.components() {
-        current.push(component);
-        match std::fs::symlink_metadata(&current) {
-            Ok(meta) => top = real_directory(&current, meta)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                std::fs::create_dir(&current)?;
-                lchown(&current, Some(uid), Some(gid))?;
+        let name = component.as_os_str();
+        path.push(name);
+        match rustix::fs::mkdirat(&current, name, Mode::from_raw_mode(0o755)) {
+            Ok(()) => {
+                rustix::fs::chownat(&current, name, owner, group, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(errno)?;
                 created = true;
             }
-            Err(e) => return Err(e),
+            Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(errno(e)),
         }
+        current = open_dir(&current, name, &path)?;
     }
     if created {
         return Ok(Prepared::Created);
     }
-    if top.uid() == uid {
+    let top = rustix::fs::fstat(&current).map_err(errno)?;
+    if top.st_uid == uid {
         return Ok(Prepared::Kept);
     }
-    lchown(dir, Some(uid), Some(gid))?;
-    let mut walk = Walk { dev: top.dev(), uid, gid, entries: 1, skipped: 0 };
-    walk.hand_over(dir)?;
-    Ok(Prepared::HandedOver { from_uid: top.uid(), entries: walk.entries, skipped: walk.skipped })
-}
-
-/// `meta` (from lstat), if `path` is a directory and not a symbolic link.
-fn real_directory(path: &Path, meta: std::fs::Metadata) -> io::Result<std::fs::Metadata> {
-    if meta.file_type().is_symlink() {
-        return Err(io::Error::other(format!("{} is a symbolic link", path.display())));
-    }
-    if !meta.is_dir() {
-        return Err(io::Error::other(format!("{} is not a directory", path.display())));
-    }
-    Ok(meta)
+    rustix::fs::fchown(&current, owner, group).map_err(errno)?;
+    let mut walk = Walk { dev: top.st_dev, owner, group, entries: 1, skipped: 0 };
+    walk.hand_over(current, 0)?;
+    Ok(Prepared::HandedOver { from_uid: top.st_uid, entries: walk.entries, skipped: walk.skipped })
 }
 
 struct Walk {
     dev: u64,
-    uid: u32,
-    gid: u32,
+    owner: Option<Uid>,
+    group: Option<Gid>,
     entries: u64,
     skipped: u64,
 }
 
 impl Walk {
-    fn hand_over(&mut self, dir: &Path) -> io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            // DirEntry::metadata does not follow a symbolic link.
-            let meta = entry.metadata()?;
-            if meta.dev() != self.dev || (!meta.is_dir() && meta.nlink() > 1) {
+    fn hand_over(&mut self, dir: OwnedFd, depth: usize) -> io::Result<()> {
+        for entry in Dir::new(dir.try_clone()?).map_err(errno)? {
+            let entry = entry.map_err(errno)?;
+            let name = entry.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            // O_PATH and no link followed: a handle on the entry itself, whatever it is now.
+            // It is checked and changed through that handle, so a swap after the check changes
+            // nothing but what was checked.
+            let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let handle = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
+                Ok(handle) => handle,
+                // Gone since the listing: nothing to hand over.
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(errno(e)),
+            };
+            let meta: Stat = rustix::fs::fstat(&handle).map_err(errno)?;
+            let kind = FileType::from_raw_mode(meta.st_mode);
+            let is_dir = kind == FileType::Directory;
+            if meta.st_dev != self.dev || (!is_dir && meta.st_nlink > 1) || (is_dir && depth >= MAX_DEPTH) {
                 self.skipped += 1;
                 continue;
             }
-            let path = entry.path();
-            lchown(&path, Some(self.uid), Some(self.gid))?;
+            // The inode of the handle (a link itself, not what it points to).
+            rustix::fs::chownat(&handle, c"", self.owner, self.group, AtFlags::EMPTY_PATH).map_err(errno)?;
             self.entries += 1;
-            if meta.is_dir() {
-                self.hand_over(&path)?;
+            if is_dir {
+                // "." of the handle: the directory that was checked, even if its name now
+                // leads elsewhere.
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                let sub = rustix::fs::openat(&handle, c".", flags, Mode::empty()).map_err(errno)?;
+                self.hand_over(sub, depth + 1)?;
             }
         }
         Ok(())
@@ -163,6 +201,7 @@ pub fn prepare_from_env(home: &Path, uid: u32, gid: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{MetadataExt as _, lchown};
 
     #[test]
     fn dirs_are_absolute_or_under_the_home_and_never_outside_it() {

@@ -25,6 +25,8 @@ pub struct Status {
     pub services: Vec<String>,
     pub files: Vec<String>,
     pub upstreams: Vec<String>,
+    #[serde(default)]
+    pub inbound: Vec<u16>,
 }
 
 impl Status {
@@ -34,11 +36,12 @@ impl Status {
         Status {
             firewall: format!("{mode:?}").to_lowercase(),
             ipv6,
-            domains: policy.domains.iter().map(|(d, p)| format!("{d} ({})", ports(p))).collect(),
+            domains: policy.domains.iter().map(|(d, access)| format!("{d} ({access})")).collect(),
             cidrs: policy.cidrs.iter().map(|(n, p)| format!("{n} ({})", ports(p))).collect(),
             services: policy.services.iter().cloned().collect(),
             files: policy.files.iter().map(|f| f.display().to_string()).collect(),
             upstreams: upstreams.iter().map(IpAddr::to_string).collect(),
+            inbound: policy.inbound.iter().copied().collect(),
         }
     }
 }
@@ -82,6 +85,8 @@ pub fn show() -> u8 {
         println!("  {cidr}");
     }
     println!("upstream resolvers: {}", status.upstreams.join(", "));
+    let inbound: Vec<String> = status.inbound.iter().map(u16::to_string).collect();
+    println!("inbound tcp ports: {}", if inbound.is_empty() { "none".into() } else { inbound.join(", ") });
     if status.firewall == "on" {
         match Nft::find().and_then(|nft| nft.list_elements()) {
             Ok(elements) => {

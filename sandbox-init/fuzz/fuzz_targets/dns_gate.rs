@@ -19,10 +19,10 @@ fn allowlist() -> &'static Allowlist {
 
 fuzz_target!(|data: &[u8]| {
     match decide(data, allowlist()) {
-        Some(Decision::Forward { id, query, ports }) => {
+        Some(Decision::Forward { id, query, access }) => {
             let name = query.name().to_ascii();
-            assert!(allowlist().ports(&name).is_some(), "forwarded a name outside the allowlist: {name}");
-            assert!(!ports.is_empty());
+            assert!(allowlist().access(&name).is_some(), "forwarded a name outside the allowlist: {name}");
+            assert!(!access.tcp.is_empty() || !access.udp.is_empty());
             // The same bytes as an upstream's answer to that query.
             let _ = answer_addresses(data, id, &query);
         }

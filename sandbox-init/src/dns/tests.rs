@@ -1,9 +1,10 @@
 use super::*;
-use crate::policy::Policy;
+use crate::policy::{Policy, Ports, Protocol};
+use hickory_proto::rr::Record;
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, TXT};
-use hickory_proto::rr::{Record, RecordType};
 use std::path::Path;
 use std::str::FromStr as _;
+use std::sync::{Mutex, RwLock};
 
 fn allowlist() -> Allowlist {
     let policy = Policy::from_yaml(
@@ -48,7 +49,10 @@ fn a_name_outside_the_allowlist_is_refused_with_its_question() {
     else {
         panic!("not refused")
     };
-    assert_eq!(refused, Some(("example.com.".into(), "A".into())));
+    assert_eq!(
+        refused,
+        Some(Denial::Name { name: "example.com.".into(), kind: "A".into(), reason: Reason::NotAllowlisted })
+    );
     let reply = Message::from_vec(&packet).unwrap();
     assert_eq!((reply.id(), reply.response_code()), (7, ResponseCode::Refused));
     assert_eq!(reply.message_type(), MessageType::Response);
@@ -65,17 +69,68 @@ fn a_name_outside_the_allowlist_is_refused_with_its_question() {
 #[test]
 fn an_allowed_name_is_forwarded_with_its_ports_whatever_its_case() {
     let decision = decide(&query(9, "API.Example.COM.", RecordType::AAAA), &allowlist());
-    let Some(Decision::Forward { id, query: forwarded, ports }) = decision else {
+    let Some(Decision::Forward { id, query: forwarded, access }) = decision else {
         panic!("not forwarded: {decision:?}")
     };
     assert_eq!((id, forwarded.query_type()), (9, RecordType::AAAA));
-    assert_eq!(ports, Ports::from([80, 443]));
-    let Some(Decision::Forward { ports, .. }) =
-        decide(&query(1, "x.y.cdn.example.com.", RecordType::TXT), &allowlist())
+    assert_eq!(access, Access::tcp(Ports::from([80, 443])));
+    let Some(Decision::Forward { access, .. }) =
+        decide(&query(1, "x.y.cdn.example.com.", RecordType::A), &allowlist())
     else {
         panic!("wildcard not forwarded")
     };
-    assert_eq!(ports, Ports::from([8443]));
+    assert_eq!(access, Access::tcp(Ports::from([8443])));
+}
+
+#[test]
+fn query_types_that_carry_data_never_leave_and_are_answered_empty() {
+    for kind in [
+        RecordType::TXT,
+        RecordType::NULL,
+        RecordType::ANY,
+        RecordType::MX,
+        RecordType::SRV,
+        RecordType::HTTPS,
+    ] {
+        let Some(Decision::Reply { packet, refused }) =
+            decide(&query(4, "api.example.com.", kind), &allowlist())
+        else {
+            panic!("{kind} was forwarded")
+        };
+        let reply = Message::from_vec(&packet).unwrap();
+        assert_eq!((reply.response_code(), reply.answers().len()), (ResponseCode::NoError, 0), "{kind}");
+        assert!(
+            matches!(refused, Some(Denial::Name { reason: Reason::QueryType, .. })),
+            "{kind}: {refused:?}"
+        );
+    }
+    for kind in FORWARDED_TYPES {
+        assert!(matches!(
+            decide(&query(4, "api.example.com.", kind), &allowlist()),
+            Some(Decision::Forward { .. })
+        ));
+    }
+}
+
+#[test]
+fn a_name_only_a_wildcard_allows_is_refused_when_it_is_long_enough_to_carry_data() {
+    let label = "a".repeat(WILDCARD_MAX_LABEL);
+    let fits = format!("{label}.cdn.example.com.");
+    assert!(matches!(decide(&query(1, &fits, RecordType::A), &allowlist()), Some(Decision::Forward { .. })));
+    let long_label = format!("a{label}.cdn.example.com.");
+    let many_labels = format!("{}cdn.example.com.", "abcdefghi.".repeat(10));
+    for name in [long_label, many_labels] {
+        let Some(Decision::Reply { refused, .. }) = decide(&query(1, &name, RecordType::A), &allowlist())
+        else {
+            panic!("{name} was forwarded")
+        };
+        assert!(matches!(refused, Some(Denial::Name { reason: Reason::WildcardNameTooLong, .. })), "{name}");
+    }
+    // An exact entry is the policy's own choice: no cap.
+    let exact = format!("{}.example.com", "b".repeat(60));
+    let text = format!("version: 1\ndomains: [\"{exact}\"]\n");
+    let own = Allowlist::new(&Policy::from_yaml(Path::new("p.yaml"), &text).unwrap());
+    assert!(matches!(decide(&query(1, &exact, RecordType::A), &own), Some(Decision::Forward { .. })));
 }
 
 #[test]
@@ -166,19 +221,38 @@ fn resolv_conf_is_pointed_at_the_gate_and_remembers_the_upstream() {
     assert_eq!(resolv_conf_upstreams(&ours), upstreams, "after a restart the file is ours");
 }
 
-/// Records what it was asked to allow.
-#[derive(Default)]
-struct Recorder(Mutex<Vec<Element>>);
+/// Records what it was asked to allow, checking names against its allowlist as the real sink.
+struct Recorder {
+    allowlist: RwLock<Arc<Allowlist>>,
+    allowed: Mutex<Vec<Element>>,
+}
+
+impl Recorder {
+    fn new(allowlist: Allowlist) -> Arc<Recorder> {
+        Arc::new(Recorder { allowlist: RwLock::new(Arc::new(allowlist)), allowed: Mutex::new(Vec::new()) })
+    }
+}
 
 impl AddressSink for Recorder {
-    fn allow(&self, _name: &str, elements: Vec<Element>) -> Result<(), String> {
-        self.0.lock().unwrap().extend(elements);
+    fn allowlist(&self) -> Arc<Allowlist> {
+        self.allowlist.read().unwrap().clone()
+    }
+
+    fn allow(&self, name: &str, elements: Vec<Element>) -> Result<(), SinkError> {
+        self.allowlist().matches(name).ok_or(SinkError::NotAllowed)?;
+        self.allowed.lock().unwrap().extend(elements);
         Ok(())
     }
 }
 
-/// An upstream on loopback that answers every A query with one address, and counts queries.
-async fn fake_upstream(addr: &'static str, ttl: u32) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+/// An upstream on loopback that answers every A query with one address, and logs each query's
+/// name and id. With `decoys`, it first sends answers that are not the answer: another id, and
+/// the right id with another question.
+async fn fake_upstream_with(
+    addr: &'static str,
+    ttl: u32,
+    decoys: bool,
+) -> (SocketAddr, Arc<Mutex<Vec<(String, u16)>>>) {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let local = socket.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -189,7 +263,16 @@ async fn fake_upstream(addr: &'static str, ttl: u32) -> (SocketAddr, Arc<Mutex<V
             let (len, from) = socket.recv_from(&mut buf).await.unwrap();
             let q = Message::from_vec(&buf[..len]).unwrap();
             let name = q.queries()[0].name().to_ascii();
-            log.lock().unwrap().push(name.clone());
+            log.lock().unwrap().push((name.clone(), q.id()));
+            if decoys {
+                let forged = "198.51.100.66";
+                let wrong_id =
+                    answer(q.id().wrapping_add(1), &name, RecordType::A, vec![a(&name, 86400, forged)]);
+                socket.send_to(&wrong_id, from).await.unwrap();
+                let other = "other.example.com.";
+                let wrong_question = answer(q.id(), other, RecordType::A, vec![a(&name, 86400, forged)]);
+                socket.send_to(&wrong_question, from).await.unwrap();
+            }
             let reply = answer(q.id(), &name, RecordType::A, vec![a(&name, ttl, addr)]);
             socket.send_to(&reply, from).await.unwrap();
         }
@@ -197,37 +280,71 @@ async fn fake_upstream(addr: &'static str, ttl: u32) -> (SocketAddr, Arc<Mutex<V
     (local, seen)
 }
 
+async fn fake_upstream(addr: &'static str, ttl: u32) -> (SocketAddr, Arc<Mutex<Vec<(String, u16)>>>) {
+    fake_upstream_with(addr, ttl, false).await
+}
+
+fn tcp_elements(addr: &str, ports: &[u16], secs: u64) -> Vec<Element> {
+    ports
+        .iter()
+        .map(|&port| Element {
+            addr: addr.parse().unwrap(),
+            protocol: Protocol::Tcp,
+            port,
+            timeout: Duration::from_secs(secs),
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn the_gate_allows_addresses_before_replying_and_never_forwards_refused_names() {
     let (upstream, seen) = fake_upstream("203.0.113.5", 5).await;
-    let recorder = Arc::new(Recorder::default());
-    let gate =
-        DnsGate::new(allowlist(), vec![upstream], recorder.clone(), Arc::new(DenialLog::stderr_only()));
+    let recorder = Recorder::new(allowlist());
+    let gate = DnsGate::new(vec![upstream], recorder.clone(), Arc::new(DenialLog::stderr_only()));
 
     let reply = gate.handle(&query(11, "api.example.com.", RecordType::A), Transport::Udp).await.unwrap();
     let reply = Message::from_vec(&reply).unwrap();
-    assert_eq!((reply.id(), reply.answers().len()), (11, 1));
-    let allowed = recorder.0.lock().unwrap().clone();
-    let expect: Vec<Element> = [80, 443]
-        .into_iter()
-        .map(|port| Element { addr: "203.0.113.5".parse().unwrap(), port, timeout: Duration::from_secs(60) })
-        .collect();
-    assert_eq!(allowed, expect, "both ports, TTL 5 s raised to the 60 s floor, before the reply");
+    assert_eq!((reply.id(), reply.answers().len()), (11, 1), "the client's own id comes back");
+    let allowed = recorder.allowed.lock().unwrap().clone();
+    let expect = tcp_elements("203.0.113.5", &[80, 443], 60);
+    assert_eq!(allowed, expect, "both ports, TCP only, TTL 5 s raised to the 60 s floor, before the reply");
 
     let refused =
         gate.handle(&query(12, "exfil-c2VjcmV0.example.com.", RecordType::A), Transport::Udp).await.unwrap();
     assert_eq!(Message::from_vec(&refused).unwrap().response_code(), ResponseCode::Refused);
-    assert_eq!(*seen.lock().unwrap(), vec!["api.example.com.".to_string()], "the refused name never left");
+    let names: Vec<String> = seen.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(names, vec!["api.example.com.".to_string()], "the refused name never left");
     assert_eq!(gate.handle(b"garbage", Transport::Udp).await, None);
+}
+
+#[tokio::test]
+async fn upstream_queries_carry_a_random_id_and_only_the_matching_answer_counts() {
+    let (upstream, seen) = fake_upstream_with("203.0.113.5", 300, true).await;
+    let recorder = Recorder::new(allowlist());
+    let gate = DnsGate::new(vec![upstream], recorder.clone(), Arc::new(DenialLog::stderr_only()));
+    let mut ids = std::collections::HashSet::new();
+    for _ in 0..8 {
+        let reply =
+            gate.handle(&query(4242, "api.example.com.", RecordType::A), Transport::Udp).await.unwrap();
+        let reply = Message::from_vec(&reply).unwrap();
+        assert_eq!(reply.id(), 4242);
+        assert_eq!(reply.answers()[0].data(), &RData::A(A("203.0.113.5".parse().unwrap())), "not a decoy's");
+        ids.insert(seen.lock().unwrap().last().unwrap().1);
+    }
+    assert!(ids.len() >= 7 && !ids.contains(&4242), "upstream ids: {ids:?}");
+    let allowed = recorder.allowed.lock().unwrap().clone();
+    assert!(
+        allowed.iter().all(|e| e.addr.to_string() == "203.0.113.5"),
+        "a decoy's address was allowed: {allowed:?}"
+    );
 }
 
 #[tokio::test]
 async fn the_gate_answers_servfail_when_no_upstream_answers() {
     let silent = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let gate = DnsGate::new(
-        allowlist(),
         vec![silent.local_addr().unwrap()],
-        Arc::new(Recorder::default()),
+        Recorder::new(allowlist()),
         Arc::new(DenialLog::stderr_only()),
     );
     tokio::time::pause();
@@ -238,34 +355,12 @@ async fn the_gate_answers_servfail_when_no_upstream_answers() {
 #[tokio::test]
 async fn a_reload_changes_what_the_gate_allows() {
     let (upstream, _) = fake_upstream("203.0.113.6", 300).await;
-    let gate = DnsGate::new(
-        allowlist(),
-        vec![upstream],
-        Arc::new(Recorder::default()),
-        Arc::new(DenialLog::stderr_only()),
-    );
+    let recorder = Recorder::new(allowlist());
+    let gate = DnsGate::new(vec![upstream], recorder.clone(), Arc::new(DenialLog::stderr_only()));
     let code = |reply: Vec<u8>| Message::from_vec(&reply).unwrap().response_code();
     let q = query(1, "new.example.org.", RecordType::A);
     assert_eq!(code(gate.handle(&q, Transport::Udp).await.unwrap()), ResponseCode::Refused);
     let policy = Policy::from_yaml(Path::new("p.yaml"), "version: 1\ndomains: [new.example.org]\n").unwrap();
-    gate.set_allowlist(Allowlist::new(&policy));
+    *recorder.allowlist.write().unwrap() = Arc::new(Allowlist::new(&policy));
     assert_eq!(code(gate.handle(&q, Transport::Udp).await.unwrap()), ResponseCode::NoError);
-}
-
-#[test]
-fn new_elements_are_created_and_existing_ones_refreshed_only_past_half_their_time() {
-    let now = Instant::now();
-    let element = |last: u8, secs: u64| Element {
-        addr: IpAddr::from([203, 0, 113, last]),
-        port: 443,
-        timeout: Duration::from_secs(secs),
-    };
-    let mut written = HashMap::new();
-    written.insert((IpAddr::from([203, 0, 113, 2]), 443), (now + Duration::from_secs(100), "a".to_string()));
-    written.insert((IpAddr::from([203, 0, 113, 3]), 443), (now + Duration::from_secs(20), "b".to_string()));
-    written.insert((IpAddr::from([203, 0, 113, 4]), 443), (now - Duration::from_secs(1), "c".to_string()));
-    let writes =
-        plan_writes(&written, vec![element(1, 60), element(2, 120), element(3, 60), element(4, 60)], now);
-    assert_eq!(writes.new, vec![element(1, 60), element(4, 60)], "absent, and expired");
-    assert_eq!(writes.refresh, vec![element(3, 60)], "20 s left of a 60 s timeout");
 }

@@ -19,6 +19,10 @@ fn ports(list: &[u16]) -> Ports {
     list.iter().copied().collect()
 }
 
+fn tcp(list: &[u16]) -> Access {
+    Access::tcp(ports(list))
+}
+
 #[test]
 fn every_malformed_policy_of_the_corpus_is_rejected_with_its_message() {
     let files = corpus("invalid");
@@ -67,17 +71,19 @@ fn errors_name_the_line_and_column_of_the_bad_value() {
 fn valid_policies_parse_to_normalised_entries() {
     let policy = Policy::read(&corpus("valid")[0]).unwrap();
     let d = |s: &str| DomainPattern::parse(s).unwrap();
-    assert_eq!(policy.domains[&d("api.example.com")], ports(&[80, 443]));
-    assert_eq!(policy.domains[&d("*.cdn.example.com")], ports(&[80, 443]));
-    assert_eq!(policy.domains[&DomainPattern::Exact("mixed.case.example.com".into())], ports(&[80, 443]));
-    assert_eq!(policy.domains[&DomainPattern::Exact("xn--bcher-kva.example".into())], ports(&[80, 443]));
-    assert_eq!(policy.domains[&d("internal-proxy")], ports(&[3128]));
-    assert_eq!(policy.domains[&d("models.example.net")], ports(&[443, 8443]));
-    assert_eq!(policy.domains[&d("github.com")], ports(&[22, 80, 443]), "from the github service");
+    assert_eq!(policy.domains[&d("api.example.com")], tcp(&[80, 443]));
+    assert_eq!(policy.domains[&d("*.cdn.example.com")], tcp(&[80, 443]));
+    assert_eq!(policy.domains[&DomainPattern::Exact("mixed.case.example.com".into())], tcp(&[80, 443]));
+    assert_eq!(policy.domains[&DomainPattern::Exact("xn--bcher-kva.example".into())], tcp(&[80, 443]));
+    assert_eq!(policy.domains[&d("internal-proxy")], tcp(&[3128]));
+    assert_eq!(policy.domains[&d("models.example.net")], tcp(&[443, 8443]));
+    assert_eq!(policy.domains[&d("github.com")], tcp(&[22, 80, 443]), "from the github service");
     assert!(policy.domains.contains_key(&d("api.anthropic.com")), "from the anthropic service");
     assert_eq!(policy.cidrs[&"10.20.0.0/16".parse().unwrap()], ports(&[80, 443]));
     assert_eq!(policy.cidrs[&"192.168.1.10/32".parse().unwrap()], ports(&[11434]));
     assert_eq!(policy.cidrs[&"fd00:1234::/32".parse().unwrap()], ports(&[8080]));
+    assert_eq!(policy.domains[&d("media.example.net")], Access { tcp: ports(&[443]), udp: ports(&[3478]) });
+    assert_eq!(policy.inbound, ports(&[3000, 5173]));
     assert_eq!(policy.services, BTreeSet::from(["anthropic".to_string(), "github".to_string()]));
     let locked = Policy::read(&corpus("valid")[2]).unwrap();
     assert!(locked.domains.is_empty() && locked.cidrs.is_empty());
@@ -95,7 +101,7 @@ fn drop_ins_merge_in_name_order_and_unknown_files_are_reported() {
     std::fs::write(drop_ins.join("notes.md"), "not a policy").unwrap();
     std::fs::write(drop_ins.join(".hidden"), "skipped quietly").unwrap();
     let (policy, skipped) = Policy::load(&baked, &drop_ins).unwrap();
-    assert_eq!(policy.domains[&DomainPattern::parse("api.example.com").unwrap()], ports(&[80, 443, 8443]));
+    assert_eq!(policy.domains[&DomainPattern::parse("api.example.com").unwrap()], tcp(&[80, 443, 8443]));
     assert!(policy.cidrs.contains_key(&"10.0.0.0/8".parse().unwrap()));
     assert_eq!(policy.files, vec![baked.clone(), drop_ins.join("a.yml"), drop_ins.join("b.txt")]);
     assert_eq!(skipped, vec![drop_ins.join("notes.md")]);
@@ -126,23 +132,45 @@ fn the_matcher_handles_exact_wildcard_case_trailing_dot_and_punycode() {
     )
     .unwrap();
     let allow = Allowlist::new(&policy);
-    assert_eq!(allow.ports("api.example.com"), Some(ports(&[22, 80, 443])));
-    assert_eq!(allow.ports("API.Example.COM."), Some(ports(&[22, 80, 443])), "case and trailing dot");
-    assert_eq!(allow.ports("a.cdn.example.com"), Some(ports(&[8443])), "one label under the wildcard");
-    assert_eq!(allow.ports("a.b.cdn.example.com"), Some(ports(&[8443])), "two labels under the wildcard");
-    assert_eq!(allow.ports("cdn.example.com"), None, "a wildcard does not match its own apex");
-    assert_eq!(allow.ports("xcdn.example.com"), None, "a suffix match needs a dot");
-    assert_eq!(allow.ports("example.com"), None);
-    assert_eq!(allow.ports("api.example.com.evil.test"), None);
-    assert_eq!(allow.ports("xn--bcher-kva.example"), Some(ports(&[80, 443])), "punycode query");
-    assert_eq!(allow.ports(""), None);
-    assert_eq!(allow.ports("."), None);
+    let port_set = |name: &str| allow.access(name).map(|a| a.tcp);
+    assert_eq!(port_set("api.example.com"), Some(ports(&[22, 80, 443])));
+    assert_eq!(port_set("API.Example.COM."), Some(ports(&[22, 80, 443])), "case and trailing dot");
+    assert_eq!(port_set("a.cdn.example.com"), Some(ports(&[8443])), "one label under the wildcard");
+    assert_eq!(port_set("a.b.cdn.example.com"), Some(ports(&[8443])), "two labels under the wildcard");
+    assert_eq!(port_set("cdn.example.com"), None, "a wildcard does not match its own apex");
+    assert_eq!(port_set("xcdn.example.com"), None, "a suffix match needs a dot");
+    assert_eq!(port_set("example.com"), None);
+    assert_eq!(port_set("api.example.com.evil.test"), None);
+    assert_eq!(port_set("xn--bcher-kva.example"), Some(ports(&[80, 443])), "punycode query");
+    assert_eq!(port_set(""), None);
+    assert_eq!(port_set("."), None);
 }
 
 #[test]
 fn an_exact_and_a_wildcard_entry_for_the_same_name_add_their_ports() {
     let policy = yaml("version: 1\ndomains:\n  - a.example.com:22\n  - \"*.example.com\"\n").unwrap();
-    assert_eq!(Allowlist::new(&policy).ports("a.example.com"), Some(ports(&[22, 80, 443])));
+    let matched = Allowlist::new(&policy).matches("a.example.com").unwrap();
+    assert_eq!(matched.access, tcp(&[22, 80, 443]));
+    assert_eq!(matched.patterns.len(), 2, "both entries allow it: {:?}", matched.patterns);
+    assert!(!matched.only_by_wildcard());
+    assert!(Allowlist::new(&policy).matches("b.example.com").unwrap().only_by_wildcard());
+}
+
+#[test]
+fn udp_is_opened_only_where_an_entry_asks_and_inbound_ports_merge() {
+    let policy = yaml("version: 1\ndomains:\n  - a.example.com\n  - domain: b.example.com\n    udp: [443]\ninbound: [3000]\n").unwrap();
+    let allow = Allowlist::new(&policy);
+    assert_eq!(allow.access("a.example.com").unwrap().udp, Ports::new());
+    assert!(allow.access("b.example.com").unwrap().allows(Protocol::Udp, 443));
+    assert!(!allow.access("b.example.com").unwrap().allows(Protocol::Udp, 80));
+    let mut merged = policy.clone();
+    merged.merge(yaml("version: 1\ninbound: [8080]\n").unwrap());
+    assert_eq!(merged.inbound, ports(&[3000, 8080]));
+    assert_eq!(merged.summary(), "2 domains, 0 cidrs, inbound 3000,8080");
+    assert_eq!(
+        policy.domains[&DomainPattern::parse("b.example.com").unwrap()].to_string(),
+        "80,443; udp 443"
+    );
 }
 
 #[test]

@@ -1,0 +1,234 @@
+//! A JSON-lines log the agent cannot flood: what the agent does decides what is logged, so
+//! repeats are folded, lines are rate-limited, and the file is capped and rotated. Every line
+//! goes to stderr too (the engine's log), under the same limits.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How much a log takes at most.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// The file is rotated (to `<file>.1`, replacing the older one) past this many bytes: the
+    /// log never takes more than twice this on disk.
+    pub max_bytes: u64,
+    /// Lines per second, on average; more are dropped and counted.
+    pub per_second: u32,
+    /// Lines at once after a quiet spell.
+    pub burst: u32,
+    /// A line with the same key as one written less than this long ago is folded into a count.
+    pub fold: Duration,
+}
+
+/// Keys remembered for folding; past this, the oldest are forgotten.
+const FOLD_KEYS: usize = 4096;
+
+pub struct JsonLog {
+    path: Option<PathBuf>,
+    limits: Limits,
+    state: Mutex<State>,
+}
+
+struct State {
+    file: Option<std::fs::File>,
+    size: u64,
+    tokens: f64,
+    refilled: Instant,
+    dropped: u64,
+    folded: HashMap<String, Fold>,
+}
+
+struct Fold {
+    since: Instant,
+    repeats: u64,
+}
+
+impl JsonLog {
+    /// Logs to stderr and, when it can be opened, to `path`.
+    pub fn open(path: &Path, limits: Limits) -> JsonLog {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+        let (file, size) = match file {
+            Ok(file) => {
+                let size = file.metadata().map_or(0, |m| m.len());
+                (Some(file), size)
+            }
+            Err(e) => {
+                eprintln!("sandbox-init: {} goes to stderr only: {e}", path.display());
+                (None, 0)
+            }
+        };
+        JsonLog { path: Some(path.to_path_buf()), limits, state: Mutex::new(State::new(file, size, limits)) }
+    }
+
+    /// Logs to stderr only.
+    pub fn stderr_only(limits: Limits) -> JsonLog {
+        JsonLog { path: None, limits, state: Mutex::new(State::new(None, 0, limits)) }
+    }
+
+    /// Writes the line `make` builds, unless a line with the same `key` was written within the
+    /// fold window (then it is counted, and the next line of that key says `"repeats": N`) or the
+    /// rate is exceeded (then it is dropped, and the next line written is preceded by one saying
+    /// how many were).
+    pub fn write(&self, key: &str, make: impl FnOnce() -> serde_json::Value) {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let repeats = match state.folded.get_mut(key) {
+            Some(fold) if now.duration_since(fold.since) < self.limits.fold => {
+                fold.repeats += 1;
+                return;
+            }
+            Some(fold) => std::mem::replace(fold, Fold { since: now, repeats: 0 }).repeats,
+            None => {
+                if state.folded.len() >= FOLD_KEYS {
+                    let window = self.limits.fold;
+                    state.folded.retain(|_, f| now.duration_since(f.since) < window);
+                    if state.folded.len() >= FOLD_KEYS {
+                        state.folded.clear();
+                    }
+                }
+                state.folded.insert(key.to_string(), Fold { since: now, repeats: 0 });
+                0
+            }
+        };
+        if !state.take_token(now, self.limits) {
+            state.dropped += 1;
+            return;
+        }
+        if state.dropped > 0 {
+            let dropped = std::mem::take(&mut state.dropped);
+            let line = serde_json::json!({
+                "time": crate::denials::rfc3339(SystemTime::now()),
+                "dropped": dropped,
+                "why": "rate limit",
+            });
+            self.emit(&mut state, &line);
+        }
+        let mut line = make();
+        if repeats > 0
+            && let Some(map) = line.as_object_mut()
+        {
+            map.insert("repeats".into(), repeats.into());
+        }
+        self.emit(&mut state, &line);
+    }
+
+    fn emit(&self, state: &mut State, line: &serde_json::Value) {
+        let mut text = line.to_string();
+        text.push('\n');
+        let _ = std::io::stderr().write_all(text.as_bytes());
+        let Some(path) = &self.path else { return };
+        if state.size + text.len() as u64 > self.limits.max_bytes {
+            state.file = None;
+            let _ = std::fs::rename(path, rotated(path));
+            state.file = std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(path).ok();
+            state.size = 0;
+        }
+        if let Some(file) = &mut state.file
+            && file.write_all(text.as_bytes()).is_ok()
+        {
+            state.size += text.len() as u64;
+        }
+    }
+}
+
+impl State {
+    fn new(file: Option<std::fs::File>, size: u64, limits: Limits) -> State {
+        State {
+            file,
+            size,
+            tokens: f64::from(limits.burst),
+            refilled: Instant::now(),
+            dropped: 0,
+            folded: HashMap::new(),
+        }
+    }
+
+    fn take_token(&mut self, now: Instant, limits: Limits) -> bool {
+        let earned = now.duration_since(self.refilled).as_secs_f64() * f64::from(limits.per_second);
+        self.tokens = (self.tokens + earned).min(f64::from(limits.burst));
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Where a full log goes: `<file>.1`.
+pub fn rotated(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".1");
+    PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max_bytes: u64) -> Limits {
+        Limits { max_bytes, per_second: 1, burst: 5, fold: Duration::from_secs(60) }
+    }
+
+    fn lines(path: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn repeats_are_folded_and_a_flood_is_rate_limited_with_a_count_of_what_was_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let log = JsonLog::open(&path, limits(1 << 20));
+        for _ in 0..1000 {
+            log.write("same", || serde_json::json!({"name": "same"}));
+        }
+        assert_eq!(lines(&path).len(), 1, "a thousand repeats are one line");
+        for i in 0..1000 {
+            log.write(&format!("k{i}"), || serde_json::json!({ "name": i }));
+        }
+        let written = lines(&path);
+        assert_eq!(written.len(), 5, "the burst, then nothing: {written:?}");
+        // A token comes back after a second: the next line is preceded by the count.
+        std::thread::sleep(Duration::from_millis(1100));
+        log.write("late", || serde_json::json!({"name": "late"}));
+        let written = lines(&path);
+        assert_eq!(written[5]["dropped"], 996, "{written:?}");
+        assert_eq!(written[6]["name"], "late");
+    }
+
+    #[test]
+    fn a_key_seen_again_after_its_window_says_how_often_it_was_folded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let log = JsonLog::open(&path, Limits { fold: Duration::from_millis(50), ..limits(1 << 20) });
+        for _ in 0..4 {
+            log.write("k", || serde_json::json!({"name": "k"}));
+        }
+        std::thread::sleep(Duration::from_millis(60));
+        log.write("k", || serde_json::json!({"name": "k"}));
+        let written = lines(&path);
+        assert_eq!(written.len(), 2);
+        assert_eq!(written[1]["repeats"], 3);
+    }
+
+    #[test]
+    fn the_file_is_rotated_at_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let log = JsonLog::open(&path, Limits { per_second: 1000, burst: 1000, ..limits(200) });
+        for i in 0..40 {
+            log.write(&format!("k{i}"), || serde_json::json!({ "line": i }));
+        }
+        let current = std::fs::metadata(&path).unwrap().len();
+        let older = std::fs::metadata(rotated(&path)).unwrap().len();
+        assert!(current <= 200 && older <= 200, "{current} and {older} bytes");
+        assert_eq!(lines(&path).last().unwrap()["line"], 39, "the newest line is kept");
+    }
+}

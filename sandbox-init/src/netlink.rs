@@ -1,0 +1,147 @@
+//! Netfilter's netlink sockets: the message and attribute framing that nflog (rejected
+//! packets) and conntrack (cutting connections a reload revokes) share.
+
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+
+const NETLINK_NETFILTER: libc::c_int = 12;
+const NLMSG_HEADER: usize = 16;
+/// nfgenmsg: family, version, resource id.
+const NFGEN_HEADER: usize = 4;
+pub const NLMSG_ERROR: u16 = 2;
+pub const NLMSG_DONE: u16 = 3;
+/// Attribute types carry two flag bits (nested, byte order) above the type itself.
+const ATTR_TYPE_MASK: u16 = 0x3fff;
+
+/// A bound NETLINK_NETFILTER socket.
+pub struct Netfilter {
+    fd: OwnedFd,
+}
+
+impl Netfilter {
+    pub fn open() -> std::io::Result<Netfilter> {
+        // SAFETY: socket and bind with a zeroed sockaddr_nl; the descriptor is owned at once.
+        unsafe {
+            let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_NETFILTER);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let fd = OwnedFd::from_raw_fd(fd);
+            let mut addr: libc::sockaddr_nl = std::mem::zeroed();
+            addr.nl_family = libc::AF_NETLINK as u16;
+            if libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), size_of::<libc::sockaddr_nl>() as u32) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(Netfilter { fd })
+        }
+    }
+
+    pub fn send(&self, message: &[u8]) -> std::io::Result<()> {
+        // SAFETY: send from a buffer we own.
+        if unsafe { libc::send(self.fd.as_raw_fd(), message.as_ptr().cast(), message.len(), 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// One datagram (possibly several messages). Retries on EINTR.
+    pub fn recv(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            // SAFETY: recv into a buffer we own, of its length.
+            let len = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if len >= 0 {
+                return Ok(len as usize);
+            }
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EINTR) {
+                return Err(error);
+            }
+        }
+    }
+
+    /// Sends a request with NLM_F_ACK and waits for its acknowledgement: Err with the kernel's
+    /// error if it refused.
+    pub fn request(&self, message: &[u8]) -> std::io::Result<()> {
+        self.send(message)?;
+        let mut buf = [0u8; 1024];
+        let len = self.recv(&mut buf)?;
+        for (kind, _, payload) in messages(&buf[..len]) {
+            if kind == NLMSG_ERROR && payload.len() >= 4 {
+                let error = i32::from_ne_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                if error != 0 {
+                    return Err(std::io::Error::from_raw_os_error(-error));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A netfilter message: `kind` of `subsystem`, with an nfgenmsg header and `attributes`.
+pub fn message(subsystem: u8, kind: u8, flags: u16, family: u8, res_id: u16, attributes: &[u8]) -> Vec<u8> {
+    let total = NLMSG_HEADER + NFGEN_HEADER + attributes.len();
+    let mut m = Vec::with_capacity(total);
+    m.extend((total as u32).to_ne_bytes());
+    m.extend(((u16::from(subsystem) << 8) | u16::from(kind)).to_ne_bytes());
+    m.extend(flags.to_ne_bytes());
+    m.extend(0u32.to_ne_bytes()); // sequence
+    m.extend(0u32.to_ne_bytes()); // port id
+    m.extend([family, 0]);
+    m.extend(res_id.to_be_bytes());
+    m.extend(attributes);
+    m
+}
+
+/// One attribute, padded to four bytes.
+pub fn attribute(kind: u16, payload: &[u8]) -> Vec<u8> {
+    let mut a = ((4 + payload.len()) as u16).to_ne_bytes().to_vec();
+    a.extend(kind.to_ne_bytes());
+    a.extend(payload);
+    a.resize(a.len().next_multiple_of(4), 0);
+    a
+}
+
+/// The messages of a datagram: (type, flags, payload after the netlink header).
+pub fn messages(mut data: &[u8]) -> impl Iterator<Item = (u16, u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if data.len() < NLMSG_HEADER {
+            return None;
+        }
+        let len = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize;
+        if len < NLMSG_HEADER || len > data.len() {
+            return None;
+        }
+        let kind = u16::from_ne_bytes([data[4], data[5]]);
+        let flags = u16::from_ne_bytes([data[6], data[7]]);
+        let payload = &data[NLMSG_HEADER..len];
+        data = &data[len.next_multiple_of(4).min(data.len())..];
+        Some((kind, flags, payload))
+    })
+}
+
+/// The payload of a netfilter message after its nfgenmsg header: (family, attributes).
+pub fn netfilter_payload(payload: &[u8]) -> Option<(u8, &[u8])> {
+    (payload.len() >= NFGEN_HEADER).then(|| (payload[0], &payload[NFGEN_HEADER..]))
+}
+
+/// The attributes of a block: (type without flags, value, the whole attribute as sent).
+pub fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8], &[u8])> {
+    std::iter::from_fn(move || {
+        if data.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([data[0], data[1]]) as usize;
+        let kind = u16::from_ne_bytes([data[2], data[3]]) & ATTR_TYPE_MASK;
+        if len < 4 || len > data.len() {
+            return None;
+        }
+        let (whole, value) = (&data[..len], &data[4..len]);
+        data = &data[len.next_multiple_of(4).min(data.len())..];
+        Some((kind, value, whole))
+    })
+}
+
+/// The value of the first attribute of `kind` in a block.
+pub fn find(data: &[u8], kind: u16) -> Option<&[u8]> {
+    attributes(data).find(|(k, _, _)| *k == kind).map(|(_, value, _)| value)
+}
