@@ -32,8 +32,9 @@ pub const SMALLEST: &str = "shell";
 pub const TEST_LABEL: &str = "io.github.agent-sandbox.test";
 /// Where the probe binary is mounted in sandboxes.
 pub const PROBE: &str = "/usr/local/bin/sandbox-probe";
-/// TCP ports every peer greets on, and its UDP echo port.
+/// TCP ports every peer greets on, its TCP echo port, and its UDP echo port.
 pub const PEER_TCP: &str = "80,443,8443";
+pub const PEER_ECHO: u16 = 7;
 pub const PEER_UDP: u16 = 5353;
 
 /// Whether containers may get NET_ADMIN (`cargo xtask test`), or not (`--ci`).
@@ -258,8 +259,15 @@ impl Peer {
     async fn start_with(net: &TestNet, aliases: &[&str], dns: bool) -> anyhow::Result<Peer> {
         let image = peer_image().await?;
         let docker = docker().await?;
-        let mut cmd =
-            vec!["serve".to_string(), "--tcp".into(), PEER_TCP.into(), "--udp".into(), PEER_UDP.to_string()];
+        let mut cmd = vec![
+            "serve".to_string(),
+            "--tcp".into(),
+            PEER_TCP.into(),
+            "--echo".into(),
+            PEER_ECHO.to_string(),
+            "--udp".into(),
+            PEER_UDP.to_string(),
+        ];
         if dns {
             cmd.extend(["--dns".into(), ZONE.into(), QUERIES.into()]);
         }
@@ -311,7 +319,13 @@ impl Peer {
     /// Makes the DNS peer answer `name` with `addr` (A or AAAA by its family) and this TTL.
     pub async fn set_dns(&self, name: &str, addr: IpAddr, ttl: u32) -> anyhow::Result<()> {
         let kind = if addr.is_ipv4() { "A" } else { "AAAA" };
-        let line = format!("{name} {kind} {addr} {ttl}");
+        self.set_zone(name, kind, &addr.to_string(), ttl).await
+    }
+
+    /// Makes the DNS peer answer `name` (`*.` for every subdomain) with a record of `kind`:
+    /// an address, or for A a range (`10.99.0.0/16`) from which each name gets its own.
+    pub async fn set_zone(&self, name: &str, kind: &str, value: &str, ttl: u32) -> anyhow::Result<()> {
+        let line = format!("{name} {kind} {value} {ttl}");
         let script = format!(
             "grep -v '^{name} {kind} ' {ZONE} > {ZONE}.new 2>/dev/null; echo '{line}' >> {ZONE}.new; mv {ZONE}.new {ZONE}"
         );
@@ -321,14 +335,49 @@ impl Peer {
 
     /// The names the DNS peer was asked about, in order.
     pub async fn dns_queries(&self) -> anyhow::Result<Vec<String>> {
+        Ok(self.dns_log().await?.into_iter().map(|q| q.name).collect())
+    }
+
+    /// Every query the DNS peer received: name, type and id, in order.
+    pub async fn dns_log(&self) -> anyhow::Result<Vec<LoggedQuery>> {
         let out = exec(&self.id, &["sh", "-c", &format!("cat {QUERIES} 2>/dev/null || true")], None).await?;
         Ok(out
             .stdout
             .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .map(|n| n.trim_end_matches('.').to_string())
+            .filter_map(|l| {
+                let mut fields = l.split_whitespace();
+                Some(LoggedQuery {
+                    name: fields.next()?.trim_end_matches('.').to_string(),
+                    kind: fields.next().unwrap_or_default().to_string(),
+                    id: fields.next().and_then(|i| i.parse().ok()).unwrap_or(0),
+                })
+            })
             .collect())
     }
+
+    /// Runs the probe on the peer (as root there): how the rest of the network sees a sandbox.
+    pub async fn probe(&self, args: &[&str]) -> anyhow::Result<Probe> {
+        let mut cmd = vec![PROBE];
+        cmd.extend_from_slice(args);
+        Probe::from_output(args, exec(&self.id, &cmd, None).await?)
+    }
+
+    /// Freezes the peer: it receives and answers nothing until [`Peer::unpause`].
+    pub async fn pause(&self) -> anyhow::Result<()> {
+        Ok(docker().await?.pause_container(&self.id).await?)
+    }
+
+    pub async fn unpause(&self) -> anyhow::Result<()> {
+        Ok(docker().await?.unpause_container(&self.id).await?)
+    }
+}
+
+/// One query as the DNS peer logged it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedQuery {
+    pub name: String,
+    pub kind: String,
+    pub id: u16,
 }
 
 impl Drop for Peer {
@@ -347,6 +396,52 @@ pub fn remove_container_blocking(id: String) {
         })
     })
     .join();
+}
+
+/// A container of the peer image running one probe command (`race-state`, say) with volumes
+/// mounted and no network; removed when dropped.
+pub struct Helper {
+    pub id: String,
+}
+
+impl Helper {
+    /// `volumes`: (volume name, path in the container).
+    pub async fn start(cmd: &[&str], volumes: &[(&str, &str)]) -> anyhow::Result<Helper> {
+        let docker = docker().await?;
+        let body = ContainerCreateBody {
+            image: Some(peer_image().await?),
+            cmd: Some(cmd.iter().map(|c| c.to_string()).collect()),
+            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "helper".to_string())])),
+            host_config: Some(HostConfig {
+                network_mode: Some("none".into()),
+                binds: Some(volumes.iter().map(|(v, path)| format!("{v}:{path}")).collect()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let created =
+            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
+        let helper = Helper { id: created.id };
+        docker.start_container(&helper.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+        Ok(helper)
+    }
+
+    /// Waits until the helper printed `line`.
+    pub async fn wait_for(&self, line: &str) -> anyhow::Result<()> {
+        for _ in 0..100 {
+            if container_logs(&self.id).await?.0.contains(line) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("helper {} never said `{line}`", self.id)
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        remove_container_blocking(self.id.clone());
+    }
 }
 
 /// What a command run in a container printed and returned.
@@ -395,6 +490,29 @@ pub struct SandboxSpec {
     pub mounts: Vec<(String, String)>,
     /// `--cap-drop ALL` (NET_ADMIN is still added when asked for).
     pub cap_drop_all: bool,
+    /// `--pids-limit`, `--memory` (bytes) and `--log-opt`s.
+    pub limits: Limits,
+}
+
+/// What the engine bounds for the container.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub pids: Option<i64>,
+    pub memory: Option<i64>,
+    pub log_options: std::collections::BTreeMap<String, String>,
+}
+
+impl Limits {
+    fn apply(&self, host: &mut HostConfig) {
+        host.pids_limit = self.pids;
+        host.memory = self.memory;
+        if !self.log_options.is_empty() {
+            host.log_config = Some(bollard::models::HostConfigLogConfig {
+                typ: Some("json-file".into()),
+                config: Some(self.log_options.clone().into_iter().collect()),
+            });
+        }
+    }
 }
 
 impl SandboxSpec {
@@ -412,6 +530,7 @@ impl SandboxSpec {
             env: Vec::new(),
             mounts: Vec::new(),
             cap_drop_all: false,
+            limits: Limits::default(),
         }
     }
 
@@ -472,9 +591,13 @@ impl SandboxSpec {
         if let Some(network) = &self.network {
             request = request.with_network(network);
         }
-        if let Some(dns) = self.dns {
-            request = request.with_host_config_modifier(move |hc| hc.dns = Some(vec![dns.to_string()]));
-        }
+        let (dns, limits) = (self.dns, self.limits.clone());
+        request = request.with_host_config_modifier(move |hc| {
+            if let Some(dns) = dns {
+                hc.dns = Some(vec![dns.to_string()]);
+            }
+            limits.apply(hc);
+        });
         for (k, v) in &self.env {
             request = request.with_env_var(k, v);
         }
@@ -532,6 +655,7 @@ impl SandboxSpec {
         if self.cap_drop_all {
             host.cap_drop = Some(vec!["ALL".into()]);
         }
+        self.limits.apply(&mut host);
         let body = ContainerCreateBody {
             image: Some(self.image.clone()),
             env: Some(self.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
@@ -619,6 +743,31 @@ pub struct Probe {
 }
 
 impl Probe {
+    /// The `key=value` lines of a probe run; an error if the probe itself failed.
+    pub fn from_output(args: &[&str], out: ExecOutput) -> anyhow::Result<Probe> {
+        let fields = out
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let probe = Probe { what: args.join(" "), fields };
+        anyhow::ensure!(
+            out.code == 0,
+            "the probe `{}` failed ({}): {}{}",
+            probe.what,
+            out.code,
+            out.stdout,
+            out.stderr
+        );
+        Ok(probe)
+    }
+
+    /// A numeric field; NaN when missing.
+    pub fn number(&self, key: &str) -> f64 {
+        self.fields.get(key).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+    }
+
     pub fn outcome(&self) -> &str {
         self.fields.get("outcome").map_or("(no outcome)", String::as_str)
     }
@@ -645,27 +794,81 @@ impl Sandbox {
         self.exec(&full).await
     }
 
-    /// Runs the probe as the agent: `tcp HOST PORT`, `udp HOST PORT`, `icmp ADDR`, `dns NAME`.
+    /// Runs the probe as the agent: `tcp HOST PORT`, `udp HOST PORT`, `icmp ADDR`, `dns NAME`,
+    /// and the attacks of the probe's attacks.rs.
     pub async fn probe(&self, args: &[&str]) -> anyhow::Result<Probe> {
         let mut cmd = vec![PROBE];
         cmd.extend_from_slice(args);
-        let out = self.as_agent(&cmd).await?;
-        let fields = out
-            .stdout
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let probe = Probe { what: args.join(" "), fields };
-        anyhow::ensure!(
-            out.code == 0,
-            "the probe `{}` failed ({}): {}{}",
-            probe.what,
-            out.code,
-            out.stdout,
-            out.stderr
-        );
-        Ok(probe)
+        Probe::from_output(args, self.as_agent(&cmd).await?)
+    }
+
+    /// Starts the probe as the agent and returns at once: the task ends with what it reported.
+    pub fn probe_in_background(&self, args: &[&str]) -> tokio::task::JoinHandle<anyhow::Result<Probe>> {
+        let id = self.id().to_string();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tokio::spawn(async move {
+            let mut cmd = vec!["sandbox-exec", "--", PROBE];
+            cmd.extend(args.iter().map(String::as_str));
+            let out = exec(&id, &cmd, None).await?;
+            Probe::from_output(&cmd[3..], out)
+        })
+    }
+
+    /// Starts a command in the container and does not wait for it (`docker exec -d`).
+    pub async fn exec_detached(&self, cmd: &[&str], user: Option<&str>) -> anyhow::Result<()> {
+        let docker = docker().await?;
+        let created = docker
+            .create_exec(
+                self.id(),
+                ExecConfig {
+                    cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+                    user: user.map(str::to_string),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        docker.start_exec(&created.id, Some(StartExecOptions { detach: true, ..Default::default() })).await?;
+        Ok(())
+    }
+
+    /// The sandbox's addresses on `net`: (IPv4, IPv6).
+    pub async fn addresses(&self, net: &TestNet) -> anyhow::Result<(IpAddr, IpAddr)> {
+        let inspect = docker().await?.inspect_container(self.id(), None).await?;
+        let settings = inspect
+            .network_settings
+            .and_then(|n| n.networks)
+            .and_then(|mut n| n.remove(&net.name))
+            .context("the sandbox has no address on the test network")?;
+        Ok((
+            settings.ip_address.context("no IPv4 address")?.parse()?,
+            settings.global_ipv6_address.context("no IPv6 address")?.parse()?,
+        ))
+    }
+
+    /// The elements of the firewall's sets, as `nft` lists them: (address, protocol, port).
+    pub async fn set_elements(&self) -> anyhow::Result<Vec<(IpAddr, String, u16)>> {
+        let out = self.exec(&["nft", "-j", "list", "table", "inet", "agent_sandbox"]).await?;
+        anyhow::ensure!(out.code == 0, "nft list: {out:?}");
+        let table: serde_json::Value = serde_json::from_str(&out.stdout)?;
+        let mut elements = Vec::new();
+        for item in table["nftables"].as_array().into_iter().flatten() {
+            for element in item["set"]["elem"].as_array().into_iter().flatten() {
+                let key = element["elem"]["val"]["concat"].as_array().cloned().unwrap_or_default();
+                if let [addr, protocol, port] = &key[..] {
+                    let protocol = match protocol.as_u64() {
+                        Some(6) => "tcp".to_string(),
+                        Some(17) => "udp".to_string(),
+                        _ => protocol.as_str().unwrap_or_default().to_string(),
+                    };
+                    elements.push((
+                        addr.as_str().unwrap_or_default().parse()?,
+                        protocol,
+                        port.as_u64().unwrap_or(0) as u16,
+                    ));
+                }
+            }
+        }
+        Ok(elements)
     }
 
     /// Everything the container printed so far: (stdout, stderr).
@@ -716,6 +919,23 @@ impl Sandbox {
         let (stdout, stderr) = self.logs().await?;
         anyhow::bail!("`{needle}` did not appear {count} times; stdout:\n{stdout}\nstderr:\n{stderr}")
     }
+}
+
+/// The files of the sandbox's own file system that could raise the privileges of a process not
+/// under no_new_privs (`docker exec -u agent`, a devcontainer's terminal): setuid or setgid
+/// programs, and files carrying a capability. One `setid PATH` or `caps PATH` each.
+pub async fn privileged_files(sb: &Sandbox) -> anyhow::Result<Vec<String>> {
+    let out = sb.exec(&[PROBE, "privileged-files", "/"]).await?;
+    anyhow::ensure!(out.code == 0, "the scan failed: {out:?}");
+    let checked: u64 = out.stdout.lines().find_map(|l| l.strip_prefix("checked=")?.parse().ok()).unwrap_or(0);
+    // The walk read the image, not an empty directory.
+    anyhow::ensure!(checked > 1000, "the scan checked only {checked} files: {out:?}");
+    Ok(out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("setid ") || l.starts_with("caps "))
+        .map(str::to_string)
+        .collect())
 }
 
 fn split_target(target: &str) -> (&str, &str) {

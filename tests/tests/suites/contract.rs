@@ -1,6 +1,7 @@
 //! The contract every image keeps, generated from images/ (tests/build.rs): add an image folder
 //! and `contract::<image>::…` appear. Each image: its labels and lock entry are right; it starts
-//! and reaches `sandbox ready` with the agent unprivileged; its agent command answers
+//! and reaches `sandbox ready` with the agent unprivileged and no setuid, setgid or
+//! file-capability program; its agent command answers
 //! `--version` offline; and (NET_ADMIN, left out of `--ci`) its own policy's domains are
 //! reachable while example.com is not.
 
@@ -141,10 +142,10 @@ pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyho
     let sb = spec.start().await?;
     crate::privileges::assert_agent_processes_unprivileged(&sb).await?;
     // The agent's processes started outside sandbox-exec (`docker exec -u agent`) have no
-    // no_new_privs: no setuid or setgid program may lead them back to the container's capabilities.
-    let setid = sb.exec(&["find", "/", "-xdev", "-type", "f", "-perm", "/6000"]).await?;
-    assert_eq!(setid.code, 0, "{setid:?}");
-    assert_eq!(setid.stdout, "", "{} has setuid or setgid programs", subject.name);
+    // no_new_privs: no setuid or setgid program, and no file capability, may lead them back to
+    // the container's capabilities.
+    let found = sandbox_tests::sandbox::privileged_files(&sb).await?;
+    assert!(found.is_empty(), "{} has privileged files: {found:?}", subject.name);
     Ok(())
 }
 
@@ -235,13 +236,13 @@ pub async fn reaches_its_policy_and_not_example_com(subject: &Subject) -> anyhow
     let targets: Vec<(String, u16)> = policy
         .domains
         .iter()
-        .filter_map(|(pattern, ports)| {
+        .filter_map(|(pattern, access)| {
             let host = match pattern {
                 DomainPattern::Exact(host) => host.clone(),
                 DomainPattern::Subdomains(parent) => format!("contract.{parent}"),
             };
             // A port the peer serves.
-            ports.iter().find(|p| [80, 443, 8443].contains(*p)).map(|p| (host, *p))
+            access.tcp.iter().find(|p| [80, 443, 8443].contains(*p)).map(|p| (host, *p))
         })
         .collect();
     let net = TestNet::create(&format!("contract-{name}")).await?;

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use sandbox_tests::sandbox::{SandboxSpec, TestVolume, image};
+use sandbox_tests::sandbox::{Limits, SandboxSpec, TestVolume, image};
 use serde_json::Value;
 
 /// What both tools ask of the engine, in the few terms these examples use.
@@ -17,6 +17,20 @@ struct Run {
     env: BTreeMap<String, String>,
     /// (source: a volume name or `workspace`, target)
     mounts: Vec<(String, String)>,
+    limits: Limits,
+}
+
+/// `4g`, `512m`: a size as Docker writes it, in bytes.
+fn bytes(size: &str) -> i64 {
+    let (number, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit()).unwrap_or(size.len()));
+    let scale = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" => 1 << 10,
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        other => panic!("unknown size unit `{other}` in {size}"),
+    };
+    number.parse::<i64>().unwrap_or_else(|_| panic!("not a size: {size}")) * scale
 }
 
 const KEY: &str = "sk-ant-example-test-key-not-real";
@@ -49,6 +63,13 @@ fn compose() -> anyhow::Result<Run> {
         run.mounts.push((source.to_string(), target.to_string()));
     }
     assert_eq!(service["tty"], Value::Bool(true), "the session is the terminal");
+    run.limits.pids = service["pids_limit"].as_i64();
+    run.limits.memory = service["mem_limit"].as_str().map(bytes);
+    let logging = &service["logging"];
+    assert_eq!(logging["driver"], "json-file", "a log the engine rotates");
+    for (key, value) in logging["options"].as_object().into_iter().flatten() {
+        run.limits.log_options.insert(key.clone(), value.as_str().expect("a string").to_string());
+    }
     Ok(run)
 }
 
@@ -57,9 +78,19 @@ fn devcontainer() -> anyhow::Result<Run> {
     assert_eq!(file["overrideCommand"], Value::Bool(false), "sandbox-init must stay the command");
     let mut run = Run { image: file["image"].as_str().unwrap_or_default().to_string(), ..Default::default() };
     for arg in file["runArgs"].as_array().into_iter().flatten() {
-        let cap = arg.as_str().and_then(|a| a.strip_prefix("--cap-add="));
-        run.cap_add
-            .push(cap.unwrap_or_else(|| panic!("runArgs {arg}: only --cap-add= is understood")).into());
+        let arg = arg.as_str().expect("runArgs are strings");
+        let (flag, value) =
+            arg.split_once('=').unwrap_or_else(|| panic!("runArgs {arg}: write --flag=value"));
+        match flag {
+            "--cap-add" => run.cap_add.push(value.into()),
+            "--pids-limit" => run.limits.pids = Some(value.parse()?),
+            "--memory" => run.limits.memory = Some(bytes(value)),
+            "--log-opt" => {
+                let (key, value) = value.split_once('=').expect("--log-opt=key=value");
+                run.limits.log_options.insert(key.into(), value.into());
+            }
+            other => panic!("runArgs {other}: not understood by this suite"),
+        }
     }
     for (name, value) in file["containerEnv"].as_object().into_iter().flatten() {
         assert_eq!(value.as_str(), Some(format!("${{localEnv:{name}}}").as_str()), "{name}");
@@ -83,11 +114,16 @@ fn devcontainer() -> anyhow::Result<Run> {
 async fn runs_as_written(run: Run) -> anyhow::Result<()> {
     assert_eq!(run.image, image("claude").await?, "the example names the image the build tags");
     assert_eq!(run.cap_add, ["NET_ADMIN"]);
+    // The agent is assumed hostile: the engine bounds its processes, memory and log.
+    assert_eq!(run.limits.pids, Some(512), "{:?}", run.limits);
+    assert_eq!(run.limits.memory, Some(4 << 30), "{:?}", run.limits);
+    assert_eq!(run.limits.log_options.get("max-size").map(String::as_str), Some("10m"), "{:?}", run.limits);
     let workspace = tempfile::tempdir()?;
     std::fs::write(workspace.path().join("README.md"), "the user's project\n")?;
     let mut volumes = Vec::new();
     let mut spec = SandboxSpec::of(run.image.clone());
     spec.network = Some("none".into());
+    spec.limits = run.limits.clone();
     // As the example asks, except under `--ci`, where no container gets a capability.
     spec.net_admin = sandbox_tests::sandbox::full_mode();
     let mut state_dirs = Vec::new();
@@ -106,6 +142,9 @@ async fn runs_as_written(run: Run) -> anyhow::Result<()> {
     }
     assert_eq!(state_dirs, ["/home/agent/.claude"], "the example keeps claude's state");
     let sb = spec.start().await?;
+    let host = xtask::engine::Engine::connect().await?.docker().inspect_container(sb.id(), None).await?;
+    let host = host.host_config.unwrap_or_default();
+    assert_eq!((host.pids_limit, host.memory), (run.limits.pids, run.limits.memory), "as the engine runs it");
     let out = sb
         .as_agent(&["sh", "-c", "cat /workspace/README.md && test -O /home/agent/.claude && echo ok"])
         .await?;

@@ -1,0 +1,429 @@
+//! Attacks on the firewall and the DNS gate, in sandboxes with NET_ADMIN on private networks.
+
+use std::time::Duration;
+
+use sandbox_tests::sandbox::{
+    PEER_ECHO, PEER_UDP, PROBE, Peer, Sandbox, SandboxSpec, TestNet, assert_blocked, assert_reaches,
+};
+
+const ALLOWED: &str = "api.allowed.test";
+const BLOCKED: &str = "blocked.test";
+const DENIAL_LOG: &str = "/run/agent-sandbox/denials.jsonl";
+
+/// A network with an allowed and a blocked peer, and a sandbox spec that allows `policy`.
+async fn setup(test: &str, policy: &str) -> anyhow::Result<(TestNet, Peer, Peer, SandboxSpec)> {
+    let net = TestNet::create(test).await?;
+    let allowed = Peer::start(&net, &[ALLOWED]).await?;
+    let blocked = Peer::start(&net, &[BLOCKED]).await?;
+    let spec = SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("test.yaml", policy);
+    Ok((net, allowed, blocked, spec))
+}
+
+fn allow(names: &[&str]) -> String {
+    let list: Vec<String> = names.iter().map(|d| format!("  - \"{d}\"\n")).collect();
+    format!("version: 1\ndomains:\n{}", list.concat())
+}
+
+/// A resolv.conf naming `resolver`, to mount over the container's.
+fn resolv_conf(resolver: &str) -> anyhow::Result<(tempfile::TempDir, String)> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("resolv.conf");
+    std::fs::write(&path, format!("nameserver {resolver}\n"))?;
+    Ok((dir, path.display().to_string()))
+}
+
+/// Waits until `check` holds, up to 10 s.
+async fn eventually<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    for _ in 0..100 {
+        if check().await? {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("{what} did not happen within 10 s")
+}
+
+async fn reload(sb: &Sandbox, count: usize) -> anyhow::Result<()> {
+    sb.signal("SIGHUP").await?;
+    sb.wait_for_stdout("sandbox reloaded", count).await?;
+    Ok(())
+}
+
+/// The agent binds Docker's resolver address (127.0.0.11:53: any user may bind any port) and
+/// sends a datagram from it to every ephemeral port of 127.0.0.1, so that each becomes a
+/// connection-tracking entry whose reply side is a query the gate may send; the gate's next query
+/// would then skip Docker's DNAT, land on the agent's socket, and believe its answer.
+#[tokio::test]
+async fn forged_upstream_answer_opens_nothing() -> anyhow::Result<()> {
+    let (_net, allowed, blocked, spec) = setup("forge-conntrack", &allow(&[ALLOWED])).await?;
+    let sb = spec.start().await?;
+    let forged = blocked.ipv4.to_string();
+    let attack = sb
+        .probe(&[
+            "forge-dns",
+            "--bind",
+            "127.0.0.11:53",
+            "--spray",
+            "127.0.0.1",
+            "--name",
+            ALLOWED,
+            "--answer",
+            &forged,
+        ])
+        .await?;
+    assert_eq!(attack.number("sprayed"), 0.0, "datagrams from port 53 left the agent: {:?}", attack.fields);
+    assert_eq!(attack.number("hijacked"), 0.0, "a query of the gate reached the agent: {:?}", attack.fields);
+    // The positive control: the gate still answers the allowed name, with its true address.
+    assert_eq!(attack.fields["answers"], allowed.ipv4.to_string(), "{:?}", attack.fields);
+    assert_eq!(assert_blocked(&sb, &format!("{forged}:443")).await?.outcome(), "refused");
+    assert!(
+        !sb.set_elements().await?.iter().any(|(addr, _, _)| *addr == blocked.ipv4),
+        "the forged address is in the sets"
+    );
+    assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
+    Ok(())
+}
+
+/// With a resolver outside the container, the agent binds the resolver's own address
+/// (IP_FREEBIND needs no privilege) and, while the gate waits for a slow upstream, sprays
+/// answers with the client's query id to every port of the container's address.
+#[tokio::test]
+async fn a_forged_answer_from_a_borrowed_address_opens_nothing() -> anyhow::Result<()> {
+    let (net, allowed, blocked, _) = setup("forge-freebind", &allow(&[ALLOWED])).await?;
+    let dns = Peer::start_dns(&net).await?;
+    dns.set_dns(ALLOWED, allowed.ipv4, 300).await?;
+    let (_dir, resolv) = resolv_conf(&dns.ipv4.to_string())?;
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .mount(&resolv, "/etc/resolv.conf")
+        .drop_in("test.yaml", &allow(&[ALLOWED]))
+        .start()
+        .await?;
+    let (own, _) = sb.addresses(&net).await?;
+    let forged = blocked.ipv4.to_string();
+    dns.pause().await?;
+    let attack = sb
+        .probe(&[
+            "forge-dns",
+            "--bind",
+            &format!("{}:53", dns.ipv4),
+            "--freebind",
+            "--blind",
+            &own.to_string(),
+            "--id",
+            "4242",
+            "--name",
+            ALLOWED,
+            "--answer",
+            &forged,
+            "--asks",
+            "1",
+        ])
+        .await;
+    dns.unpause().await?;
+    let attack = attack?;
+    assert_eq!(attack.number("blind_sent"), 0.0, "forged answers left the agent: {:?}", attack.fields);
+    assert!(!attack.fields["answers"].contains(&forged), "the gate believed a forgery: {:?}", attack.fields);
+    assert_eq!(assert_blocked(&sb, &format!("{forged}:443")).await?.outcome(), "refused");
+    assert!(!sb.set_elements().await?.iter().any(|(addr, _, _)| *addr == blocked.ipv4));
+    // The control: with the upstream back, the name resolves to its address and connects, and
+    // the upstream saw the gate's own query id, not the one the agent chose.
+    let probe = sb.probe(&["dns", ALLOWED, "--id", "4242"]).await?;
+    assert_eq!(probe.fields["answers"], allowed.ipv4.to_string(), "{:?}", probe.fields);
+    let seen = dns.dns_log().await?;
+    let last = seen.iter().rev().find(|q| q.name == ALLOWED).expect("the upstream was asked");
+    assert_ne!(last.id, 4242, "the client's id went upstream: {seen:?}");
+    assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
+    Ok(())
+}
+
+/// A resolver on loopback other than Docker's (`--dns 127.0.0.53`) is one the agent could
+/// simply bind and answer for: refused at start.
+#[tokio::test]
+async fn a_resolver_the_agent_could_bind_is_refused_at_start() -> anyhow::Result<()> {
+    let net = TestNet::create("loopback-resolver").await?;
+    let (_dir, resolv) = resolv_conf("127.0.0.53")?;
+    let spec = SandboxSpec::smallest().await?.net_admin().on(&net);
+    let exited = spec.clone().mount(&resolv, "/etc/resolv.conf").run_to_exit().await?;
+    assert_eq!(exited.code, 68, "{exited:?}");
+    let line = exited.stderr.lines().last().unwrap_or_default();
+    assert!(line.contains("the resolver 127.0.0.53 (/etc/resolv.conf) is on loopback"), "{line}");
+    assert!(!exited.stdout.contains("sandbox ready"), "{exited:?}");
+    // The control: Docker's own resolver on the same network is accepted.
+    spec.start().await?;
+    Ok(())
+}
+
+/// The agent listens (below 1024 too) and waits for the rest of the network to connect.
+#[tokio::test]
+async fn a_listener_of_the_agent_is_not_reachable_from_outside() -> anyhow::Result<()> {
+    let policy = format!("{}inbound: [8080]\n", allow(&[ALLOWED]));
+    let (net, _allowed, blocked, spec) = setup("inbound", &policy).await?;
+    let sb = spec.start().await?;
+    sb.exec_detached(&["sandbox-exec", "--", PROBE, "serve", "--tcp", "80,8080"], None).await?;
+    eventually("the agent's listener", || async {
+        Ok(sb.probe(&["tcp", "127.0.0.1", "80"]).await?.outcome() == "connected")
+    })
+    .await?;
+    let (v4, v6) = sb.addresses(&net).await?;
+    for addr in [v4.to_string(), v6.to_string()] {
+        let closed = blocked.probe(&["tcp", &addr, "80", "--timeout-ms", "2000"]).await?;
+        assert_eq!(closed.outcome(), "refused", "from the network to {addr}:80: {:?}", closed.fields);
+        // The control: the port the policy opens is reachable, and from inside all are.
+        let open = blocked.probe(&["tcp", &addr, "8080"]).await?;
+        assert_eq!(open.outcome(), "connected", "to {addr}:8080: {:?}", open.fields);
+    }
+    Ok(())
+}
+
+/// UDP to an address opened for a name: QUIC, or anything else, past every check on the name.
+#[tokio::test]
+async fn udp_to_an_allowed_address_needs_the_policy_to_ask() -> anyhow::Result<()> {
+    let udp = PEER_UDP.to_string();
+    let tcp_only = format!("version: 1\ndomains:\n  - domain: {ALLOWED}\n    ports: [443, {udp}]\n");
+    let (net, _allowed, _blocked, spec) = setup("udp", &tcp_only).await?;
+    let sb = spec.start().await?;
+    assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
+    let refused = sb.probe(&["udp", ALLOWED, &udp, "--timeout-ms", "1000"]).await?;
+    assert_eq!(refused.outcome(), "not-permitted", "{:?}", refused.fields);
+    // The control: where the policy asks for UDP on the port, it passes.
+    let with_udp =
+        format!("version: 1\ndomains:\n  - domain: {ALLOWED}\n    ports: [443]\n    udp: [{udp}]\n");
+    let asked =
+        SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("udp.yaml", &with_udp).start().await?;
+    assert_eq!(asked.probe(&["udp", ALLOWED, &udp]).await?.outcome(), "echoed");
+    Ok(())
+}
+
+/// The agent hammers the gate with new names of a wildcard while the policy that allows them
+/// is reloaded away and back 50 times: an answer that races a reload must not leave the
+/// address of a removed name in the table.
+#[tokio::test]
+async fn a_reload_race_leaves_no_element_of_a_removed_name() -> anyhow::Result<()> {
+    let net = TestNet::create("reload-race").await?;
+    let dns = Peer::start_dns(&net).await?;
+    let kept = Peer::start(&net, &["kept-peer"]).await?;
+    dns.set_dns("kept.test", kept.ipv4, 300).await?;
+    dns.set_zone("*.removed.test", "A", "10.99.0.0/16", 300).await?;
+    let with = "kept.test\n*.removed.test\n";
+    let sb =
+        SandboxSpec::smallest().await?.net_admin().on(&net).dns(&dns).drop_in("r.txt", with).start().await?;
+    let bench = sb.probe_in_background(&[
+        "dns-bench",
+        "removed.test",
+        "10000000",
+        "--distinct",
+        "--concurrency",
+        "8",
+        "--for-ms",
+        "120000",
+    ]);
+    let wildcard = |elements: Vec<(std::net::IpAddr, String, u16)>| {
+        elements.into_iter().filter(|(addr, _, _)| addr.to_string().starts_with("10.99.")).count()
+    };
+    let mut seen_allowed = 0;
+    for i in 0..50 {
+        let allowed = i % 2 == 0;
+        sb.write_drop_in("r.txt", if allowed { with } else { "kept.test\n" })?;
+        reload(&sb, i + 1).await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if allowed && i % 10 == 0 {
+            // The race is exercised: while the wildcard is allowed, its names are being opened.
+            seen_allowed = seen_allowed.max(wildcard(sb.set_elements().await?));
+        }
+    }
+    assert!(!bench.is_finished(), "the queries ended before the reloads did: {:?}", bench.await);
+    assert!(seen_allowed > 0, "no name of the wildcard was opened while it was allowed");
+    // Answers in flight at the last reload have landed, or been refused, by now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let elements = sb.set_elements().await?;
+    let left = wildcard(elements.clone());
+    assert_eq!(left, 0, "{left} elements of the removed wildcard remain: {elements:?}");
+    bench.abort();
+    // The control: the name the policy keeps resolves and connects.
+    assert_reaches(&sb, "kept.test:443").await?;
+    Ok(())
+}
+
+/// A connection opened while a name was allowed stays usable after the name is removed.
+#[tokio::test]
+async fn a_connection_to_a_removed_name_is_cut_at_reload() -> anyhow::Result<()> {
+    let net = TestNet::create("cut").await?;
+    let _peers = (Peer::start(&net, &["kept.test"]).await?, Peer::start(&net, &["gone.test"]).await?);
+    let echo = PEER_ECHO.to_string();
+    let both = format!("kept.test:{echo}\ngone.test:{echo}\n");
+    let sb = SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("r.txt", &both).start().await?;
+    let gone = sb.probe_in_background(&["hold", "gone.test", &echo, "--ms", "6000"]);
+    let kept = sb.probe_in_background(&["hold", "kept.test", &echo, "--ms", "6000"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sb.write_drop_in("r.txt", &format!("kept.test:{echo}\n"))?;
+    reload(&sb, 1).await?;
+    let gone = gone.await??;
+    assert_eq!(gone.outcome(), "broken", "the connection to the removed name survived: {:?}", gone.fields);
+    assert!(gone.number("pings") >= 3.0, "it worked before the reload: {:?}", gone.fields);
+    // The control: the kept name's connection lived through the reload.
+    let kept = kept.await??;
+    assert_eq!(kept.outcome(), "held", "{:?}", kept.fields);
+    let (stdout, _) = sb.logs().await?;
+    assert!(stdout.contains(" 1 connections cut"), "{stdout}");
+    Ok(())
+}
+
+/// Refused names as fast as a socket sends them, each a new name: the log must not grow
+/// without bound, on disk or in the engine's log.
+#[tokio::test]
+async fn a_flood_of_refused_names_is_rate_limited_and_capped() -> anyhow::Result<()> {
+    let (_net, _allowed, _blocked, spec) = setup("log-flood", &allow(&[ALLOWED])).await?;
+    let sb = spec.start().await?;
+    let flood = sb.probe(&["dns-flood", "refused.test", "50000", "--distinct"]).await?;
+    assert!(flood.number("sent") >= 45_000.0, "{:?}", flood.fields);
+    let blocked = assert_blocked(&sb, &format!("{BLOCKED}:443")).await?;
+    assert_eq!(blocked.outcome(), "dns:refused", "the gate still refuses");
+    let sizes =
+        sb.exec(&["sh", "-c", &format!("stat -c %s {DENIAL_LOG} {DENIAL_LOG}.1 2>/dev/null")]).await?;
+    let sizes: Vec<u64> = sizes.stdout.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let (current, rotated) = (sizes.first().copied().unwrap_or(0), sizes.get(1).copied().unwrap_or(0));
+    assert!(current <= 1 << 20 && rotated <= 1 << 20, "{current} and {rotated} bytes on disk");
+    let (_, stderr) = sb.logs().await?;
+    let lines = stderr.lines().filter(|l| l.contains(r#""denied":"dns""#)).count();
+    assert!(lines < 1000, "{lines} denial lines in the engine's log for a flood of 50,000");
+    assert!(stderr.contains(r#""why":"rate limit""#) || lines < 200, "no line says what was dropped");
+    let file = sb.exec(&["cat", DENIAL_LOG]).await?.stdout;
+    assert!(file.contains(r#""dropped":"#), "{file}");
+    // The control: an allowed name works during and after.
+    assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
+    Ok(())
+}
+
+/// PID 1's open descriptors.
+async fn descriptors_of_pid1(sb: &Sandbox) -> anyhow::Result<usize> {
+    Ok(sb.exec(&["sh", "-c", "ls /proc/1/fd | wc -l"]).await?.stdout.trim().parse()?)
+}
+
+/// A flood of queries for an allowed name while the upstream is silent (each would hold a task
+/// and a socket for the upstream's timeout), and a flood of idle TCP connections to the gate.
+#[tokio::test]
+async fn a_query_flood_cannot_make_the_gate_hold_unbounded_sockets() -> anyhow::Result<()> {
+    let net = TestNet::create("task-flood").await?;
+    let dns = Peer::start_dns(&net).await?;
+    let allowed = Peer::start(&net, &["allowed-peer"]).await?;
+    dns.set_dns(ALLOWED, allowed.ipv4, 300).await?;
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .dns(&dns)
+        .drop_in("a.txt", ALLOWED)
+        .start()
+        .await?;
+    let before = descriptors_of_pid1(&sb).await?;
+    dns.pause().await?;
+    let flood = sb.probe(&["dns-flood", ALLOWED, "20000"]).await;
+    let during_udp = descriptors_of_pid1(&sb).await;
+    let tcp = sb.probe_in_background(&["tcp-flood", "127.0.0.1", "53", "400", "--ms", "4000"]);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let during_tcp = descriptors_of_pid1(&sb).await;
+    dns.unpause().await?;
+    let (flood, during_udp, during_tcp) = (flood?, during_udp?, during_tcp?);
+    assert!(flood.number("sent") >= 19_000.0, "{:?}", flood.fields);
+    let bound = before + sandbox_init::dns::MAX_IN_FLIGHT + sandbox_init::dns::MAX_TCP_CLIENTS + 16;
+    assert!(
+        during_udp <= bound,
+        "PID 1 holds {during_udp} descriptors during the UDP flood ({before} before)"
+    );
+    assert!(
+        during_tcp <= bound,
+        "PID 1 holds {during_tcp} descriptors during the TCP flood ({before} before)"
+    );
+    tcp.await??;
+    // The control: once the flood is over, the name resolves and connects.
+    eventually("the gate answering again", || async {
+        Ok(sb.probe(&["dns", ALLOWED]).await?.outcome() == "dns:noerror")
+    })
+    .await?;
+    assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
+    Ok(())
+}
+
+/// New names of a wildcard until the sets are full: the next name is refused and logged, and
+/// nothing opens beyond the limit.
+#[tokio::test]
+async fn a_full_address_set_refuses_the_next_name_and_opens_nothing() -> anyhow::Result<()> {
+    let net = TestNet::create("full-sets").await?;
+    let dns = Peer::start_dns(&net).await?;
+    let real = Peer::start(&net, &["real-peer"]).await?;
+    dns.set_dns("real.test", real.ipv4, 300).await?;
+    dns.set_zone("*.many.test", "A", "10.99.0.0/16", 300).await?;
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .dns(&dns)
+        .env("SANDBOX_MAX_ADDRESSES", "8")
+        .drop_in("r.txt", "real.test\n*.many.test\n")
+        .start()
+        .await?;
+    assert_reaches(&sb, "real.test:443").await?;
+    let mut outcomes = Vec::new();
+    for i in 0..10 {
+        outcomes.push(sb.probe(&["dns", &format!("n{i}.many.test")]).await?.outcome().to_string());
+    }
+    let answered = outcomes.iter().filter(|o| *o == "dns:noerror").count();
+    assert_eq!(answered, 3, "two ports each: 2 + 3 × 2 = 8 elements fit: {outcomes:?}");
+    assert!(outcomes[3..].iter().all(|o| o == "dns:servfail"), "{outcomes:?}");
+    let elements = sb.set_elements().await?;
+    assert!(elements.len() <= 8, "{} elements: {elements:?}", elements.len());
+    let file = sb.exec(&["cat", DENIAL_LOG]).await?.stdout;
+    assert!(file.contains(r#""reason":"address sets full""#), "{file}");
+    // The control: what was opened before stays open.
+    assert_reaches(&sb, "real.test:443").await?;
+    Ok(())
+}
+
+/// With `*.tunnel.test` allowed, data rides in query types that carry it (TXT, NULL, ANY) and
+/// in long names under the wildcard: none of it may reach the resolver.
+#[tokio::test]
+async fn dns_tunnelling_through_a_wildcard_is_refused() -> anyhow::Result<()> {
+    let net = TestNet::create("tunnel").await?;
+    let dns = Peer::start_dns(&net).await?;
+    let peer = Peer::start(&net, &["tunnel-peer"]).await?;
+    dns.set_dns("*.tunnel.test", peer.ipv4, 300).await?;
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .dns(&dns)
+        .drop_in("t.txt", "*.tunnel.test\n")
+        .start()
+        .await?;
+    for kind in ["TXT", "NULL", "ANY", "MX", "SRV"] {
+        let probe = sb.probe(&["dns", "c2VjcmV0.tunnel.test", "--type", kind]).await?;
+        assert_eq!(
+            (probe.outcome(), probe.fields["records"].as_str()),
+            ("dns:noerror", "0"),
+            "{kind}: {:?}",
+            probe.fields
+        );
+    }
+    let long_label = format!("{}.tunnel.test", "d".repeat(sandbox_init::dns::WILDCARD_MAX_LABEL + 1));
+    let long_name = format!("{0}.{0}.{0}.tunnel.test", "e".repeat(35));
+    for name in [&long_label, &long_name] {
+        assert_eq!(sb.probe(&["dns", name]).await?.outcome(), "dns:refused", "{name}");
+    }
+    // The control: a short name under the wildcard resolves, and only it reached the resolver.
+    let short = sb.probe(&["dns", "short.tunnel.test"]).await?;
+    assert_eq!(short.fields["answers"], peer.ipv4.to_string(), "{:?}", short.fields);
+    let seen = dns.dns_queries().await?;
+    assert!(seen.contains(&"short.tunnel.test".to_string()), "{seen:?}");
+    assert!(
+        !seen.iter().any(|q| q.contains("c2VjcmV0") || q.contains("ddddd") || q.contains("eeeee")),
+        "tunnelled queries reached the resolver: {seen:?}"
+    );
+    Ok(())
+}

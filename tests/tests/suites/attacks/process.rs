@@ -1,0 +1,176 @@
+//! Attacks on PID 1 and on the container's files. They need no capability: run in both modes.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::time::Duration;
+
+use sandbox_tests::sandbox::{
+    Helper, PROBE, Sandbox, SandboxSpec, TestNet, TestVolume, exec, privileged_files,
+};
+
+const STATUS: &str = "/run/agent-sandbox/session/status";
+
+/// A sandbox with no network, the agent's pane running `command`, and a host folder at
+/// /evidence every process may write.
+async fn offline(command: Option<&str>) -> anyhow::Result<(Sandbox, tempfile::TempDir)> {
+    let evidence = tempfile::tempdir()?;
+    std::fs::set_permissions(evidence.path(), std::fs::Permissions::from_mode(0o777))?;
+    let mut spec = SandboxSpec::smallest().await?.mount(&evidence.path().display().to_string(), "/evidence");
+    spec.network = Some("none".into());
+    if let Some(command) = command {
+        spec = spec.env("ASSISTANT_CMD", command);
+    }
+    Ok((spec.start().await?, evidence))
+}
+
+async fn read_when(path: &std::path::Path, needle: &str) -> anyhow::Result<String> {
+    for _ in 0..50 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return Ok(text);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("{} never said `{needle}`", path.display())
+}
+
+/// The agent owns its tmux server's socket directory: it puts its own "tmux" there, which
+/// answers whoever asks for the panes with "1" and the pid of a root process. When the container
+/// stops, PID 1 must signal only the session's own processes.
+#[tokio::test]
+async fn a_forged_tmux_server_cannot_make_pid1_signal_other_processes() -> anyhow::Result<()> {
+    let (sb, evidence) = offline(Some(&format!("{PROBE} sentinel /evidence/pane.log"))).await?;
+    read_when(&evidence.path().join("pane.log"), "pid ").await?;
+    sb.exec_detached(&[PROBE, "sentinel", "/evidence/root.log"], None).await?;
+    let root = read_when(&evidence.path().join("root.log"), "pid ").await?;
+    let root_pid = root.trim().strip_prefix("pid ").expect("pid line");
+    let socket = "/run/agent-sandbox/tmux/tmux-1000/default";
+    let payload = format!("1\\n{root_pid}\\n");
+    sb.exec_detached(&["sandbox-exec", "--", PROBE, "fake-tmux", socket, &payload, "--ms", "30000"], None)
+        .await?;
+    // The forgery is in place: tmux, asked for the panes, says what the agent wants.
+    let mut forged = String::new();
+    for _ in 0..50 {
+        forged = sb.as_agent(&["tmux", "list-panes", "-a", "-F", "#{pane_pid}"]).await?.stdout;
+        if forged.contains(root_pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(forged, format!("1\n{root_pid}\n"), "the fake tmux server is not answering");
+
+    sb.signal("SIGTERM").await?;
+    assert!(sb.exit_code().await?.is_some(), "the sandbox did not stop");
+    let root = std::fs::read_to_string(evidence.path().join("root.log"))?;
+    assert!(!root.contains("signal"), "PID 1 signalled a root process: {root}");
+    // The control: the session's own process got the stop signal.
+    let pane = std::fs::read_to_string(evidence.path().join("pane.log"))?;
+    assert!(pane.contains("signal 15"), "the pane's process was not stopped: {pane}");
+    Ok(())
+}
+
+/// PID 1 reads the session's exit status from a file the agent writes: the agent tries to put
+/// a link or a FIFO in its place (reading a FIFO nobody writes would hang PID 1 for ever).
+#[tokio::test]
+async fn pid1_reads_no_file_the_agent_can_replace() -> anyhow::Result<()> {
+    let (sb, _evidence) = offline(None).await?;
+    for attempt in [
+        format!("rm -f {STATUS}"),
+        format!("mv {STATUS} /tmp/status"),
+        format!("mkfifo /tmp/fifo && ln -sf /tmp/fifo {STATUS}"),
+        format!("mkfifo {STATUS}.new && mv -f {STATUS}.new {STATUS}"),
+    ] {
+        let out = sb.as_agent(&["sh", "-c", &attempt]).await?;
+        assert_ne!(out.code, 0, "`{attempt}` as the agent worked: {out:?}");
+        assert!(out.stderr.contains("Permission denied"), "`{attempt}`: {out:?}");
+    }
+    let file = sb.exec(&["stat", "-c", "%u %F", STATUS]).await?;
+    assert_eq!(file.stdout.trim(), "0 regular empty file", "{file:?}");
+    // The control: the agent may write its status, and PID 1 ends with the session.
+    assert_eq!(sb.as_agent(&["sh", "-c", &format!("echo 7 > {STATUS}")]).await?.code, 0);
+    sb.as_agent(&["tmux", "kill-server"]).await?;
+    assert!(sb.exit_code().await?.is_some(), "PID 1 did not end with the session");
+    Ok(())
+}
+
+/// A second container on the same state volume swaps directories and links to
+/// /etc/agent-sandbox as fast as it can while sandboxes start and hand the volume to the agent:
+/// root must never change the owner of anything outside the volume.
+#[tokio::test]
+async fn a_racing_writer_cannot_make_root_hand_over_a_file_outside_the_volume() -> anyhow::Result<()> {
+    let volume = TestVolume::create("state-race").await?;
+    let racer = Helper::start(
+        &["race-state", "/vol", "policy.yaml", "/etc/agent-sandbox", "--dirs", "1000", "--ms", "90000"],
+        &[(&volume.name, "/vol")],
+    )
+    .await?;
+    racer.wait_for("racer ready").await?;
+    let mut spec = SandboxSpec::smallest()
+        .await?
+        .env(sandbox_init::state::ENV, "~/.state")
+        .mount(&volume.name, "/home/agent/.state");
+    spec.network = Some("none".into());
+    let sb = spec.start().await?;
+    let rounds = 6;
+    for round in 1..=rounds {
+        if round > 1 {
+            sb.container.stop().await?;
+            sb.container.start().await?;
+            sb.wait_for_stdout("sandbox ready", round).await?;
+        }
+        let owners = sb
+            .exec(&[
+                "stat",
+                "-c",
+                "%u:%g %n",
+                "/etc/agent-sandbox/policy.yaml",
+                "/etc/agent-sandbox/policy.d",
+            ])
+            .await?;
+        assert_eq!(
+            owners.stdout, "0:0 /etc/agent-sandbox/policy.yaml\n0:0 /etc/agent-sandbox/policy.d\n",
+            "round {round}: root handed a file outside the volume to the agent"
+        );
+    }
+    // The control: every round handed the volume over, under the racer.
+    let (_, stderr) = sb.logs().await?;
+    let handed = stderr.matches("state /home/agent/.state belonged to uid 0: handed").count();
+    assert_eq!(handed, rounds, "{stderr}");
+    Ok(())
+}
+
+/// A program carrying a file capability would give any process of the agent started outside
+/// sandbox-exec (`docker exec -u agent`, an editor's terminal) that capability: the contract's
+/// check must find one, wherever an image puts it.
+#[tokio::test]
+async fn a_file_capability_program_is_caught_by_the_contract() -> anyhow::Result<()> {
+    let (sb, _evidence) = offline(None).await?;
+    // The control: the image as built has none.
+    assert_eq!(privileged_files(&sb).await?, Vec::<String>::new());
+    // What an image must never ship, planted by root.
+    let planted = sb.exec(&[PROBE, "set-file-cap", "/usr/local/bin/escalate"]).await?;
+    assert!(planted.stdout.contains("outcome=set"), "{planted:?}");
+    // The threat is real: the agent's `docker exec` process gains the capability.
+    let caps = exec(sb.id(), &["/usr/local/bin/escalate", "caps"], Some("agent")).await?;
+    let effective = caps.stdout.lines().find_map(|l| l.strip_prefix("CapEff=")).unwrap_or_default();
+    let effective = u64::from_str_radix(effective.trim(), 16)?;
+    assert_ne!(effective & (1 << 13), 0, "CAP_NET_RAW was not gained: {caps:?}");
+    assert_eq!(privileged_files(&sb).await?, vec!["caps /usr/local/bin/escalate".to_string()]);
+    Ok(())
+}
+
+/// `--network host`: the firewall would be the host's, and the host's loopback services the
+/// agent's. Refused before anything is programmed (here without NET_ADMIN, so that even a
+/// missing check could not touch the host's firewall).
+#[tokio::test]
+async fn the_hosts_network_is_refused_at_start() -> anyhow::Result<()> {
+    let mut spec = SandboxSpec::smallest().await?;
+    spec.network = Some("host".into());
+    let exited = spec.run_to_exit().await?;
+    assert_eq!(exited.code, 68, "{exited:?}");
+    assert!(exited.stderr.contains("this is the host's network namespace (--network host"), "{exited:?}");
+    // The control: on a network of its own the same container gets as far as the capability.
+    let net = TestNet::create("own-network").await?;
+    let own = SandboxSpec::smallest().await?.on(&net).run_to_exit().await?;
+    assert_eq!(own.code, 77, "{own:?}");
+    Ok(())
+}
