@@ -332,7 +332,10 @@ async fn a_query_flood_cannot_make_the_gate_hold_unbounded_sockets() -> anyhow::
     dns.unpause().await?;
     let (flood, during_udp, during_tcp) = (flood?, during_udp?, during_tcp?);
     assert!(flood.number("sent") >= 19_000.0, "{:?}", flood.fields);
-    let bound = before + sandbox_init::dns::MAX_IN_FLIGHT + sandbox_init::dns::MAX_TCP_CLIENTS + 16;
+    // The gate's own bounds (256 queries in flight, 32 TCP clients) and some slack, against a
+    // flood of 20,000 queries and 400 connections; written out, so that a change to the bounds
+    // cannot move the test's.
+    let bound = before + 256 + 32 + 64;
     assert!(
         during_udp <= bound,
         "PID 1 holds {during_udp} descriptors during the UDP flood ({before} before)"
