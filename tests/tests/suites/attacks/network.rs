@@ -88,11 +88,14 @@ async fn forged_upstream_answer_opens_nothing() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// With a resolver outside the container, the agent binds the resolver's own address
-/// (IP_FREEBIND needs no privilege) and, while the gate waits for a slow upstream, sprays
-/// answers with the client's query id to every port of the container's address.
+/// The agent chooses its query's id, so if the gate forwarded it, anyone who can put a datagram
+/// on the gate's socket would know the id an answer needs. Here the agent tries from the
+/// resolver's own address (IP_FREEBIND needs no privilege) while the upstream is slow, spraying
+/// answers with its id to every port of the container's address; the kernel refuses to send
+/// those (and the port-53 rule would too), so what this test proves is the gate's own id: the
+/// upstream sees ids the agent did not choose.
 #[tokio::test]
-async fn a_forged_answer_from_a_borrowed_address_opens_nothing() -> anyhow::Result<()> {
+async fn a_forged_answer_with_the_agents_query_id_opens_nothing() -> anyhow::Result<()> {
     let (net, allowed, blocked, _) = setup("forge-freebind", &allow(&[ALLOWED])).await?;
     let dns = Peer::start_dns(&net).await?;
     dns.set_dns(ALLOWED, allowed.ipv4, 300).await?;
@@ -128,7 +131,6 @@ async fn a_forged_answer_from_a_borrowed_address_opens_nothing() -> anyhow::Resu
         .await;
     dns.unpause().await?;
     let attack = attack?;
-    assert_eq!(attack.number("blind_sent"), 0.0, "forged answers left the agent: {:?}", attack.fields);
     assert!(!attack.fields["answers"].contains(&forged), "the gate believed a forgery: {:?}", attack.fields);
     assert_eq!(assert_blocked(&sb, &format!("{forged}:443")).await?.outcome(), "refused");
     assert!(!sb.set_elements().await?.iter().any(|(addr, _, _)| *addr == blocked.ipv4));
@@ -137,8 +139,9 @@ async fn a_forged_answer_from_a_borrowed_address_opens_nothing() -> anyhow::Resu
     let probe = sb.probe(&["dns", ALLOWED, "--id", "4242"]).await?;
     assert_eq!(probe.fields["answers"], allowed.ipv4.to_string(), "{:?}", probe.fields);
     let seen = dns.dns_log().await?;
-    let last = seen.iter().rev().find(|q| q.name == ALLOWED).expect("the upstream was asked");
-    assert_ne!(last.id, 4242, "the client's id went upstream: {seen:?}");
+    let asked: Vec<u16> = seen.iter().filter(|q| q.name == ALLOWED).map(|q| q.id).collect();
+    assert!(asked.len() >= 2, "the upstream was asked before and after the pause: {seen:?}");
+    assert!(!asked.contains(&4242), "the agent's query id went upstream: {seen:?}");
     assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
     Ok(())
 }
@@ -406,7 +409,7 @@ async fn dns_tunnelling_through_a_wildcard_is_refused() -> anyhow::Result<()> {
         .start()
         .await?;
     for kind in ["TXT", "NULL", "ANY", "MX", "SRV"] {
-        let probe = sb.probe(&["dns", "c2VjcmV0.tunnel.test", "--type", kind]).await?;
+        let probe = sb.probe(&["dns", "c2vjcmv0.tunnel.test", "--type", kind]).await?;
         assert_eq!(
             (probe.outcome(), probe.fields["records"].as_str()),
             ("dns:noerror", "0"),
@@ -425,7 +428,7 @@ async fn dns_tunnelling_through_a_wildcard_is_refused() -> anyhow::Result<()> {
     let seen = dns.dns_queries().await?;
     assert!(seen.contains(&"short.tunnel.test".to_string()), "{seen:?}");
     assert!(
-        !seen.iter().any(|q| q.contains("c2VjcmV0") || q.contains("ddddd") || q.contains("eeeee")),
+        !seen.iter().any(|q| q.contains("c2vjcmv0") || q.contains("ddddd") || q.contains("eeeee")),
         "tunnelled queries reached the resolver: {seen:?}"
     );
     Ok(())
