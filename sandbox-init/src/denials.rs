@@ -5,9 +5,9 @@
 
 use std::net::IpAddr;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use crate::jsonlog::{JsonLog, Limits};
+use crate::jsonlog::{JsonLog, Limits, rfc3339};
 
 pub const DENIAL_LOG: &str = "/run/agent-sandbox/denials.jsonl";
 
@@ -99,32 +99,11 @@ impl DenialLog {
     }
 }
 
-/// UTC time as RFC 3339 with milliseconds.
-pub fn rfc3339(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    format!("{}.{:03}Z", utc_seconds(since.as_secs() as i64), since.subsec_millis())
-}
-
-/// `YYYY-MM-DDTHH:MM:SS` in UTC for a Unix time (days to civil date: Howard Hinnant's
-/// algorithm). The xtask stamps the OS image's creation time with it too.
-pub fn utc_seconds(epoch: i64) -> String {
-    let (days, secs) = (epoch.div_euclid(86_400), epoch.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn denials_are_json_lines_with_utc_times() {
@@ -145,6 +124,5 @@ mod tests {
             conn.to_json(UNIX_EPOCH),
             r#"{"address":"2001:db8::1","denied":"connection","port":443,"protocol":"tcp","time":"1970-01-01T00:00:00.000Z","uid":1000}"#
         );
-        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000Z");
     }
 }

@@ -10,15 +10,16 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::denials::{DENIAL_LOG, DenialLog};
-use crate::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
 use crate::exit::{Fatal, Refusal};
-use crate::firewall::{DEFAULT_SET_SIZE, EGRESS_MARK, Nft, Ruleset, verify_table};
-use crate::network::{Network, impersonable_resolver, probe_targets};
+use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
+use crate::net::firewall::{DEFAULT_SET_SIZE, EGRESS_MARK, FirewallMode, Nft, Ruleset, verify_table};
+use crate::net::interfaces::{Network, impersonable_resolver, probe_targets};
+use crate::net::sink::NftSink;
+use crate::net::{conntrack, nflog};
 use crate::policy::{Allowlist, BAKED_POLICY, DROP_IN_DIR, Policy, Protocol};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
 use crate::session::{self, RUN_DIR, SESSION_DIR, TMUX_TMPDIR};
-use crate::sink::NftSink;
-use crate::{conntrack, nflog, process, status};
+use crate::{process, status};
 
 const RESOLV_CONF: &str = "/etc/resolv.conf";
 const GATE_ADDR: &str = "127.0.0.1:53";
@@ -27,28 +28,6 @@ const GATE_ADDR: &str = "127.0.0.1:53";
 const STOP_GRACE: Duration = Duration::from_secs(2);
 /// With a terminal: how long the ready line has to reach the engine before tmux starts.
 const TTY_READY_GRACE: Duration = Duration::from_millis(100);
-
-/// SANDBOX_FIREWALL: `on` (the default), or one of the two loudly warned opt-outs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FirewallMode {
-    On,
-    Off,
-    Open,
-}
-
-impl FirewallMode {
-    pub fn from_env() -> Result<FirewallMode, Fatal> {
-        match std::env::var("SANDBOX_FIREWALL").as_deref() {
-            Err(_) | Ok("" | "on") => Ok(FirewallMode::On),
-            Ok("off") => Ok(FirewallMode::Off),
-            Ok("open") => Ok(FirewallMode::Open),
-            Ok(other) => Err(Fatal::new(
-                Refusal::BadSetting,
-                format!("SANDBOX_FIREWALL={other} is not one of on, off, open"),
-            )),
-        }
-    }
-}
 
 /// The variable that bounds the address sets.
 pub const MAX_ADDRESSES_ENV: &str = "SANDBOX_MAX_ADDRESSES";

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How much a log takes at most.
 #[derive(Clone, Copy, Debug)]
@@ -99,7 +99,7 @@ impl JsonLog {
         if state.dropped > 0 {
             let dropped = std::mem::take(&mut state.dropped);
             let line = serde_json::json!({
-                "time": crate::denials::rfc3339(SystemTime::now()),
+                "time": rfc3339(SystemTime::now()),
                 "dropped": dropped,
                 "why": "rate limit",
             });
@@ -165,6 +165,28 @@ pub fn rotated(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// UTC time as RFC 3339 with milliseconds.
+pub fn rfc3339(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:03}Z", utc_seconds(since.as_secs() as i64), since.subsec_millis())
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` in UTC for a Unix time (days to civil date: Howard Hinnant's
+/// algorithm). The xtask stamps the OS image's creation time with it too.
+pub fn utc_seconds(epoch: i64) -> String {
+    let (days, secs) = (epoch.div_euclid(86_400), epoch.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +238,12 @@ mod tests {
         let written = lines(&path);
         assert_eq!(written.len(), 2);
         assert_eq!(written[1]["repeats"], 3);
+    }
+
+    #[test]
+    fn times_are_utc_with_milliseconds() {
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000Z");
+        assert_eq!(utc_seconds(0), "1970-01-01T00:00:00");
     }
 
     #[test]

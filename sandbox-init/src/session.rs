@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use crate::privileges::AgentPrivileges;
+use crate::privileges::{AgentPrivileges, PrivilegeError};
 use crate::process;
 use crate::procfs::{ProcessInfo, Target};
 
@@ -34,54 +34,68 @@ pub fn assistant_cmd() -> String {
     std::env::var("ASSISTANT_CMD").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "bash".into())
 }
 
-fn tmux(agent: &AgentPrivileges) -> std::io::Result<Command> {
-    let mut command = agent.command("tmux").map_err(std::io::Error::other)?;
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Privileges(#[from] PrivilegeError),
+    #[error("cannot run tmux: {0}")]
+    Tmux(#[source] std::io::Error),
+    #[error("tmux new-session failed: {0}")]
+    NewSession(String),
+    #[error("cannot find the tmux server: {0}")]
+    NoServer(String),
+    #[error("tmux named {pid} as its server, which is not a child of PID 1 run by the agent")]
+    NotOurServer { pid: i32 },
+    #[error("cannot attach to the session: {0}")]
+    Attach(#[source] std::io::Error),
+}
+
+fn tmux(agent: &AgentPrivileges) -> Result<Command, SessionError> {
+    let mut command = agent.command("tmux")?;
     command.env("TMUX_TMPDIR", TMUX_TMPDIR);
     Ok(command)
 }
 
 /// Starts the session detached and returns the tmux server's pid, checked in /proc: a child of
 /// PID 1 (tmux daemonises, and PID 1 is the subreaper), owned by the agent.
-pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, String> {
+pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, SessionError> {
     let name = session_name();
     let workspace = if Path::new(WORKSPACE).is_dir() { PathBuf::from(WORKSPACE) } else { agent.home.clone() };
-    let mut command = tmux(agent).map_err(|e| e.to_string())?;
+    let mut command = tmux(agent)?;
     command
         .args(["new-session", "-d", "-s", &name, "-x", "200", "-y", "50", "-c"])
         .arg(&workspace)
         .arg(sandbox_init)
         .arg("pane")
         .current_dir(&workspace);
-    let output =
-        process::output_within(&mut command, TMUX_LIMIT).map_err(|e| format!("cannot run tmux: {e}"))?;
+    let output = process::output_within(&mut command, TMUX_LIMIT).map_err(SessionError::Tmux)?;
+    let stderr = |output: &std::process::Output| String::from_utf8_lossy(&output.stderr).trim().to_string();
     if !output.status.success() {
-        return Err(format!("tmux new-session failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
+        return Err(SessionError::NewSession(stderr(&output)));
     }
-    let mut command = tmux(agent).map_err(|e| e.to_string())?;
+    let mut command = tmux(agent)?;
     command.args(["display-message", "-p", "-t", &name, "#{pid}"]);
-    let output =
-        process::output_within(&mut command, TMUX_LIMIT).map_err(|e| format!("cannot run tmux: {e}"))?;
-    let pid: i32 = String::from_utf8_lossy(&output.stdout).trim().parse().map_err(|_| {
-        format!("cannot find the tmux server: {}", String::from_utf8_lossy(&output.stderr).trim())
-    })?;
+    let output = process::output_within(&mut command, TMUX_LIMIT).map_err(SessionError::Tmux)?;
+    let pid: i32 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| SessionError::NoServer(stderr(&output)))?;
     // SAFETY: getpid has no preconditions.
     let ours = unsafe { libc::getpid() };
     match ProcessInfo::read(pid) {
         Some(server) if pid > 1 && server.ppid == ours && server.uid == agent.uid => Ok(pid),
-        other => Err(format!(
-            "tmux named {pid} as its server, which is not a child of PID 1 run by the agent: {other:?}"
-        )),
+        _ => Err(SessionError::NotOurServer { pid }),
     }
 }
 
 /// Attaches a tmux client to the container's terminal. Returns the client's pid.
-pub fn attach_terminal(agent: &AgentPrivileges) -> Result<i32, String> {
+pub fn attach_terminal(agent: &AgentPrivileges) -> Result<i32, SessionError> {
     // The agent must be able to use the terminal it is handed.
     // SAFETY: fchown on fd 0 with plain integers.
     unsafe { libc::fchown(0, agent.uid, agent.gid) };
-    let mut command = tmux(agent).map_err(|e| e.to_string())?;
+    let mut command = tmux(agent)?;
     command.args(["attach-session", "-t", &session_name()]);
-    process::spawn(&mut command).map_err(|e| format!("cannot attach to the session: {e}"))
+    process::spawn(&mut command).map_err(SessionError::Attach)
 }
 
 /// Sends `signal` to the session's panes and their foreground process groups, found in /proc

@@ -8,8 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::denials::DENIAL_LOG;
-use crate::firewall::Nft;
-use crate::init::FirewallMode;
+use crate::net::firewall::{FirewallMode, Nft};
 use crate::policy::Policy;
 
 pub const STATUS_FILE: &str = "/run/agent-sandbox/status.json";

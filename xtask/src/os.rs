@@ -174,7 +174,7 @@ impl Bootstrap {
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time.
 fn rfc3339(epoch: i64) -> String {
-    format!("{}Z", sandbox_init::denials::utc_seconds(epoch))
+    format!("{}Z", sandbox_init::jsonlog::utc_seconds(epoch))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use sandbox_init::dns::{Decision, answer_addresses, decide};
+use sandbox_init::net::dns::{Decision, answer_addresses, decide};
 use sandbox_init::policy::{Allowlist, Policy};
 
 fn allowlist() -> &'static Allowlist {

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use sandbox_init::firewall::Ruleset;
+use sandbox_init::net::firewall::Ruleset;
 use sandbox_init::policy::{Allowlist, Policy};
 
 fuzz_target!(|data: &[u8]| {

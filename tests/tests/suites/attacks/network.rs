@@ -417,7 +417,7 @@ async fn dns_tunnelling_through_a_wildcard_is_refused() -> anyhow::Result<()> {
             probe.fields
         );
     }
-    let long_label = format!("{}.tunnel.test", "d".repeat(sandbox_init::dns::WILDCARD_MAX_LABEL + 1));
+    let long_label = format!("{}.tunnel.test", "d".repeat(sandbox_init::net::dns::WILDCARD_MAX_LABEL + 1));
     let long_name = format!("{0}.{0}.{0}.tunnel.test", "e".repeat(35));
     for name in [&long_label, &long_name] {
         assert_eq!(sb.probe(&["dns", name]).await?.outcome(), "dns:refused", "{name}");

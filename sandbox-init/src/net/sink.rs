@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::dns::{AddressSink, SinkError};
-use crate::firewall::{Element, ElementKey, FirewallError, Nft, add_elements, create_elements};
+use crate::net::dns::{AddressSink, SinkError};
+use crate::net::firewall::{Element, ElementKey, FirewallError, Nft, add_elements, create_elements};
 use crate::policy::{Allowlist, DomainPattern};
 
 /// What was written for one element: until when, and the policy entries it was resolved for

@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::exit::{Fatal, Refusal};
 use crate::policy::{Access, Policy, Ports, Protocol};
 use crate::process;
 
@@ -27,6 +28,28 @@ pub const EGRESS_MARK: u32 = 0x0a5b_0001;
 /// The most elements (address, protocol, port) the sets hold unless SANDBOX_MAX_ADDRESSES says
 /// otherwise: a full set refuses the next name instead of growing without bound.
 pub const DEFAULT_SET_SIZE: usize = 65_536;
+
+/// SANDBOX_FIREWALL: `on` (the default), or one of the two loudly warned opt-outs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirewallMode {
+    On,
+    Off,
+    Open,
+}
+
+impl FirewallMode {
+    pub fn from_env() -> Result<FirewallMode, Fatal> {
+        match std::env::var("SANDBOX_FIREWALL").as_deref() {
+            Err(_) | Ok("" | "on") => Ok(FirewallMode::On),
+            Ok("off") => Ok(FirewallMode::Off),
+            Ok("open") => Ok(FirewallMode::Open),
+            Ok(other) => Err(Fatal::new(
+                Refusal::BadSetting,
+                format!("SANDBOX_FIREWALL={other} is not one of on, off, open"),
+            )),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum FirewallError {

@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
 use crate::denials::{Denial, DenialLog, Reason};
-use crate::firewall::{Element, FirewallError};
+use crate::net::firewall::{Element, FirewallError};
 use crate::policy::{Access, Allowlist};
 
 /// How long an upstream resolver gets to answer before the next one is tried.

@@ -60,7 +60,7 @@ impl Network {
 /// the agent's to bind (Docker lets any user bind any port). Docker's embedded DNS, 127.0.0.11,
 /// is the exception: its port 53 is Docker's DNAT, and nothing but root sends from port 53.
 pub fn impersonable_resolver(addr: &IpAddr) -> bool {
-    addr.is_loopback() && *addr != IpAddr::V4(crate::firewall::DOCKER_DNS)
+    addr.is_loopback() && *addr != IpAddr::V4(crate::net::firewall::DOCKER_DNS)
 }
 
 /// /proc/net/if_inet6 lines: address, index, prefix length, scope, flags, device. Scope 00 is

@@ -6,8 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use crate::denials::{Denial, DenialLog};
-use crate::firewall::NFLOG_GROUP;
-use crate::netlink::{self, Netfilter};
+use crate::net::firewall::NFLOG_GROUP;
+use crate::net::netlink::{self, Netfilter};
 
 const NFNL_SUBSYS_ULOG: u8 = 4;
 const NFULNL_MSG_PACKET: u8 = 0;
@@ -120,7 +120,7 @@ fn parse_ip(packet: &[u8]) -> Option<(IpAddr, u8, &[u8])> {
 mod tests {
     use super::*;
 
-    use crate::netlink::attribute as attr;
+    use crate::net::netlink::attribute as attr;
 
     fn message(attrs: &[u8]) -> Vec<u8> {
         netlink::message(NFNL_SUBSYS_ULOG, NFULNL_MSG_PACKET, 0, 2, NFLOG_GROUP, attrs)
