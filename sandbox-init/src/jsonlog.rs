@@ -172,7 +172,7 @@ pub fn rfc3339(time: SystemTime) -> String {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS` in UTC for a Unix time (days to civil date: Howard Hinnant's
-/// algorithm). The xtask stamps the OS image's creation time with it too.
+/// algorithm).
 pub fn utc_seconds(epoch: i64) -> String {
     let (days, secs) = (epoch.div_euclid(86_400), epoch.rem_euclid(86_400));
     let z = days + 719_468;

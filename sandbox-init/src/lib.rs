@@ -5,7 +5,8 @@ pub mod exit;
 pub mod init;
 pub mod jsonlog;
 pub mod net;
-pub mod policy;
+/// The policy types live in their own crate, which the build system shares.
+pub use sandbox_policy as policy;
 pub mod privileges;
 pub mod process;
 pub mod procfs;

@@ -174,7 +174,10 @@ impl Bootstrap {
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time.
 fn rfc3339(epoch: i64) -> String {
-    format!("{}Z", sandbox_init::jsonlog::utc_seconds(epoch))
+    time::OffsetDateTime::from_unix_timestamp(epoch)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
 }
 
 #[cfg(test)]

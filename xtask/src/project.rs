@@ -79,6 +79,8 @@ pub fn on_path(program: &str) -> bool {
 const SANDBOX_INIT_SOURCES: &[&str] = &[
     "sandbox-init/src",
     "sandbox-init/Cargo.toml",
+    "sandbox-policy/src",
+    "sandbox-policy/Cargo.toml",
     "policies/services.yaml",
     "Cargo.lock",
     "Cargo.toml",
@@ -151,6 +153,21 @@ fn sources_hash(root: &Path, sources: &[&str]) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path dependency of sandbox-init left out of its sources would leave a stale binary in
+    /// the images when only that dependency changed.
+    #[test]
+    fn sandbox_init_sources_cover_its_path_dependencies() {
+        let manifest = std::fs::read_to_string(root().join("sandbox-init/Cargo.toml")).unwrap();
+        let dependencies: Vec<&str> = manifest
+            .lines()
+            .filter_map(|l| l.split_once("path = \"../")?.1.split_once('"').map(|(dir, _)| dir))
+            .collect();
+        assert!(!dependencies.is_empty(), "sandbox-init has path dependencies");
+        for dir in dependencies {
+            assert!(SANDBOX_INIT_SOURCES.contains(&format!("{dir}/src").as_str()), "{dir}/src is not hashed");
+        }
+    }
 
     #[test]
     fn revision_from_git_status() {

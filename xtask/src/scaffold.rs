@@ -105,7 +105,7 @@ pub fn validate(root: &Path, agent: &NewAgent) -> anyhow::Result<()> {
         anyhow::bail!("--cmd `{}`: give the command that starts the agent (no double quotes)", agent.cmd);
     }
     for domain in &agent.domains {
-        sandbox_init::policy::parse_domain_with_ports(domain)
+        sandbox_policy::parse_domain_with_ports(domain)
             .map_err(|why| anyhow::anyhow!("--domain {domain}: {why}"))?;
     }
     Ok(())
@@ -171,7 +171,7 @@ mod tests {
         ] {
             let a = agent(source, &domains);
             let (path, policy) = &files(&a)[1];
-            sandbox_init::policy::Policy::from_yaml(path, policy).unwrap_or_else(|e| panic!("{label}: {e}"));
+            sandbox_policy::Policy::from_yaml(path, policy).unwrap_or_else(|e| panic!("{label}: {e}"));
             let rendered: String = files(&a)
                 .iter()
                 .map(|(p, c)| format!("==> {}\n{c}", p.display()))

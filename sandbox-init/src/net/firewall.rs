@@ -172,7 +172,7 @@ impl Ruleset<'_> {
             "meta l4proto {{ tcp, udp }} ip6 daddr . meta l4proto . th dport @allowed_v6 {mark}"
         ));
         for (net, ports) in &self.policy.cidrs {
-            let family = if matches!(net, ipnet::IpNet::V4(_)) { "ip" } else { "ip6" };
+            let family = if net.addr().is_ipv4() { "ip" } else { "ip6" };
             rules.push(format!(
                 "{family} daddr {net} meta l4proto {{ tcp, udp }} th dport {} {mark}",
                 port_set(ports)

@@ -1,5 +1,7 @@
 //! Policies: the allowlist format, its strict parsing (every error names file, line and column),
 //! the built-in service bundles, and the merge of the baked policy with the user's drop-ins.
+//! A crate of its own so that the build system (which scaffolds and checks policies) shares the
+//! one definition with sandbox-init without compiling sandbox-init's DNS and netlink stack.
 //!
 //! Per-value checks live in `Deserialize` impls, so the YAML parser reports them at the value's
 //! own line and column; only whole-file checks (an empty allowlist) are made after parsing.
@@ -9,7 +11,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use ipnet::IpNet;
+pub use ipnet::IpNet;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
