@@ -10,7 +10,13 @@ use crate::build::{self, BuildOptions, BuildPlan};
 use crate::flags::{BenchFlags, BenchTarget};
 use crate::progress::ProgressMode;
 
-pub async fn run(root: &Path, flags: BenchFlags) -> anyhow::Result<()> {
+impl BenchFlags {
+    pub async fn run(self, root: &Path) -> anyhow::Result<()> {
+        run(root, self).await
+    }
+}
+
+async fn run(root: &Path, flags: BenchFlags) -> anyhow::Result<()> {
     match flags.what {
         BenchTarget::Build { runs, common } => {
             let mut opts = BuildOptions::new(root);
@@ -67,7 +73,9 @@ async fn bench_build(mut opts: BuildOptions, runs: usize) -> anyhow::Result<()> 
         let started = Instant::now();
         for (plan, samples) in report.plans.iter().zip(&mut each) {
             let one = Instant::now();
-            docker_build(&sh, plan, &dir.path().join(&plan.name))?;
+            let tag = format!("agent-sandbox-bench/{}:latest", plan.name);
+            crate::engine::cli_build(&sh, &dir.path().join(&plan.name), &plan.build_args, &plan.labels, &tag)
+                .with_context(|| format!("docker build of '{}' failed", plan.name))?;
             samples.push(one.elapsed());
         }
         docker.push(started.elapsed());
@@ -98,22 +106,6 @@ fn materialize(plan: &BuildPlan, dir: &Path) -> anyhow::Result<()> {
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(file.mode))?;
     }
     Ok(())
-}
-
-fn docker_build(sh: &Shell, plan: &BuildPlan, dir: &Path) -> anyhow::Result<()> {
-    // The classic builder, as the xtask uses: the comparison is of the two drivers, not builders.
-    let _builder = sh.push_env("DOCKER_BUILDKIT", "0");
-    let mut args: Vec<String> =
-        plan.build_args.iter().flat_map(|(k, v)| ["--build-arg".to_string(), format!("{k}={v}")]).collect();
-    let mut labels: Vec<_> = plan.labels.iter().collect();
-    labels.sort();
-    args.extend(labels.into_iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]));
-    let tag = format!("agent-sandbox-bench/{}:latest", plan.name);
-    cmd!(sh, "docker build --quiet {args...} --tag {tag} {dir}")
-        .quiet()
-        .ignore_stdout()
-        .run()
-        .with_context(|| format!("docker build of '{}' failed", plan.name))
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {

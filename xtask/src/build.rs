@@ -11,10 +11,11 @@ use tokio::task::JoinSet;
 use xshell::Shell;
 
 use crate::context::BuildContext;
+use crate::dockerfile::{copies, pinned_args};
 use crate::engine::{BuildEvent, BuildFailure, Engine};
-use crate::graph::{Base, ImageGraph, instructions};
+use crate::graph::{Base, ImageGraph};
 use crate::lock::{ImagesLock, LockedImage};
-use crate::os::{Bootstrap, OS_ARG, OsSource};
+use crate::os::{Bootstrap, OS_ARG, OsLayer, OsSource};
 use crate::progress::{Progress, ProgressMode};
 use crate::{labels, project};
 
@@ -209,38 +210,191 @@ pub struct BuildPlan {
     pub args: BTreeMap<String, String>,
 }
 
+/// One walk over the graph: what every image's build needs, gathered once before the first
+/// build, and the lock the walk writes.
+struct Walk<'a> {
+    opts: &'a BuildOptions,
+    engine: Engine,
+    progress: Arc<Progress>,
+    graph: ImageGraph,
+    revision: Option<String>,
+    /// The static sandbox-init, when an image copies it.
+    sandbox_init: Option<Vec<u8>>,
+    extra_ca: Option<Vec<u8>>,
+    /// The OS layer's image, for root images that take one through their OS_IMAGE arg.
+    os_base: Option<String>,
+    old_lock: ImagesLock,
+    lock: ImagesLock,
+    /// The image id of each image built or found so far.
+    ids: HashMap<String, String>,
+}
+
+impl<'a> Walk<'a> {
+    async fn start(
+        opts: &'a BuildOptions,
+        graph: ImageGraph,
+        order: &[String],
+        os_source: OsSource,
+    ) -> anyhow::Result<Walk<'a>> {
+        let engine = Engine::connect().await?;
+        let sh = Shell::new()?;
+        let progress = Arc::new(Progress::new(opts.progress, order.len()));
+        // git takes a few milliseconds: a no-op build is short enough for that to matter, so it
+        // runs beside the engine calls.
+        let revision = {
+            let root = opts.root.clone();
+            std::thread::spawn(move || Shell::new().ok().and_then(|sh| project::git_revision(&sh, &root)))
+        };
+        let extra_ca = read_ca_bundle(opts.ca_bundle.as_deref())?;
+        let needs_init =
+            order.iter().any(|n| copies(&graph.get(n).expect("in graph").dockerfile, SANDBOX_INIT));
+        let sandbox_init = if needs_init {
+            progress.note("building sandbox-init (static)");
+            Some(project::sandbox_init_binary(&sh, &opts.root)?)
+        } else {
+            None
+        };
+        let os_base = match graph.os_reference(order) {
+            Some(reference) => {
+                let layer =
+                    OsLayer { source: os_source, bootstrap: &opts.bootstrap, refresh: opts.refresh_os };
+                layer.image(reference, &engine, &sh, &progress).await?
+            }
+            None => None,
+        };
+        let old_lock = ImagesLock::read(&opts.lock_path)?;
+        let mut lock = old_lock.clone();
+        lock.images.retain(|name, _| graph.get(name).is_some());
+        let revision = revision.join().expect("git_revision does not panic");
+        Ok(Walk {
+            opts,
+            engine,
+            progress,
+            graph,
+            revision,
+            sandbox_init,
+            extra_ca,
+            os_base,
+            old_lock,
+            lock,
+            ids: HashMap::new(),
+        })
+    }
+
+    fn parent(&self, name: &str) -> Option<String> {
+        self.graph.get(name).and_then(|n| n.parent()).map(str::to_string)
+    }
+
+    /// Everything `name`'s build is given: its context (plus what the xtask adds), build args,
+    /// labels and input hash. Its parent is built already.
+    fn prepare(&self, name: &str) -> anyhow::Result<BuildPlan> {
+        let node = self.graph.get(name).expect("in graph");
+        let mut context = BuildContext::from_dir(&node.dir)
+            .with_context(|| format!("cannot read the build context of '{name}'"))?;
+        let mut build_args = BTreeMap::new();
+        let parent_id = node.parent().map(|p| self.ids[p].as_str());
+        let from = match (&node.base, parent_id) {
+            (Base::Local { arg, .. }, Some(parent_id)) => {
+                build_args.insert(arg.clone(), parent_id.to_string());
+                parent_id.to_string()
+            }
+            (Base::External { arg: Some(arg), .. }, _) if arg == OS_ARG && self.os_base.is_some() => {
+                let os = self.os_base.clone().expect("checked");
+                build_args.insert(arg.clone(), os.clone());
+                os
+            }
+            (Base::External { reference, .. }, _) => reference.clone(),
+            (Base::Local { image, .. }, None) => unreachable!("'{image}' is built before '{name}'"),
+        };
+        if let Some(binary) = &self.sandbox_init
+            && copies(&node.dockerfile, SANDBOX_INIT)
+            && !context.files.contains_key(SANDBOX_INIT)
+        {
+            context.insert(SANDBOX_INIT, 0o755, binary.clone());
+        }
+        if copies(&node.dockerfile, POLICY) && !context.files.contains_key(POLICY) {
+            let policies =
+                node.dir.parent().and_then(Path::parent).unwrap_or(Path::new(".")).join("policies");
+            let file = policies.join(format!("{name}.yaml"));
+            let policy = std::fs::read(&file).with_context(|| {
+                format!("images/{name}/Dockerfile copies {POLICY}, but {} cannot be read", file.display())
+            })?;
+            context.insert(POLICY, 0o644, policy);
+        }
+        if let (Some(ca), Base::External { .. }) = (&self.extra_ca, &node.base) {
+            inject_ca(&mut context, ca);
+        }
+        let inputs = context.input_hash(&build_args, &from);
+        let args = pinned_args(&node.dockerfile, node.base.arg());
+        let labels = image_labels(self.opts, node, &inputs, self.revision.as_deref());
+        Ok(BuildPlan { name: name.to_string(), context, build_args, labels, from, inputs, args })
+    }
+
+    /// Tags image `id`, built or found for `plan`, and records it in the lock. `current_tags`:
+    /// the tags it has already.
+    async fn record(&mut self, current_tags: &[String], plan: &BuildPlan, id: &str) -> anyhow::Result<()> {
+        let name = plan.name.as_str();
+        let repository = project::repository(&self.opts.prefix, name);
+        let inputs_tag = project::inputs_tag(name, &plan.inputs);
+        if !current_tags.contains(&inputs_tag) {
+            let (repository, tag) = inputs_tag.rsplit_once(':').expect("a tag");
+            self.engine.tag(id, repository, tag).await?;
+        }
+        let sha = self.revision.as_ref().map(|rev| format!("sha-{rev}"));
+        for tag in std::iter::once(project::VERSION).chain(sha.as_deref()) {
+            if !current_tags.contains(&format!("{repository}:{tag}")) {
+                self.engine.tag(id, &repository, tag).await?;
+            }
+        }
+        let pinned = self.lock.images.get(name).filter(|old| old.id == id).and_then(|old| old.pinned.clone());
+        self.lock.images.insert(
+            name.to_string(),
+            LockedImage {
+                id: id.to_string(),
+                parent: self.parent(name),
+                from: plan.from.clone(),
+                inputs: plan.inputs.clone(),
+                tags: vec![format!("{repository}:{}", project::VERSION)],
+                args: plan.args.clone(),
+                pinned,
+            },
+        );
+        self.ids.insert(name.to_string(), id.to_string());
+        Ok(())
+    }
+}
+
+impl crate::flags::BuildFlags {
+    pub async fn run(self, root: &Path) -> anyhow::Result<()> {
+        let mut opts = BuildOptions::new(root);
+        self.common.apply(&mut opts);
+        opts.images = self.images;
+        opts.locked = self.locked;
+        let report = build(&opts).await?;
+        report.ensure_success()?;
+        eprintln!(
+            "{} images: {} built, {} up to date (OS layer: {}); {} {}",
+            report.results.len(),
+            report.built().len(),
+            report.up_to_date().len(),
+            report.os_source,
+            if opts.locked { "verified against" } else { "recorded in" },
+            opts.lock_path.display()
+        );
+        Ok(())
+    }
+}
+
 /// Builds (or, with `locked`, verifies) the selected images. Failures of single images are in
 /// the report (see [`BuildReport::ensure_success`]); errors are for what stops the whole walk.
 pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
     let graph = ImageGraph::discover(&opts.images_dir)?;
     let order: Vec<String> = graph.closure(&opts.images)?.into_iter().map(String::from).collect();
-    let engine = Engine::connect().await?;
-    let sh = Shell::new()?;
     let os_source = opts.os_source.unwrap_or_else(OsSource::detect);
-    let progress = Arc::new(Progress::new(opts.progress, order.len()));
+    let mut walk = Walk::start(opts, graph, &order, os_source).await?;
+    let progress = walk.progress.clone();
 
-    // git takes a few milliseconds: a no-op build is short enough for that to matter, so it
-    // runs beside the engine calls.
-    let revision = {
-        let root = opts.root.clone();
-        std::thread::spawn(move || Shell::new().ok().and_then(|sh| project::git_revision(&sh, &root)))
-    };
-    let extra_ca = read_ca_bundle(opts.ca_bundle.as_deref())?;
-    let needs_init = order.iter().any(|n| copies(&graph.get(n).expect("in graph").dockerfile, SANDBOX_INIT));
-    let sandbox_init = if needs_init {
-        progress.note("building sandbox-init (static)");
-        Some(project::sandbox_init_binary(&sh, &opts.root)?)
-    } else {
-        None
-    };
-    let os_base = os_override(&graph, &order, os_source, opts, &engine, &sh, &progress).await?;
-    let old_lock = ImagesLock::read(&opts.lock_path)?;
-    let revision = revision.join().expect("git_revision does not panic");
-
-    let mut ids: HashMap<String, String> = HashMap::new();
     let mut results: BTreeMap<String, Outcome> = BTreeMap::new();
-    let mut lock = old_lock.clone();
-    lock.images.retain(|name, _| graph.get(name).is_some());
     let mut pending: Vec<String> = order.clone();
     let mut running: JoinSet<(Arc<BuildPlan>, Result<String, BuildFailure>, f64)> = JoinSet::new();
     let mut mismatches = Vec::new();
@@ -251,16 +405,14 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
         let mut i = 0;
         while i < pending.len() && running.len() < opts.jobs.max(1) {
             let name = pending[i].clone();
-            let node = graph.get(&name).expect("in graph");
-            let parent = node.parent().map(str::to_string);
-            if let Some(parent) = &parent {
-                match results.get(parent) {
+            if let Some(parent) = walk.parent(&name) {
+                match results.get(&parent) {
                     None => {
                         i += 1;
                         continue;
                     }
                     Some(Outcome::Failed { .. }) | Some(Outcome::NotBuilt { .. }) => {
-                        let because = match &results[parent] {
+                        let because = match &results[&parent] {
                             Outcome::NotBuilt { because } => because.clone(),
                             _ => parent.clone(),
                         };
@@ -273,37 +425,26 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
                 }
             }
             pending.remove(i);
-            let mut plan = prepare(
-                &name,
-                node,
-                parent.as_deref().map(|p| ids[p].as_str()),
-                os_base.as_deref(),
-                sandbox_init.as_deref(),
-                extra_ca.as_deref(),
-            )?;
-            plan.labels = image_labels(opts, node, &plan.inputs, revision.as_deref());
-            let plan = Arc::new(plan);
+            let plan = Arc::new(walk.prepare(&name)?);
             plans.push(plan.clone());
             // Found by the inputs tag, not by the label alone: labels are inherited, so every
             // image built FROM ours carries the same values.
-            let existing = engine
+            let existing = walk
+                .engine
                 .find(&project::inputs_tag(&name, &plan.inputs))
                 .await?
                 .filter(|image| image.labels.get(labels::INPUTS) == Some(&plan.inputs));
             if opts.locked {
-                let locked = old_lock.images.get(&name);
+                let locked = walk.old_lock.images.get(&name);
                 match (existing.as_ref().map(|i| &i.id), locked) {
                     (Some(id), Some(entry)) if *id == entry.id && entry.inputs == plan.inputs => {}
                     (found, entry) => mismatches.push(describe_mismatch(&name, found, entry, &plan.inputs)),
                 }
             }
             if let Some(image) = existing {
-                let id = image.id;
-                progress.finish(&name, &format!("up to date ({})", short(&id)));
-                record(&engine, &image.tags, opts, parent, &plan, &id, revision.as_deref(), &mut lock)
-                    .await?;
-                ids.insert(name.clone(), id.clone());
-                results.insert(name, Outcome::UpToDate { id });
+                progress.finish(&name, &format!("up to date ({})", short(&image.id)));
+                walk.record(&image.tags, &plan, &image.id).await?;
+                results.insert(name, Outcome::UpToDate { id: image.id });
                 continue;
             }
             if opts.locked {
@@ -312,7 +453,7 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
                 continue;
             }
             progress.state(&name, "building");
-            let engine = engine.clone();
+            let engine = walk.engine.clone();
             let progress = progress.clone();
             running.spawn(async move {
                 let started = Instant::now();
@@ -334,9 +475,7 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
         match result {
             Ok(id) => {
                 progress.finish(&name, &format!("built {} in {seconds:.1}s", short(&id)));
-                let parent = graph.get(&name).and_then(|n| n.parent()).map(str::to_string);
-                record(&engine, &[], opts, parent, &plan, &id, revision.as_deref(), &mut lock).await?;
-                ids.insert(name.clone(), id.clone());
+                walk.record(&[], &plan, &id).await?;
                 results.insert(name, Outcome::Built { id, seconds });
             }
             Err(failure) => {
@@ -356,8 +495,8 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
                 mismatches.join("\n  ")
             );
         }
-    } else if lock != old_lock {
-        lock.write(&opts.lock_path)?;
+    } else if walk.lock != walk.old_lock {
+        walk.lock.write(&opts.lock_path)?;
     }
     let results = order
         .iter()
@@ -366,7 +505,7 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
             outcome: results.remove(name).expect("every image has an outcome"),
         })
         .collect();
-    Ok(BuildReport { results, plans, lock, os_source })
+    Ok(BuildReport { results, plans, lock: walk.lock, os_source })
 }
 
 fn describe_mismatch(
@@ -385,85 +524,6 @@ fn describe_mismatch(
             format!("{name}: the local image is {} but the lock has {}", short(id), short(&entry.id))
         }
     }
-}
-
-/// The OS layer's image for root images that take one through [`OS_ARG`]: the mirror bootstrap,
-/// or, for the registry source, the Dockerfile's own pinned default (pulled with a clear error).
-async fn os_override(
-    graph: &ImageGraph,
-    order: &[String],
-    source: OsSource,
-    opts: &BuildOptions,
-    engine: &Engine,
-    sh: &Shell,
-    progress: &Progress,
-) -> anyhow::Result<Option<String>> {
-    let roots: Vec<&Base> = order
-        .iter()
-        .map(|n| &graph.get(n).expect("in graph").base)
-        .filter(|b| matches!(b, Base::External { arg: Some(arg), .. } if arg == OS_ARG))
-        .collect();
-    let Some(Base::External { reference, .. }) = roots.first() else { return Ok(None) };
-    match source {
-        OsSource::Mirror => {
-            progress.note(&format!("OS layer: mmdebstrap bootstrap from {}", opts.bootstrap.mirror));
-            let id = opts.bootstrap.ensure(engine, sh, opts.refresh_os).await?;
-            Ok(Some(id))
-        }
-        OsSource::Registry => {
-            progress.note(&format!("OS layer: {reference} from its registry"));
-            engine.ensure_pulled(reference).await.map_err(|e| {
-                anyhow::anyhow!("{e}\nno registry is reachable? use `--os-source mirror` (needs mmdebstrap)")
-            })?;
-            Ok(None)
-        }
-    }
-}
-
-fn prepare(
-    name: &str,
-    node: &crate::graph::ImageNode,
-    parent_id: Option<&str>,
-    os_base: Option<&str>,
-    sandbox_init: Option<&[u8]>,
-    extra_ca: Option<&[u8]>,
-) -> anyhow::Result<BuildPlan> {
-    let mut context = BuildContext::from_dir(&node.dir)
-        .with_context(|| format!("cannot read the build context of '{name}'"))?;
-    let mut build_args = BTreeMap::new();
-    let from = match (&node.base, parent_id) {
-        (Base::Local { arg, .. }, Some(parent_id)) => {
-            build_args.insert(arg.clone(), parent_id.to_string());
-            parent_id.to_string()
-        }
-        (Base::External { arg: Some(arg), .. }, _) if arg == OS_ARG && os_base.is_some() => {
-            let os = os_base.expect("checked");
-            build_args.insert(arg.clone(), os.to_string());
-            os.to_string()
-        }
-        (Base::External { reference, .. }, _) => reference.clone(),
-        (Base::Local { image, .. }, None) => unreachable!("'{image}' is built before '{name}'"),
-    };
-    if let Some(binary) = sandbox_init
-        && copies(&node.dockerfile, SANDBOX_INIT)
-        && !context.files.contains_key(SANDBOX_INIT)
-    {
-        context.insert(SANDBOX_INIT, 0o755, binary.to_vec());
-    }
-    if copies(&node.dockerfile, POLICY) && !context.files.contains_key(POLICY) {
-        let policies = node.dir.parent().and_then(Path::parent).unwrap_or(Path::new(".")).join("policies");
-        let file = policies.join(format!("{name}.yaml"));
-        let policy = std::fs::read(&file).with_context(|| {
-            format!("images/{name}/Dockerfile copies {POLICY}, but {} cannot be read", file.display())
-        })?;
-        context.insert(POLICY, 0o644, policy);
-    }
-    if let (Some(ca), Base::External { .. }) = (extra_ca, &node.base) {
-        inject_ca(&mut context, ca);
-    }
-    let inputs = context.input_hash(&build_args, &from);
-    let args = pinned_args(&node.dockerfile, &node.base);
-    Ok(BuildPlan { name: name.to_string(), context, build_args, labels: HashMap::new(), from, inputs, args })
 }
 
 /// Root images get the extra CA certificates: into the folder update-ca-certificates reads (so
@@ -488,31 +548,6 @@ fn read_ca_bundle(path: Option<&Path>) -> anyhow::Result<Option<Vec<u8>>> {
         anyhow::bail!("{}: not a PEM certificate bundle (no BEGIN CERTIFICATE line)", path.display());
     }
     Ok(Some(bytes))
-}
-
-/// `ARG NAME=default` lines of a Dockerfile, except the one that names its base.
-fn pinned_args(dockerfile: &str, base: &Base) -> BTreeMap<String, String> {
-    let base_arg = match base {
-        Base::Local { arg, .. } => Some(arg.as_str()),
-        Base::External { arg, .. } => arg.as_deref(),
-    };
-    instructions(dockerfile)
-        .iter()
-        .filter(|ins| ins.keyword == "ARG")
-        .filter_map(|ins| ins.args.split_once('='))
-        .filter(|(name, _)| Some(name.trim()) != base_arg)
-        .map(|(name, value)| (name.trim().to_string(), value.trim().trim_matches('"').to_string()))
-        .collect()
-}
-
-/// Whether a Dockerfile COPYs or ADDs `source` from its context.
-fn copies(dockerfile: &str, source: &str) -> bool {
-    instructions(dockerfile).iter().any(|ins| {
-        (ins.keyword == "COPY" || ins.keyword == "ADD") && {
-            let words: Vec<&str> = ins.args.split_whitespace().filter(|w| !w.starts_with("--")).collect();
-            words.len() >= 2 && words[..words.len() - 1].contains(&source)
-        }
-    })
 }
 
 fn image_labels(
@@ -541,46 +576,6 @@ fn image_labels(
     l
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn record(
-    engine: &Engine,
-    current_tags: &[String],
-    opts: &BuildOptions,
-    parent: Option<String>,
-    plan: &BuildPlan,
-    id: &str,
-    revision: Option<&str>,
-    lock: &mut ImagesLock,
-) -> anyhow::Result<()> {
-    let name = plan.name.as_str();
-    let repository = project::repository(&opts.prefix, name);
-    let inputs_tag = project::inputs_tag(name, &plan.inputs);
-    if !current_tags.contains(&inputs_tag) {
-        let (repository, tag) = inputs_tag.rsplit_once(':').expect("a tag");
-        engine.tag(id, repository, tag).await?;
-    }
-    let sha = revision.map(|rev| format!("sha-{rev}"));
-    for tag in std::iter::once(project::VERSION).chain(sha.as_deref()) {
-        if !current_tags.contains(&format!("{repository}:{tag}")) {
-            engine.tag(id, &repository, tag).await?;
-        }
-    }
-    let pinned = lock.images.get(name).filter(|old| old.id == id).and_then(|old| old.pinned.clone());
-    lock.images.insert(
-        name.to_string(),
-        LockedImage {
-            id: id.to_string(),
-            parent,
-            from: plan.from.clone(),
-            inputs: plan.inputs.clone(),
-            tags: vec![format!("{repository}:{}", project::VERSION)],
-            args: plan.args.clone(),
-            pinned,
-        },
-    );
-    Ok(())
-}
-
 fn failure_report(name: &str, failure: &BuildFailure) -> String {
     let mut out = format!("error: cannot build '{name}'");
     if let Some(step) = &failure.step {
@@ -605,29 +600,6 @@ pub fn short(digest: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_lock_records_a_dockerfiles_own_arg_defaults_not_its_base() {
-        let dockerfile = "ARG BASE_IMAGE=agent-node\nFROM ${BASE_IMAGE}\nARG CLAUDE_CODE_VERSION=2.1.332\nARG QUOTED=\"x y\"\nARG NO_DEFAULT\n";
-        let base = Base::Local { image: "node".into(), arg: "BASE_IMAGE".into() };
-        let args = pinned_args(dockerfile, &base);
-        assert_eq!(
-            args,
-            BTreeMap::from([
-                ("CLAUDE_CODE_VERSION".into(), "2.1.332".into()),
-                ("QUOTED".into(), "x y".into())
-            ])
-        );
-    }
-
-    #[test]
-    fn copies_reads_copy_and_add_sources_only() {
-        assert!(copies("FROM x\nCOPY sandbox-init /usr/local/bin/\n", "sandbox-init"));
-        assert!(copies("FROM x\ncopy --chmod=755 a sandbox-init /dst/\n", "sandbox-init"));
-        assert!(copies("FROM x\nADD sandbox-init /x\n", "sandbox-init"));
-        assert!(!copies("FROM x\nCOPY other /usr/local/bin/sandbox-init\n", "sandbox-init"));
-        assert!(!copies("FROM x\nRUN cp sandbox-init /x\n", "sandbox-init"));
-    }
 
     #[test]
     fn the_ca_goes_after_the_dockerfile_and_changes_the_inputs() {

@@ -385,3 +385,22 @@ impl Engine {
         id.ok_or_else(|| failure("the engine reported no image id".into(), &step, &tail))
     }
 }
+
+/// The docker CLI's own build of a context folder, with the classic builder the xtask drives
+/// through the API: the bench's baseline, so that it compares two drivers of one builder.
+pub fn cli_build(
+    sh: &xshell::Shell,
+    dir: &std::path::Path,
+    build_args: &std::collections::BTreeMap<String, String>,
+    labels: &HashMap<String, String>,
+    tag: &str,
+) -> anyhow::Result<()> {
+    let _builder = sh.push_env("DOCKER_BUILDKIT", "0");
+    let mut args: Vec<String> =
+        build_args.iter().flat_map(|(k, v)| ["--build-arg".to_string(), format!("{k}={v}")]).collect();
+    let mut labels: Vec<_> = labels.iter().collect();
+    labels.sort();
+    args.extend(labels.into_iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]));
+    xshell::cmd!(sh, "docker build --quiet {args...} --tag {tag} {dir}").quiet().ignore_stdout().run()?;
+    Ok(())
+}

@@ -103,7 +103,7 @@ pub struct NewAgentFlags {
     /// Install the CLI from this npm package (built on `node`)
     #[arg(long)]
     pub npm: Option<String>,
-    /// Install the CLI from this PyPI package into a venv (built on `base`)
+    /// Install the CLI from this PyPI package into a uv venv (built on `python`)
     #[arg(long)]
     pub pip: Option<String>,
     /// Build on this image of the graph and install nothing

@@ -54,6 +54,16 @@ pub enum Base {
     External { reference: String, arg: Option<String> },
 }
 
+impl Base {
+    /// The build arg that names it, if any.
+    pub fn arg(&self) -> Option<&str> {
+        match self {
+            Base::Local { arg, .. } => Some(arg),
+            Base::External { arg, .. } => arg.as_deref(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageNode {
     pub name: String,
@@ -136,6 +146,17 @@ impl ImageGraph {
             }
         }
         Ok(())
+    }
+
+    /// The pinned reference of the root images among `order` that take the OS layer through
+    /// [`crate::os::OS_ARG`]: what the build replaces with the OS layer it chose.
+    pub fn os_reference(&self, order: &[String]) -> Option<&str> {
+        order.iter().filter_map(|n| self.get(n)).find_map(|node| match &node.base {
+            Base::External { reference, arg: Some(arg) } if arg == crate::os::OS_ARG => {
+                Some(reference.as_str())
+            }
+            _ => None,
+        })
     }
 
     pub fn get(&self, name: &str) -> Option<&ImageNode> {
@@ -289,6 +310,24 @@ impl ImageGraph {
     }
 }
 
+impl crate::flags::GraphFlags {
+    pub fn run(self, root: &Path) -> anyhow::Result<()> {
+        let graph = ImageGraph::discover(&root.join("images"))?;
+        let out = if self.json {
+            graph.render_json()
+        } else if self.dot {
+            graph.render_dot()
+        } else {
+            graph.render_text()
+        };
+        print!("{out}");
+        if !out.ends_with('\n') {
+            println!();
+        }
+        Ok(())
+    }
+}
+
 /// An image name: a lowercase letter, then lowercase letters, digits and inner hyphens.
 pub fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -303,56 +342,16 @@ fn find_line(text: &str, needle: &str) -> usize {
     text.lines().position(|l| l.contains(needle)).map_or(1, |i| i + 1)
 }
 
-/// One Dockerfile instruction with the line it starts on; continuation lines joined.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Instruction {
-    pub line: usize,
-    pub keyword: String,
-    pub args: String,
-}
-
-/// Splits a Dockerfile into instructions: comments and blank lines dropped, `\` continuations
-/// joined, keywords upper-cased.
-pub fn instructions(text: &str) -> Vec<Instruction> {
-    let mut out = Vec::new();
-    let mut pending: Option<(usize, String)> = None;
-    for (i, raw) in text.lines().enumerate() {
-        let trimmed = raw.trim();
-        if trimmed.starts_with('#') || trimmed.is_empty() {
-            continue;
-        }
-        let (continues, body) = match trimmed.strip_suffix('\\') {
-            Some(body) => (true, body),
-            None => (false, trimmed),
-        };
-        let entry = pending.get_or_insert_with(|| (i + 1, String::new()));
-        if !entry.1.is_empty() {
-            entry.1.push(' ');
-        }
-        entry.1.push_str(body.trim());
-        if !continues {
-            let (line, joined) = pending.take().expect("pending was set");
-            let (keyword, args) = joined.split_once(char::is_whitespace).unwrap_or((&joined, ""));
-            out.push(Instruction {
-                line,
-                keyword: keyword.to_ascii_uppercase(),
-                args: args.trim().to_string(),
-            });
-        }
-    }
-    out
-}
-
 fn parse_base(name: &str, file: &Path, text: &str) -> Result<Base, GraphError> {
     let mut args: BTreeMap<String, String> = BTreeMap::new();
     let mut stages: BTreeSet<String> = BTreeSet::new();
     let mut base: Option<(usize, Base)> = None;
     let mut seen_from = false;
-    for ins in instructions(text) {
+    for ins in crate::dockerfile::instructions(text) {
         match ins.keyword.as_str() {
             "ARG" if !seen_from => {
                 if let Some((key, value)) = ins.args.split_once('=') {
-                    args.insert(key.trim().to_string(), unquote(value.trim()).to_string());
+                    args.insert(key.trim().to_string(), crate::dockerfile::unquote(value.trim()).to_string());
                 }
             }
             "FROM" => {
@@ -423,10 +422,6 @@ fn resolve_from(
         }
         None => Ok(Base::External { reference: reference.to_string(), arg: None }),
     }
-}
-
-fn unquote(s: &str) -> &str {
-    s.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(s)
 }
 
 #[cfg(test)]
@@ -590,13 +585,6 @@ mod tests {
                 arg: Some("OS_IMAGE".into())
             }
         );
-    }
-
-    #[test]
-    fn instructions_join_continuations_and_skip_comments() {
-        let ins = instructions("# c\nfrom x\n\nRUN a \\\n  # inner comment\n  b\nLABEL k=v\n");
-        let got: Vec<_> = ins.iter().map(|i| (i.line, i.keyword.as_str(), i.args.as_str())).collect();
-        assert_eq!(got, [(2, "FROM", "x"), (4, "RUN", "a b"), (7, "LABEL", "k=v")]);
     }
 
     #[test]

@@ -40,11 +40,13 @@ pub fn render(images: &[ListedImage], all: bool) -> String {
     out
 }
 
-pub async fn run(all: bool) -> anyhow::Result<()> {
-    let engine = Engine::connect().await?;
-    let images = engine.images_with_label(labels::IMAGE).await?;
-    print!("{}", render(&images, all));
-    Ok(())
+impl crate::flags::ListFlags {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let engine = Engine::connect().await?;
+        let images = engine.images_with_label(labels::IMAGE).await?;
+        print!("{}", render(&images, self.all));
+        Ok(())
+    }
 }
 
 #[cfg(test)]

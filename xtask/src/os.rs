@@ -43,6 +43,43 @@ impl OsSource {
     }
 }
 
+/// Where the OS layer comes from for one build.
+pub struct OsLayer<'a> {
+    pub source: OsSource,
+    pub bootstrap: &'a Bootstrap,
+    /// Bootstrap again even if an earlier bootstrap with the same settings exists.
+    pub refresh: bool,
+}
+
+impl OsLayer<'_> {
+    /// The image root images are built on instead of `reference` (their Dockerfile's pinned
+    /// default): the mirror bootstrap's id, or None for the registry source, which builds on
+    /// `reference` itself once it is pulled (with a clear error when no registry is reachable).
+    pub async fn image(
+        &self,
+        reference: &str,
+        engine: &Engine,
+        sh: &Shell,
+        progress: &crate::progress::Progress,
+    ) -> anyhow::Result<Option<String>> {
+        match self.source {
+            OsSource::Mirror => {
+                progress.note(&format!("OS layer: mmdebstrap bootstrap from {}", self.bootstrap.mirror));
+                Ok(Some(self.bootstrap.ensure(engine, sh, self.refresh).await?))
+            }
+            OsSource::Registry => {
+                progress.note(&format!("OS layer: {reference} from its registry"));
+                engine.ensure_pulled(reference).await.map_err(|e| {
+                    anyhow::anyhow!(
+                        "{e}\nno registry is reachable? use `--os-source mirror` (needs mmdebstrap)"
+                    )
+                })?;
+                Ok(None)
+            }
+        }
+    }
+}
+
 impl fmt::Display for OsSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

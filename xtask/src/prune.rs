@@ -16,6 +16,20 @@ use std::time::Duration;
 use crate::engine::{Engine, ListedImage};
 use crate::{labels, lock::ImagesLock, project};
 
+impl crate::flags::PruneFlags {
+    pub async fn run(self, root: &Path) -> anyhow::Result<()> {
+        let opts = PruneOptions {
+            lock_path: root.join(crate::lock::FILE_NAME),
+            prefix: self.prefix,
+            dry_run: self.dry_run,
+            grace: GRACE,
+        };
+        let report = prune(&opts, |image, outcome| eprintln!("{}", describe(image, outcome))).await?;
+        eprintln!("{}", report.summary(opts.dry_run));
+        Ok(())
+    }
+}
+
 /// Images that no prefix tag claims (only inputs tags, or none) are taken only when older than
 /// this: a build in progress tags its image a moment after the engine made it.
 pub const GRACE: Duration = Duration::from_secs(10 * 60);

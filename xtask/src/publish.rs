@@ -120,6 +120,47 @@ async fn push_with_retries(
     unreachable!("the last attempt returns")
 }
 
+impl crate::flags::PublishFlags {
+    pub async fn run(self, root: &std::path::Path) -> anyhow::Result<()> {
+        let mut build = crate::build::BuildOptions::new(root);
+        self.common.apply(&mut build);
+        build.images = self.images;
+        let opts = PublishOptions {
+            build,
+            registry: crate::registry::Registry::parse(&self.registry)?,
+            dry_run: self.dry_run,
+            backoff: std::time::Duration::from_secs(2),
+            attempts: 4,
+        };
+        let published = publish(&opts).await?;
+        if !opts.dry_run {
+            eprintln!("{} images published; pinned in {}", published.len(), opts.build.lock_path.display());
+            print!("{}", digests(&ImagesLock::read(&opts.build.lock_path)?, DigestFormat::Text));
+        }
+        Ok(())
+    }
+}
+
+impl crate::flags::DigestsFlags {
+    pub fn run(self, root: &std::path::Path) -> anyhow::Result<()> {
+        let lock = ImagesLock::read(&root.join(crate::lock::FILE_NAME))?;
+        let format = if self.json {
+            DigestFormat::Json
+        } else if self.markdown {
+            DigestFormat::Markdown
+        } else {
+            DigestFormat::Text
+        };
+        if lock.images.values().all(|e| e.pinned.is_none()) {
+            eprintln!(
+                "no image in images.lock is published yet (cargo xtask publish --registry HOST/NAMESPACE)"
+            );
+        }
+        print!("{}", digests(&lock, format));
+        Ok(())
+    }
+}
+
 /// How `digests` prints the pinned references.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DigestFormat {

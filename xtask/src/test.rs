@@ -11,7 +11,13 @@ use crate::flags::TestFlags;
 /// Tells the suites which mode they run in: `full` (containers may get NET_ADMIN) or `ci`.
 pub const MODE_ENV: &str = "AGENT_SANDBOX_TEST_MODE";
 
-pub async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
+impl TestFlags {
+    pub async fn run(self, root: &Path) -> anyhow::Result<()> {
+        run(root, self).await
+    }
+}
+
+async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     let mut opts = BuildOptions::new(root);
     flags.common.apply(&mut opts);
     eprintln!("building the images the suites use");

@@ -132,7 +132,7 @@ async fn a_failing_build_names_the_image_the_step_and_what_was_not_built() -> an
 #[tokio::test]
 async fn a_scaffolded_agent_builds_and_passes_the_contract() -> anyhow::Result<()> {
     use crate::contract;
-    use xtask::scaffold::{NewAgent, Source};
+    use xtask::new_agent::{NewAgent, Source};
     let scratch = ScratchImages::copy("new-agent", &["os", "base", "shell"])?;
     let root = scratch.images_dir().parent().expect("the scratch root").to_path_buf();
     let agent = NewAgent {
@@ -141,7 +141,7 @@ async fn a_scaffolded_agent_builds_and_passes_the_contract() -> anyhow::Result<(
         cmd: "bash".into(),
         domains: vec!["api.acme.test".into()],
     };
-    let written = xtask::scaffold::write(&root, &agent)?;
+    let written = xtask::new_agent::write(&root, &agent)?;
     assert_eq!(written.len(), 2);
     let graph = xtask::graph::ImageGraph::discover(&scratch.images_dir())?;
     assert_eq!(graph.get("scaffolded").and_then(|n| n.parent()), Some("shell"));

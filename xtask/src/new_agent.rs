@@ -11,6 +11,28 @@ pub enum Source {
     From(String),
 }
 
+impl crate::flags::NewAgentFlags {
+    pub fn run(self, root: &Path) -> anyhow::Result<()> {
+        let source = match (self.npm, self.pip, self.from) {
+            (Some(package), None, None) => Source::Npm(package),
+            (None, Some(package), None) => Source::Pip(package),
+            (None, None, Some(image)) => Source::From(image),
+            _ => anyhow::bail!("give exactly one of --npm, --pip, --from"),
+        };
+        let agent = NewAgent {
+            cmd: self.cmd.unwrap_or_else(|| self.name.clone()),
+            name: self.name,
+            source,
+            domains: self.domains,
+        };
+        for path in write(root, &agent)? {
+            println!("created {}", path.display());
+        }
+        print!("next steps:\n{}", next_steps(&agent));
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct NewAgent {
     pub name: String,
