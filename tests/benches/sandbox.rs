@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{LogsOptionsBuilder, RemoveContainerOptionsBuilder};
 use futures_util::StreamExt as _;
-use sandbox_tests::sandbox::{PROBE, Peer, SandboxSpec, TEST_LABEL, TestNet, image, probe_binary};
+use sandbox_tests::docker::{Peer, TEST_LABEL, TestNet};
+use sandbox_tests::images::{image, probe_binary};
+use sandbox_tests::sandbox::{PROBE, SandboxSpec};
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -104,7 +106,7 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("measuring the DNS gate");
     let dns = Peer::start_dns(&net).await?;
     dns.set_dns("cached.bench.test", "10.98.0.1".parse()?, 300).await?;
-    sandbox_tests::sandbox::exec(
+    sandbox_tests::docker::exec(
         &dns.id,
         &["sh", "-c", "echo '*.bench.test A 10.99.0.0/16 300' >> /tmp/zone"],
         None,

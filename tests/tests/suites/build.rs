@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use sandbox_tests::{RemoveTagOnDrop, ScratchImages};
+use sandbox_tests::images::{RemoveTagOnDrop, ScratchImages};
 use xtask::build::{Outcome, build};
 use xtask::engine::Engine;
 use xtask::labels;
@@ -131,7 +131,7 @@ async fn a_failing_build_names_the_image_the_step_and_what_was_not_built() -> an
 /// passes the contract every image of the repository passes (the NET_ADMIN part outside `--ci`).
 #[tokio::test]
 async fn a_scaffolded_agent_builds_and_passes_the_contract() -> anyhow::Result<()> {
-    use crate::contract;
+    use sandbox_tests::contract;
     use xtask::new_agent::{NewAgent, Source};
     let scratch = ScratchImages::copy("new-agent", &["os", "base", "shell"])?;
     let root = scratch.images_dir().parent().expect("the scratch root").to_path_buf();
@@ -206,7 +206,7 @@ async fn build_plan(
 /// the variable as an ARG shows the check catches a key that is kept.
 #[tokio::test]
 async fn no_image_keeps_a_key_passed_at_build() -> anyhow::Result<()> {
-    let report = sandbox_tests::sandbox::built(&[]).await?;
+    let report = sandbox_tests::images::built(&[]).await?;
     let engine = Engine::connect().await?;
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
     let key = format!("sk-ant-api03-buildsentinel{}x{nanos}", std::process::id());

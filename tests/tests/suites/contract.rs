@@ -1,34 +1,35 @@
-//! The contract every image keeps, generated from images/ (tests/build.rs): add an image folder
-//! and `contract::<image>::…` appear. Each image: its labels and lock entry are right; it starts
-//! and reaches `sandbox ready` with the agent unprivileged and no setuid, setgid or
-//! file-capability program; its agent command answers
-//! `--version` offline; and (NET_ADMIN, left out of `--ci`) its own policy's domains are
-//! reachable while example.com is not.
+//! The contract every image keeps (the harness's `contract`), generated from images/
+//! (tests/build.rs): add an image folder and `contract::<image>::…` appear. The `net_admin_` test
+//! needs NET_ADMIN and is left out of `--ci`.
 
-use sandbox_init::policy::{DomainPattern, Policy};
-use sandbox_tests::sandbox::{Peer, SandboxSpec, TestNet, TestVolume, assert_blocked, assert_reaches, image};
-use xtask::engine::Engine;
+use sandbox_tests::contract::{self, Subject};
 
 macro_rules! contract_tests {
     ($name:literal) => {
         #[tokio::test]
         async fn labels_and_lock_entry() -> anyhow::Result<()> {
-            super::labels_and_lock_entry(&super::Subject::of_repository($name).await?).await
+            super::contract::labels_and_lock_entry(&super::Subject::of_repository($name).await?).await
         }
 
         #[tokio::test]
         async fn starts_ready_with_an_unprivileged_agent() -> anyhow::Result<()> {
-            super::starts_ready_with_an_unprivileged_agent(&super::Subject::of_repository($name).await?).await
+            super::contract::starts_ready_with_an_unprivileged_agent(
+                &super::Subject::of_repository($name).await?,
+            )
+            .await
         }
 
         #[tokio::test]
         async fn agent_command_answers_version_offline() -> anyhow::Result<()> {
-            super::agent_command_answers_version_offline(&super::Subject::of_repository($name).await?).await
+            super::contract::agent_command_answers_version_offline(
+                &super::Subject::of_repository($name).await?,
+            )
+            .await
         }
 
         #[tokio::test]
         async fn state_dirs_are_the_agents_and_outlive_the_container() -> anyhow::Result<()> {
-            super::state_dirs_are_the_agents_and_outlive_the_container(
+            super::contract::state_dirs_are_the_agents_and_outlive_the_container(
                 &super::Subject::of_repository($name).await?,
             )
             .await
@@ -36,231 +37,12 @@ macro_rules! contract_tests {
 
         #[tokio::test]
         async fn net_admin_reaches_its_policy_and_not_example_com() -> anyhow::Result<()> {
-            super::reaches_its_policy_and_not_example_com(&super::Subject::of_repository($name).await?).await
+            super::contract::reaches_its_policy_and_not_example_com(
+                &super::Subject::of_repository($name).await?,
+            )
+            .await
         }
     };
 }
 
 include!(concat!(env!("OUT_DIR"), "/contract_images.rs"));
-
-/// An image under contract: its name, the tag to run, and the checkout it was built from (whose
-/// images.lock and policies/ it must agree with): the repository, or a scratch copy.
-pub struct Subject {
-    pub name: String,
-    pub tag: String,
-    pub root: std::path::PathBuf,
-}
-
-impl Subject {
-    async fn of_repository(name: &str) -> anyhow::Result<Subject> {
-        Ok(Subject { name: name.to_string(), tag: image(name).await?, root: sandbox_tests::root() })
-    }
-
-    fn lock(&self) -> anyhow::Result<xtask::lock::ImagesLock> {
-        xtask::lock::ImagesLock::read(&self.root.join("images.lock"))
-    }
-}
-
-struct Facts {
-    tag: String,
-    entrypoint: Vec<String>,
-    env: Vec<String>,
-    labels: std::collections::HashMap<String, String>,
-}
-
-impl Facts {
-    fn env(&self, key: &str) -> Option<&str> {
-        self.env.iter().find_map(|e| e.strip_prefix(key)?.strip_prefix('='))
-    }
-}
-
-async fn facts(subject: &Subject) -> anyhow::Result<Facts> {
-    let tag = subject.tag.clone();
-    let inspect = Engine::connect().await?.docker().inspect_image(&tag).await?;
-    let config = inspect.config.unwrap_or_default();
-    Ok(Facts {
-        tag,
-        entrypoint: config.entrypoint.unwrap_or_default(),
-        env: config.env.unwrap_or_default(),
-        labels: config.labels.unwrap_or_default(),
-    })
-}
-
-/// Whether the image runs sandbox-init. Only the OS layer, which has no parent, may not: every
-/// image built on base inherits the entrypoint.
-async fn is_sandbox(subject: &Subject, facts: &Facts) -> anyhow::Result<bool> {
-    let name = &subject.name;
-    if facts.entrypoint == ["/usr/local/bin/sandbox-init"] {
-        return Ok(true);
-    }
-    let lock = subject.lock()?;
-    let parent = lock.images.get(name).and_then(|e| e.parent.clone());
-    anyhow::ensure!(
-        parent.is_none(),
-        "{name} is built on {parent:?} but its entrypoint is {:?}",
-        facts.entrypoint
-    );
-    eprintln!("{name} is the OS layer, not a sandbox: only its labels and lock entry apply");
-    Ok(false)
-}
-
-pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
-    let name = subject.name.as_str();
-    let facts = facts(subject).await?;
-    let engine = Engine::connect().await?;
-    let local = engine.find(&facts.tag).await?.expect("just built");
-    let lock = subject.lock()?;
-    let entry = lock.images.get(name).unwrap_or_else(|| panic!("{name} is not in images.lock"));
-    assert_eq!(entry.id, local.id, "the lock's id for {name}");
-    assert!(entry.tags.contains(&facts.tag), "{:?} lacks {}", entry.tags, facts.tag);
-    assert_eq!(local.labels.get(xtask::labels::IMAGE), Some(&name.to_string()));
-    assert_eq!(local.labels.get(xtask::labels::INPUTS), Some(&entry.inputs));
-    assert_eq!(local.labels.get(xtask::labels::PARENT), entry.parent.as_ref(), "{name}'s parent label");
-    // An agent image's pinned CLI version is a build arg the lock records.
-    if let Some(version) = local.labels.get(xtask::labels::AGENT_VERSION) {
-        assert!(
-            entry.args.values().any(|v| v == version),
-            "{name}: version {version} not in the lock's {:?}",
-            entry.args
-        );
-        assert_eq!(local.labels.get(xtask::labels::AGENT_NAME).map(String::as_str), Some(name));
-        // `cargo xtask list` finds it by its label.
-        let listed = xtask::list::render(&engine.images_with_label(xtask::labels::IMAGE).await?, false);
-        let row = listed.lines().find(|l| l.starts_with(&format!("{name} ")) && l.contains(&facts.tag));
-        assert!(row.is_some_and(|r| r.ends_with(version.as_str())), "{name} is not listed:\n{listed}");
-    }
-    Ok(())
-}
-
-pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyhow::Result<()> {
-    let facts = facts(subject).await?;
-    if !is_sandbox(subject, &facts).await? {
-        return Ok(());
-    }
-    let mut spec = SandboxSpec::of(facts.tag);
-    spec.network = Some("none".into());
-    let sb = spec.start().await?;
-    crate::privileges::assert_agent_processes_unprivileged(&sb).await?;
-    // The agent's processes started outside sandbox-exec (`docker exec -u agent`) have no
-    // no_new_privs: no setuid or setgid program, and no file capability, may lead them back to
-    // the container's capabilities.
-    let found = sandbox_tests::sandbox::privileged_files(&sb).await?;
-    assert!(found.is_empty(), "{} has privileged files: {found:?}", subject.name);
-    Ok(())
-}
-
-pub async fn agent_command_answers_version_offline(subject: &Subject) -> anyhow::Result<()> {
-    let name = subject.name.as_str();
-    let facts = facts(subject).await?;
-    if !is_sandbox(subject, &facts).await? {
-        return Ok(());
-    }
-    let command =
-        facts.env("ASSISTANT_CMD").unwrap_or_else(|| panic!("{name} sets no ASSISTANT_CMD")).to_string();
-    let program = command.split_whitespace().next().expect("a command").to_string();
-    let mut spec = SandboxSpec::of(facts.tag);
-    spec.network = Some("none".into());
-    let sb = spec.start().await?;
-    let out = sb.as_agent(&[&program, "--version"]).await?;
-    assert_eq!(out.code, 0, "`{program} --version` as the agent, offline: {out:?}");
-    assert!(!out.stdout.trim().is_empty(), "`{program} --version` printed nothing");
-    Ok(())
-}
-
-/// An agent image names its CLI's state directories; mounted as fresh volumes (root's) they are
-/// the agent's to write, and what it wrote is there in the next container.
-pub async fn state_dirs_are_the_agents_and_outlive_the_container(subject: &Subject) -> anyhow::Result<()> {
-    let name = subject.name.as_str();
-    let facts = facts(subject).await?;
-    if !is_sandbox(subject, &facts).await? {
-        return Ok(());
-    }
-    let is_agent = facts.labels.contains_key(xtask::labels::AGENT_NAME);
-    let Some(value) = facts.env(sandbox_init::state::ENV) else {
-        assert!(!is_agent, "{name} is an agent image but sets no {}", sandbox_init::state::ENV);
-        eprintln!("{name} is not an agent image and keeps no state");
-        return Ok(());
-    };
-    let (dirs, warnings) = sandbox_init::state::dirs_from(value, std::path::Path::new("/home/agent"));
-    assert!(warnings.is_empty() && !dirs.is_empty(), "{name}: {value:?}: {warnings:?}");
-    let mut volumes = Vec::new();
-    for _ in &dirs {
-        volumes.push(TestVolume::create(&format!("state-{name}")).await?);
-    }
-    let spec = || {
-        let mut spec = SandboxSpec::of(facts.tag.clone());
-        spec.network = Some("none".into());
-        for (volume, dir) in volumes.iter().zip(&dirs) {
-            spec = spec.mount(&volume.name, &dir.display().to_string());
-        }
-        spec
-    };
-    let first = spec().start().await?;
-    for dir in &dirs {
-        let script = format!("test -O {0} && echo kept by {name} > {0}/contract-state", dir.display());
-        let out = first.as_agent(&["sh", "-c", &script]).await?;
-        assert_eq!(out.code, 0, "{} is not the agent's to write: {out:?}", dir.display());
-    }
-    drop(first);
-    let second = spec().start().await?;
-    for dir in &dirs {
-        let out = second.as_agent(&["cat", &format!("{}/contract-state", dir.display())]).await?;
-        assert_eq!(out.stdout.trim(), format!("kept by {name}"), "{}: {out:?}", dir.display());
-    }
-    Ok(())
-}
-
-/// The policy an image bakes: its own policies/<image>.yaml, or its nearest ancestor's.
-fn baked_policy(subject: &Subject) -> anyhow::Result<Policy> {
-    let name = &subject.name;
-    let lock = subject.lock()?;
-    let mut current = Some(name.to_string());
-    while let Some(image) = current {
-        let file = subject.root.join("policies").join(format!("{image}.yaml"));
-        if file.exists() {
-            return Ok(Policy::read(&file)?);
-        }
-        current = lock.images.get(&image).and_then(|e| e.parent.clone());
-    }
-    anyhow::bail!("neither {name} nor an ancestor has a policy in policies/")
-}
-
-pub async fn reaches_its_policy_and_not_example_com(subject: &Subject) -> anyhow::Result<()> {
-    let name = subject.name.as_str();
-    let facts = facts(subject).await?;
-    if !is_sandbox(subject, &facts).await? {
-        return Ok(());
-    }
-    let policy = baked_policy(subject)?;
-    // Every domain of the policy becomes an alias of one peer on the private network.
-    let targets: Vec<(String, u16)> = policy
-        .domains
-        .iter()
-        .filter_map(|(pattern, access)| {
-            let host = match pattern {
-                DomainPattern::Exact(host) => host.clone(),
-                DomainPattern::Subdomains(parent) => format!("contract.{parent}"),
-            };
-            // A port the peer serves.
-            access.tcp.iter().find(|p| [80, 443, 8443].contains(*p)).map(|p| (host, *p))
-        })
-        .collect();
-    let net = TestNet::create(&format!("contract-{name}")).await?;
-    let mut aliases: Vec<&str> = targets.iter().map(|(h, _)| h.as_str()).collect();
-    aliases.push("example.com");
-    let peer = Peer::start(&net, &aliases).await?;
-    // Unknown names go to the peer, not to the host's resolvers: nothing leaves the network.
-    let mut spec = SandboxSpec::of(facts.tag).net_admin().on(&net);
-    spec.dns = Some(peer.ipv4);
-    let sb = spec.start().await?;
-    for (host, port) in &targets {
-        assert_reaches(&sb, &format!("{host}:{port}")).await?;
-    }
-    let example = assert_blocked(&sb, "example.com:443").await?;
-    assert_eq!(
-        example.outcome(),
-        "dns:refused",
-        "example.com is an alias of the peer, but not in {name}'s policy"
-    );
-    Ok(())
-}

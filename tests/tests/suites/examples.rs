@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use sandbox_tests::sandbox::{Limits, SandboxSpec, TestVolume, image};
+use sandbox_tests::docker::TestVolume;
+use sandbox_tests::images::image;
+use sandbox_tests::sandbox::{Limits, SandboxSpec};
 use serde_json::Value;
 
 /// What both tools ask of the engine, in the few terms these examples use.

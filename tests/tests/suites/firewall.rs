@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use sandbox_tests::sandbox::{Peer, Sandbox, SandboxSpec, TestNet, assert_blocked, assert_reaches};
+use sandbox_tests::assert::{assert_blocked, assert_reaches};
+use sandbox_tests::docker::{Peer, TestNet};
+use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
 
 const ALLOWED: &str = "api.allowed.test";
 const BLOCKED: &str = "blocked.test";
@@ -83,14 +85,14 @@ async fn a_static_cidr_allows_its_ports_by_address() -> anyhow::Result<()> {
     let drop_in = format!(
         "version: 1\ncidrs:\n  - cidr: {}/32\n    ports: [8443, {}]\n",
         peer.ipv4,
-        sandbox_tests::sandbox::PEER_UDP
+        sandbox_tests::docker::PEER_UDP
     );
     let sb =
         SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("cidr.yaml", &drop_in).start().await?;
     assert_reaches(&sb, &format!("{}:8443", peer.ipv4)).await?;
     assert_eq!(assert_blocked(&sb, &format!("{}:443", peer.ipv4)).await?.outcome(), "refused");
     let udp =
-        sb.probe(&["udp", &peer.ipv4.to_string(), &sandbox_tests::sandbox::PEER_UDP.to_string()]).await?;
+        sb.probe(&["udp", &peer.ipv4.to_string(), &sandbox_tests::docker::PEER_UDP.to_string()]).await?;
     assert_eq!(udp.outcome(), "echoed", "UDP to an allowed range: {:?}", udp.fields);
     Ok(())
 }
@@ -101,7 +103,7 @@ async fn udp_and_icmp_to_a_blocked_host_are_refused() -> anyhow::Result<()> {
     let sb = spec.start().await?;
     // The control: without the firewall the same probes get their answers.
     let open = SandboxSpec::smallest().await?.on(&net).env("SANDBOX_FIREWALL", "off").start().await?;
-    let udp_port = sandbox_tests::sandbox::PEER_UDP.to_string();
+    let udp_port = sandbox_tests::docker::PEER_UDP.to_string();
     for addr in [blocked.ipv4, blocked.ipv6] {
         let addr = addr.to_string();
         assert_eq!(
@@ -295,7 +297,7 @@ async fn the_denial_log_records_refused_names_and_connections() -> anyhow::Resul
 async fn processes_of_a_sandbox_with_net_admin_hold_no_capability() -> anyhow::Result<()> {
     let (_net, _allowed, _blocked, spec) = setup("caps", &[ALLOWED]).await?;
     let sb = spec.start().await?;
-    crate::privileges::assert_agent_processes_unprivileged(&sb).await
+    sandbox_tests::assert::assert_agent_processes_unprivileged(&sb).await
 }
 
 #[tokio::test]

@@ -1,62 +1,8 @@
 //! Who the agent is, read from the real processes' /proc status: uid 1000, every capability set
 //! empty, NoNewPrivs. Needs no capability: runs in both modes.
 
+use sandbox_tests::assert::{ProcStatus, assert_agent_processes_unprivileged, assert_unprivileged};
 use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
-
-/// One process as /proc/PID/status tells it.
-#[derive(Debug)]
-struct ProcStatus {
-    pid: String,
-    name: String,
-    fields: std::collections::HashMap<String, String>,
-}
-
-async fn processes(sb: &Sandbox) -> anyhow::Result<Vec<ProcStatus>> {
-    let script = r#"for s in /proc/[0-9]*/status; do echo "== ${s#/proc/}"; cat "$s" 2>/dev/null; done"#;
-    let out = sb.exec(&["sh", "-c", script]).await?;
-    let mut list = Vec::new();
-    for block in out.stdout.split("== ").filter(|b| !b.trim().is_empty()) {
-        let mut lines = block.lines();
-        let pid = lines.next().unwrap_or_default().trim_end_matches("/status").to_string();
-        let fields: std::collections::HashMap<String, String> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
-            .collect();
-        let name = fields.get("Name").cloned().unwrap_or_default();
-        list.push(ProcStatus { pid, name, fields });
-    }
-    Ok(list)
-}
-
-fn assert_unprivileged(p: &ProcStatus) {
-    assert_eq!(p.fields["Uid"], "1000 1000 1000 1000", "{} ({}) uid: {:?}", p.name, p.pid, p.fields);
-    assert_eq!(p.fields["Gid"], "1000 1000 1000 1000", "{} ({}) gid", p.name, p.pid);
-    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
-        assert_eq!(p.fields[set], "0000000000000000", "{} ({}) {set}", p.name, p.pid);
-    }
-    assert_eq!(p.fields["NoNewPrivs"], "1", "{} ({})", p.name, p.pid);
-    assert_eq!(p.fields["Groups"], "1000", "{} ({}) supplementary groups", p.name, p.pid);
-}
-
-/// Every process of the agent's session holds nothing; and the session is really there (the
-/// tmux server, its pane, the agent command).
-pub async fn assert_agent_processes_unprivileged(sb: &Sandbox) -> anyhow::Result<()> {
-    let all = processes(sb).await?;
-    let agent: Vec<&ProcStatus> =
-        all.iter().filter(|p| p.fields.get("Uid").is_some_and(|u| !u.starts_with("0 "))).collect();
-    let names: Vec<&str> = agent.iter().map(|p| p.name.as_str()).collect();
-    // The tmux server, the pane (sandbox-init as the agent) and the agent command under it.
-    assert!(
-        names.contains(&"tmux: server") && names.contains(&"sandbox-init") && names.len() >= 3,
-        "the session's processes: {names:?}"
-    );
-    for p in agent {
-        assert_unprivileged(p);
-    }
-    let init = all.iter().find(|p| p.pid == "1").expect("PID 1");
-    assert_eq!(init.name, "sandbox-init");
-    Ok(())
-}
 
 async fn no_network() -> anyhow::Result<Sandbox> {
     let mut spec = SandboxSpec::smallest().await?;
@@ -119,7 +65,7 @@ async fn the_agent_cannot_change_the_policy() -> anyhow::Result<()> {
 #[tokio::test]
 async fn sandbox_exec_refuses_to_run_when_it_cannot_drop_the_bounding_set() -> anyhow::Result<()> {
     let sb = no_network().await?;
-    let out = sandbox_tests::sandbox::exec(sb.id(), &["sandbox-exec", "id"], Some("1000")).await?;
+    let out = sandbox_tests::docker::exec(sb.id(), &["sandbox-exec", "id"], Some("1000")).await?;
     assert_eq!(out.code, 126, "{out:?}");
     assert!(out.stderr.contains("must start as root"), "{out:?}");
     Ok(())

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use bollard::query_parameters::CreateContainerOptionsBuilder;
-use sandbox_tests::sandbox::RemoveOnDrop;
-use sandbox_tests::{RemoveTagOnDrop, ScratchImages};
+use sandbox_tests::docker::RemoveOnDrop;
+use sandbox_tests::images::{RemoveTagOnDrop, ScratchImages};
 use xtask::build::build;
 use xtask::engine::Engine;
 use xtask::lock::ImagesLock;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sandbox_tests::ScratchImages;
+use sandbox_tests::images::ScratchImages;
 use sandbox_tests::registry::{LocalRegistry, PASSWORD, USER};
 use xtask::engine::Engine;
 use xtask::lock::ImagesLock;
@@ -16,9 +16,7 @@ struct UntagOnDrop(String);
 impl Drop for UntagOnDrop {
     fn drop(&mut self) {
         let prefix = self.0.clone();
-        sandbox_tests::remove_tags_blocking(move |engine| async move {
-            engine.tags_with_prefix(&prefix).await.ok()
-        });
+        sandbox_tests::docker::drop_async(move || sandbox_tests::images::remove_tags_with_prefix(prefix));
     }
 }
 

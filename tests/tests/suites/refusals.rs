@@ -2,7 +2,8 @@
 //! one-line message, and the agent never runs. Plus the two cases that run unfiltered on
 //! purpose. Needs no capability: runs in both modes.
 
-use sandbox_tests::sandbox::{SandboxSpec, TestNet};
+use sandbox_tests::docker::TestNet;
+use sandbox_tests::sandbox::SandboxSpec;
 
 #[tokio::test]
 async fn without_net_admin_the_agent_never_starts() -> anyhow::Result<()> {

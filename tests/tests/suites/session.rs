@@ -121,7 +121,7 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
     use futures_util::StreamExt as _;
     use tokio::io::AsyncWriteExt as _;
 
-    let image = sandbox_tests::sandbox::image(sandbox_tests::sandbox::SMALLEST).await?;
+    let image = sandbox_tests::images::image(sandbox_tests::sandbox::SMALLEST).await?;
     let docker = xtask::engine::Engine::connect().await?.docker().clone();
     let body = ContainerCreateBody {
         image: Some(image),
@@ -129,13 +129,13 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
         open_stdin: Some(true),
         attach_stdin: Some(true),
         attach_stdout: Some(true),
-        labels: Some([(sandbox_tests::sandbox::TEST_LABEL.to_string(), "tty".to_string())].into()),
+        labels: Some([(sandbox_tests::docker::TEST_LABEL.to_string(), "tty".to_string())].into()),
         host_config: Some(HostConfig { network_mode: Some("none".into()), ..Default::default() }),
         ..Default::default()
     };
     let id =
         docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?.id;
-    let _remove = sandbox_tests::sandbox::RemoveOnDrop(id.clone());
+    let _remove = sandbox_tests::docker::RemoveOnDrop(id.clone());
     let options = AttachContainerOptionsBuilder::default().stdin(true).stdout(true).stream(true).build();
     let mut attached = docker.attach_container(&id, Some(options)).await?;
     docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await?;
@@ -157,7 +157,7 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
     // line came first, on the same terminal: the container's log has it even when the engine
     // hands an attach that raced the start only what followed (seen once under load).
     read_until("$ ", &mut screen).await?;
-    let (log, _) = sandbox_tests::sandbox::container_logs(&id).await?;
+    let (log, _) = sandbox_tests::docker::container_logs(&id).await?;
     assert!(
         log.contains("sandbox ready"),
         "the terminal never said `sandbox ready`: {log:?}\nscreen: {screen:?}"

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use sandbox_tests::sandbox::{
-    PEER_ECHO, PEER_UDP, PROBE, Peer, Sandbox, SandboxSpec, TestNet, assert_blocked, assert_reaches,
-};
+use sandbox_tests::assert::{assert_blocked, assert_reaches};
+use sandbox_tests::docker::{PEER_ECHO, PEER_UDP, Peer, TestNet};
+use sandbox_tests::sandbox::{PROBE, Sandbox, SandboxSpec};
 
 const ALLOWED: &str = "api.allowed.test";
 const BLOCKED: &str = "blocked.test";

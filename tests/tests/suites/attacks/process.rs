@@ -3,9 +3,9 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
-use sandbox_tests::sandbox::{
-    Helper, PROBE, Sandbox, SandboxSpec, TestNet, TestVolume, exec, privileged_files,
-};
+use sandbox_tests::assert::privileged_files;
+use sandbox_tests::docker::{Helper, TestNet, TestVolume, exec};
+use sandbox_tests::sandbox::{PROBE, Sandbox, SandboxSpec};
 
 const STATUS: &str = "/run/agent-sandbox/session/status";
 

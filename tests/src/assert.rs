@@ -1,0 +1,112 @@
+//! What must hold of a sandbox, checked the way the agent would find out: a real connection
+//! from inside, the real processes' /proc status, the files of the image itself.
+
+use crate::sandbox::{PROBE, Probe, Sandbox};
+
+/// One process as /proc/PID/status tells it.
+#[derive(Debug)]
+pub struct ProcStatus {
+    pub pid: String,
+    pub name: String,
+    pub fields: std::collections::HashMap<String, String>,
+}
+
+/// Every process of the sandbox, from /proc (read as root).
+pub async fn processes(sb: &Sandbox) -> anyhow::Result<Vec<ProcStatus>> {
+    let script = r#"for s in /proc/[0-9]*/status; do echo "== ${s#/proc/}"; cat "$s" 2>/dev/null; done"#;
+    let out = sb.exec(&["sh", "-c", script]).await?;
+    let mut list = Vec::new();
+    for block in out.stdout.split("== ").filter(|b| !b.trim().is_empty()) {
+        let mut lines = block.lines();
+        let pid = lines.next().unwrap_or_default().trim_end_matches("/status").to_string();
+        let fields: std::collections::HashMap<String, String> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
+            .collect();
+        let name = fields.get("Name").cloned().unwrap_or_default();
+        list.push(ProcStatus { pid, name, fields });
+    }
+    Ok(list)
+}
+
+/// uid and gid 1000, every capability set empty, no_new_privs, no supplementary group.
+pub fn assert_unprivileged(p: &ProcStatus) {
+    assert_eq!(p.fields["Uid"], "1000 1000 1000 1000", "{} ({}) uid: {:?}", p.name, p.pid, p.fields);
+    assert_eq!(p.fields["Gid"], "1000 1000 1000 1000", "{} ({}) gid", p.name, p.pid);
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(p.fields[set], "0000000000000000", "{} ({}) {set}", p.name, p.pid);
+    }
+    assert_eq!(p.fields["NoNewPrivs"], "1", "{} ({})", p.name, p.pid);
+    assert_eq!(p.fields["Groups"], "1000", "{} ({}) supplementary groups", p.name, p.pid);
+}
+
+/// Every process of the agent's session holds nothing; and the session is really there (the
+/// tmux server, its pane, the agent command).
+pub async fn assert_agent_processes_unprivileged(sb: &Sandbox) -> anyhow::Result<()> {
+    let all = processes(sb).await?;
+    let agent: Vec<&ProcStatus> =
+        all.iter().filter(|p| p.fields.get("Uid").is_some_and(|u| !u.starts_with("0 "))).collect();
+    let names: Vec<&str> = agent.iter().map(|p| p.name.as_str()).collect();
+    // The tmux server, the pane (sandbox-init as the agent) and the agent command under it.
+    assert!(
+        names.contains(&"tmux: server") && names.contains(&"sandbox-init") && names.len() >= 3,
+        "the session's processes: {names:?}"
+    );
+    for p in agent {
+        assert_unprivileged(p);
+    }
+    let init = all.iter().find(|p| p.pid == "1").expect("PID 1");
+    assert_eq!(init.name, "sandbox-init");
+    Ok(())
+}
+
+/// The files of the sandbox's own file system that could raise the privileges of a process not
+/// under no_new_privs (`docker exec -u agent`, a devcontainer's terminal): setuid or setgid
+/// programs, and files carrying a capability. One `setid PATH` or `caps PATH` each.
+pub async fn privileged_files(sb: &Sandbox) -> anyhow::Result<Vec<String>> {
+    let out = sb.exec(&[PROBE, "privileged-files", "/"]).await?;
+    anyhow::ensure!(out.code == 0, "the scan failed: {out:?}");
+    let checked: u64 = out.stdout.lines().find_map(|l| l.strip_prefix("checked=")?.parse().ok()).unwrap_or(0);
+    // The walk read the image, not an empty directory.
+    anyhow::ensure!(checked > 1000, "the scan checked only {checked} files: {out:?}");
+    Ok(out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("setid ") || l.starts_with("caps "))
+        .map(str::to_string)
+        .collect())
+}
+
+fn split_target(target: &str) -> (&str, &str) {
+    target.rsplit_once(':').expect("HOST:PORT")
+}
+
+/// The agent can open a TCP connection to `target` (`host:port`), and the peer greets it.
+pub async fn assert_reaches(sb: &Sandbox, target: &str) -> anyhow::Result<Probe> {
+    let (host, port) = split_target(target);
+    let probe = sb.probe(&["tcp", host, port]).await?;
+    anyhow::ensure!(
+        probe.outcome() == "connected"
+            && probe.fields.get("greeting").is_some_and(|g| g.starts_with("hello from")),
+        "expected the agent to reach {target}, but: {:?}",
+        probe.fields
+    );
+    Ok(probe)
+}
+
+/// The agent's TCP connection to `target` fails, and at once: refused by the firewall (not a
+/// timeout), or its name refused by the DNS gate.
+pub async fn assert_blocked(sb: &Sandbox, target: &str) -> anyhow::Result<Probe> {
+    let (host, port) = split_target(target);
+    let probe = sb.probe(&["tcp", host, port, "--timeout-ms", "3000"]).await?;
+    let outcome = probe.outcome();
+    anyhow::ensure!(
+        outcome == "refused" || outcome.starts_with("dns:"),
+        "expected {target} to be blocked at once, but the agent's connection ended `{outcome}`: {:?}",
+        probe.fields
+    );
+    if outcome == "refused" {
+        anyhow::ensure!(probe.ms() < 1000.0, "{target} was refused, but only after {} ms", probe.ms());
+    }
+    Ok(probe)
+}

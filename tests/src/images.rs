@@ -1,0 +1,183 @@
+//! The images the suites run: the repository's, built or found up to date through the xtask
+//! library with the settings `cargo xtask test` exported; the peer image; the static probe; and
+//! scratch copies of images/ for the build suites.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use xtask::build::BuildOptions;
+use xtask::engine::Engine;
+use xtask::progress::ProgressMode;
+
+use crate::docker::{TEST_LABEL, drop_async};
+use crate::root;
+
+/// The image `name`, built or found up to date through the xtask library with the settings
+/// `cargo xtask test` exported.
+pub async fn image(name: &str) -> anyhow::Result<String> {
+    let report = built(&[name]).await?;
+    report.id(name).context("the build reported no id")?;
+    Ok(format!("{}:{}", xtask::project::repository(&report.prefix, name), xtask::project::VERSION))
+}
+
+/// The repository's images `names` (all when empty), built or found up to date. Builds are
+/// serialised across test processes by a file lock.
+pub async fn built(names: &[&str]) -> anyhow::Result<BuiltImages> {
+    let root = root();
+    let lock_dir = root.join("target/agent-sandbox");
+    std::fs::create_dir_all(&lock_dir)?;
+    let lock = std::fs::File::create(lock_dir.join("suite-build.lock"))?;
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        lock.lock()?;
+        let mut opts = xtask::build::BuildOptions::from_env(&root)?;
+        opts.images = names;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let report = rt.block_on(xtask::build::build(&opts))?;
+        report.ensure_success()?;
+        Ok(BuiltImages { report, prefix: opts.prefix })
+    })
+    .await?
+}
+
+/// A build report and the tag prefix it was built under.
+pub struct BuiltImages {
+    pub report: xtask::build::BuildReport,
+    pub prefix: String,
+}
+
+impl std::ops::Deref for BuiltImages {
+    type Target = xtask::build::BuildReport;
+    fn deref(&self) -> &Self::Target {
+        &self.report
+    }
+}
+
+/// The probe binary, static, built once and cached by the xtask.
+pub fn probe_binary() -> anyhow::Result<PathBuf> {
+    // Every sandbox mounts it: build or check it once per test process.
+    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(path) = PROBE.get() {
+        return Ok(path.clone());
+    }
+    let sh = xshell::Shell::new()?;
+    let root = root();
+    xtask::project::static_binary(&sh, &root, "sandbox-probe", &["tests/probe", "Cargo.lock", "Cargo.toml"])?;
+    Ok(PROBE.get_or_init(|| xtask::project::static_binary_path(&root, "sandbox-probe")).clone())
+}
+
+/// The peer image: the OS image and the probe binary, tagged by their hash.
+pub async fn peer_image() -> anyhow::Result<String> {
+    // A test starts several peers: find or build the image once per test process.
+    static PEER: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    PEER.get_or_try_init(build_peer_image).await.cloned()
+}
+
+async fn build_peer_image() -> anyhow::Result<String> {
+    let os = image("os").await?;
+    let probe = std::fs::read(probe_binary()?)?;
+    let engine = Engine::connect().await?;
+    let os_id = engine.image_id(&os).await?.context("the OS image is missing")?;
+    let mut context = xtask::context::BuildContext::default();
+    context.insert("Dockerfile", 0o644, b"ARG OS\nFROM ${OS}\nCOPY sandbox-probe /usr/local/bin/sandbox-probe\nENTRYPOINT [\"/usr/local/bin/sandbox-probe\"]\n".to_vec());
+    context.insert("sandbox-probe", 0o755, probe);
+    let args: std::collections::BTreeMap<String, String> = [("OS".to_string(), os_id.clone())].into();
+    let hash = context.input_hash(&args, &os_id);
+    let tag = format!("localhost/agent-sandbox/test-peer:{}", &hash["sha256:".len()..][..16]);
+    if engine.image_id(&tag).await?.is_none() {
+        let labels = HashMap::from([(TEST_LABEL.to_string(), "peer".to_string())]);
+        let id = engine
+            .build(context.to_tar(), &args.into_iter().collect(), &labels, |_| {})
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot build the peer image: {e}"))?;
+        let (repo, tag_name) = tag.split_once(':').expect("tagged");
+        engine.tag(&id, repo, tag_name).await?;
+    }
+    Ok(tag)
+}
+
+/// A scratch copy of images/ with its own lock file and tag prefix, so a test can change files
+/// and build without touching the repository or the images users see. Tags under the prefix are
+/// removed when it is dropped.
+pub struct ScratchImages {
+    dir: tempfile::TempDir,
+    pub prefix: String,
+}
+
+impl ScratchImages {
+    /// Copies the named images (all when empty) of the repository.
+    pub fn copy(test: &str, only: &[&str]) -> anyhow::Result<ScratchImages> {
+        let dir = tempfile::tempdir()?;
+        copy_dir(&root().join("images"), &dir.path().join("images"), only)?;
+        // Images bake policies/<image>.yaml and policies/services.yaml is compiled in.
+        copy_dir(&root().join("policies"), &dir.path().join("policies"), &[])?;
+        let prefix = format!("localhost/agent-sandbox-test-{test}-{}", std::process::id());
+        Ok(ScratchImages { dir, prefix })
+    }
+
+    pub fn images_dir(&self) -> PathBuf {
+        self.dir.path().join("images")
+    }
+
+    pub fn lock_path(&self) -> PathBuf {
+        self.dir.path().join("images.lock")
+    }
+
+    /// Build options resolved like `cargo xtask test` does, pointed at this copy.
+    pub fn options(&self) -> anyhow::Result<BuildOptions> {
+        let mut opts = BuildOptions::from_env(&root())?;
+        opts.images_dir = self.images_dir();
+        opts.lock_path = self.lock_path();
+        opts.prefix = self.prefix.clone();
+        opts.progress = ProgressMode::Plain;
+        Ok(opts)
+    }
+}
+
+impl Drop for ScratchImages {
+    fn drop(&mut self) {
+        let prefix = format!("{}/", self.prefix);
+        drop_async(move || remove_tags_with_prefix(prefix));
+    }
+}
+
+/// Removes every tag that starts with `prefix` (the images stay while another tag names them).
+pub async fn remove_tags_with_prefix(prefix: String) {
+    if let Ok(engine) = Engine::connect().await {
+        for tag in engine.tags_with_prefix(&prefix).await.unwrap_or_default() {
+            let _ = engine.remove_tag(&tag).await;
+        }
+    }
+}
+
+/// Removes a tag when dropped, whatever the test's outcome.
+pub struct RemoveTagOnDrop(pub String);
+
+impl Drop for RemoveTagOnDrop {
+    fn drop(&mut self) {
+        let tag = self.0.clone();
+        drop_async(move || async move {
+            if let Ok(engine) = Engine::connect().await {
+                let _ = engine.remove_tag(&tag).await;
+            }
+        });
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path, only: &[&str]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !only.is_empty() && !only.iter().any(|o| name == *o) {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &to.join(&name), &[])?;
+        } else {
+            std::fs::copy(entry.path(), to.join(&name))?;
+        }
+    }
+    Ok(())
+}
