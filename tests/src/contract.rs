@@ -74,6 +74,19 @@ async fn is_sandbox(subject: &Subject, facts: &Facts) -> anyhow::Result<bool> {
     Ok(false)
 }
 
+/// The image's facts if it is a sandbox; None for the OS layer, which has only labels to check.
+async fn sandbox_facts(subject: &Subject) -> anyhow::Result<Option<Facts>> {
+    let facts = facts(subject).await?;
+    Ok(is_sandbox(subject, &facts).await?.then_some(facts))
+}
+
+impl Facts {
+    /// The image with no network: what the offline checks start.
+    fn offline(&self) -> SandboxSpec {
+        SandboxSpec::of(self.tag.clone()).offline()
+    }
+}
+
 pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
     let name = subject.name.as_str();
     let facts = facts(subject).await?;
@@ -103,13 +116,8 @@ pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
 }
 
 pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyhow::Result<()> {
-    let facts = facts(subject).await?;
-    if !is_sandbox(subject, &facts).await? {
-        return Ok(());
-    }
-    let mut spec = SandboxSpec::of(facts.tag);
-    spec.network = Some("none".into());
-    let sb = spec.start().await?;
+    let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
+    let sb = facts.offline().start().await?;
     crate::assert::assert_agent_processes_unprivileged(&sb).await?;
     // The agent's processes started outside sandbox-exec (`docker exec -u agent`) have no
     // no_new_privs: no setuid or setgid program, and no file capability, may lead them back to
@@ -121,16 +129,11 @@ pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyho
 
 pub async fn agent_command_answers_version_offline(subject: &Subject) -> anyhow::Result<()> {
     let name = subject.name.as_str();
-    let facts = facts(subject).await?;
-    if !is_sandbox(subject, &facts).await? {
-        return Ok(());
-    }
+    let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
     let command =
         facts.env("ASSISTANT_CMD").unwrap_or_else(|| panic!("{name} sets no ASSISTANT_CMD")).to_string();
     let program = command.split_whitespace().next().expect("a command").to_string();
-    let mut spec = SandboxSpec::of(facts.tag);
-    spec.network = Some("none".into());
-    let sb = spec.start().await?;
+    let sb = facts.offline().start().await?;
     let out = sb.as_agent(&[&program, "--version"]).await?;
     assert_eq!(out.code, 0, "`{program} --version` as the agent, offline: {out:?}");
     assert!(!out.stdout.trim().is_empty(), "`{program} --version` printed nothing");
@@ -141,10 +144,7 @@ pub async fn agent_command_answers_version_offline(subject: &Subject) -> anyhow:
 /// the agent's to write, and what it wrote is there in the next container.
 pub async fn state_dirs_are_the_agents_and_outlive_the_container(subject: &Subject) -> anyhow::Result<()> {
     let name = subject.name.as_str();
-    let facts = facts(subject).await?;
-    if !is_sandbox(subject, &facts).await? {
-        return Ok(());
-    }
+    let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
     let is_agent = facts.labels.contains_key(xtask::labels::AGENT_NAME);
     let Some(value) = facts.env(sandbox_init::state::ENV) else {
         assert!(!is_agent, "{name} is an agent image but sets no {}", sandbox_init::state::ENV);
@@ -158,8 +158,7 @@ pub async fn state_dirs_are_the_agents_and_outlive_the_container(subject: &Subje
         volumes.push(TestVolume::create(&format!("state-{name}")).await?);
     }
     let spec = || {
-        let mut spec = SandboxSpec::of(facts.tag.clone());
-        spec.network = Some("none".into());
+        let mut spec = facts.offline();
         for (volume, dir) in volumes.iter().zip(&dirs) {
             spec = spec.mount(&volume.name, &dir.display().to_string());
         }
@@ -197,10 +196,7 @@ fn baked_policy(subject: &Subject) -> anyhow::Result<Policy> {
 
 pub async fn reaches_its_policy_and_not_example_com(subject: &Subject) -> anyhow::Result<()> {
     let name = subject.name.as_str();
-    let facts = facts(subject).await?;
-    if !is_sandbox(subject, &facts).await? {
-        return Ok(());
-    }
+    let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
     let policy = baked_policy(subject)?;
     // Every domain of the policy becomes an alias of one peer on the private network.
     let targets: Vec<(String, u16)> = policy

@@ -297,6 +297,28 @@ impl Peer {
     }
 }
 
+/// A private network whose names the DNS peer answers: the peer that `names` resolve to, and the
+/// DNS peer, which a sandbox started with [`crate::sandbox::SandboxSpec::resolving_through`]
+/// asks (through Docker's DNS) for every name it does not know. Nothing leaves the network.
+pub struct ResolvedNet {
+    pub net: TestNet,
+    pub dns: Peer,
+    pub peer: Peer,
+}
+
+impl ResolvedNet {
+    /// `names`: exact names or `*.` wildcards, each answered with the peer's IPv4 address.
+    pub async fn start(test: &str, names: &[&str]) -> anyhow::Result<ResolvedNet> {
+        let net = TestNet::create(test).await?;
+        let dns = Peer::start_dns(&net).await?;
+        let peer = Peer::start(&net, &[&format!("{test}-peer")]).await?;
+        for name in names {
+            dns.set_dns(name, peer.ipv4, 300).await?;
+        }
+        Ok(ResolvedNet { net, dns, peer })
+    }
+}
+
 /// One query as the DNS peer logged it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoggedQuery {

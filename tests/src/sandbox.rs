@@ -96,9 +96,26 @@ impl SandboxSpec {
         self
     }
 
+    /// No network but loopback (`--network none`): nothing to filter, and nothing reachable.
+    pub fn offline(self) -> Self {
+        self.network_mode("none")
+    }
+
+    /// Any of Docker's network modes (`none`, `host`, a network's name).
+    pub fn network_mode(mut self, mode: &str) -> Self {
+        self.network = Some(mode.into());
+        self
+    }
+
     pub fn dns(mut self, peer: &Peer) -> Self {
         self.dns = Some(peer.ipv4);
         self
+    }
+
+    /// With NET_ADMIN on `world`'s network, resolving through its DNS peer, allowing `policy`
+    /// (a `.txt` list).
+    pub fn resolving_through(self, world: &crate::docker::ResolvedNet, policy: &str) -> Self {
+        self.net_admin().on(&world.net).dns(&world.dns).drop_in("resolved.txt", policy)
     }
 
     pub fn drop_in(mut self, file: &str, contents: &str) -> Self {

@@ -440,29 +440,27 @@ mod tests {
         format!("ARG BASE_IMAGE=agent-{parent}\nFROM ${{BASE_IMAGE}}\nRUN true\n")
     }
 
-    #[test]
-    fn orders_parents_before_children_and_picks_ready_images_by_name() {
-        let g = graph(&[
+    /// os → base → {shell, node → claude}
+    fn sample() -> ImageGraph {
+        graph(&[
             ("shell", &child("base")),
             ("node", &child("base")),
             ("claude", &child("node")),
             ("base", &child("os")),
             ("os", OS),
         ])
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn orders_parents_before_children_and_picks_ready_images_by_name() {
+        let g = sample();
         assert_eq!(g.topo_order().unwrap(), ["os", "base", "node", "claude", "shell"]);
     }
 
     #[test]
     fn closure_adds_ancestors_only() {
-        let g = graph(&[
-            ("shell", &child("base")),
-            ("node", &child("base")),
-            ("claude", &child("node")),
-            ("base", &child("os")),
-            ("os", OS),
-        ])
-        .unwrap();
+        let g = sample();
         assert_eq!(g.closure(&["claude".into()]).unwrap(), ["os", "base", "node", "claude"]);
         assert_eq!(g.closure(&[]).unwrap().len(), 5);
         let err = g.closure(&["nope".into()]).unwrap_err();
@@ -589,14 +587,7 @@ mod tests {
 
     #[test]
     fn renders_text_json_and_dot() {
-        let g = graph(&[
-            ("shell", &child("base")),
-            ("node", &child("base")),
-            ("claude", &child("node")),
-            ("base", &child("os")),
-            ("os", OS),
-        ])
-        .unwrap();
+        let g = sample();
         insta::assert_snapshot!("graph_text", g.render_text());
         insta::assert_snapshot!("graph_dot", g.render_dot());
         insta::assert_snapshot!("graph_json", g.render_json());

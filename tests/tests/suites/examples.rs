@@ -123,8 +123,7 @@ async fn runs_as_written(run: Run) -> anyhow::Result<()> {
     let workspace = tempfile::tempdir()?;
     std::fs::write(workspace.path().join("README.md"), "the user's project\n")?;
     let mut volumes = Vec::new();
-    let mut spec = SandboxSpec::of(run.image.clone());
-    spec.network = Some("none".into());
+    let mut spec = SandboxSpec::of(run.image.clone()).offline();
     spec.limits = run.limits.clone();
     // As the example asks, except under `--ci`, where no container gets a capability.
     spec.net_admin = sandbox_tests::sandbox::full_mode();

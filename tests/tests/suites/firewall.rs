@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use sandbox_tests::assert::{assert_blocked, assert_reaches};
-use sandbox_tests::docker::{Peer, TestNet};
+use sandbox_tests::docker::{Peer, ResolvedNet, TestNet};
 use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
 
 const ALLOWED: &str = "api.allowed.test";
@@ -126,11 +126,9 @@ async fn udp_and_icmp_to_a_blocked_host_are_refused() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn dns_exfiltration_never_reaches_the_resolver() -> anyhow::Result<()> {
-    let net = TestNet::create("exfil").await?;
-    let dns = Peer::start_dns(&net).await?;
-    let target = Peer::start(&net, &["target-peer"]).await?;
-    dns.set_dns("named.test", target.ipv4, 300).await?;
-    let sb = resolving_through(&net, &dns, "named.test").await?;
+    let world = ResolvedNet::start("exfil", &["named.test"]).await?;
+    let dns = &world.dns;
+    let sb = SandboxSpec::smallest().await?.resolving_through(&world, "named.test\n").start().await?;
 
     let secret = sb.probe(&["dns", "c2VjcmV0LWtleQ.exfil.test"]).await?;
     assert_eq!(secret.outcome(), "dns:refused");

@@ -5,8 +5,7 @@ use sandbox_tests::assert::{ProcStatus, assert_agent_processes_unprivileged, ass
 use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
 
 async fn no_network() -> anyhow::Result<Sandbox> {
-    let mut spec = SandboxSpec::smallest().await?;
-    spec.network = Some("none".into());
+    let spec = SandboxSpec::smallest().await?.offline();
     spec.start().await
 }
 

@@ -17,8 +17,7 @@ async fn without_net_admin_the_agent_never_starts() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn without_dockers_default_capabilities_the_agent_never_starts() -> anyhow::Result<()> {
-    let mut spec = SandboxSpec::smallest().await?;
-    spec.network = Some("none".into());
+    let mut spec = SandboxSpec::smallest().await?.offline();
     spec.cap_drop_all = true;
     let exited = spec.run_to_exit().await?;
     assert_eq!(exited.code, 77, "{exited:?}");
@@ -51,8 +50,7 @@ async fn an_invalid_drop_in_is_refused_with_its_file_line_and_column() -> anyhow
 
 #[tokio::test]
 async fn an_invalid_policy_is_refused_even_where_nothing_is_filtered() -> anyhow::Result<()> {
-    let mut spec = SandboxSpec::smallest().await?.drop_in("bad.txt", "https://example.test/\n");
-    spec.network = Some("none".into());
+    let spec = SandboxSpec::smallest().await?.drop_in("bad.txt", "https://example.test/\n").offline();
     let exited = spec.run_to_exit().await?;
     assert_eq!(exited.code, 65, "{exited:?}");
     assert!(exited.stderr.contains("bad.txt:1:1: `https://example.test/` is a URL"), "{exited:?}");
@@ -71,8 +69,7 @@ async fn an_unknown_firewall_mode_is_refused() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn with_no_network_but_loopback_the_agent_runs() -> anyhow::Result<()> {
-    let mut spec = SandboxSpec::smallest().await?;
-    spec.network = Some("none".into());
+    let spec = SandboxSpec::smallest().await?.offline();
     let sb = spec.start().await?;
     let (stdout, _) = sb.logs().await?;
     assert!(stdout.contains("sandbox ready: no network but loopback, nothing to filter"), "{stdout}");
@@ -98,8 +95,7 @@ async fn the_explicit_opt_outs_run_unfiltered_and_say_so_loudly() -> anyhow::Res
 
 #[tokio::test]
 async fn sandbox_init_check_validates_policies_offline() -> anyhow::Result<()> {
-    let mut spec = SandboxSpec::smallest().await?.drop_in("good.txt", "ok.test\n");
-    spec.network = Some("none".into());
+    let spec = SandboxSpec::smallest().await?.drop_in("good.txt", "ok.test\n").offline();
     let sb = spec.start().await?;
     let ok = sb.exec(&["sandbox-init", "check"]).await?;
     assert_eq!(ok.code, 0, "{ok:?}");

@@ -7,8 +7,7 @@ use std::time::Duration;
 use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
 
 async fn start(env: &[(&str, &str)]) -> anyhow::Result<Sandbox> {
-    let mut spec = SandboxSpec::smallest().await?;
-    spec.network = Some("none".into());
+    let mut spec = SandboxSpec::smallest().await?.offline();
     for (k, v) in env {
         spec = spec.env(k, v);
     }

@@ -20,10 +20,10 @@ async fn a_bind_mounted_state_dir_of_another_uid_becomes_the_agents_and_links_ar
     }
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700))?;
 
-    let mut spec = (SandboxSpec::smallest().await?)
+    let spec = (SandboxSpec::smallest().await?)
         .env(sandbox_init::state::ENV, "~/.state:/etc/agent-sandbox")
-        .mount(&state.display().to_string(), "/home/agent/.state");
-    spec.network = Some("none".into());
+        .mount(&state.display().to_string(), "/home/agent/.state")
+        .offline();
     let sb = spec.start().await?;
 
     let out = sb

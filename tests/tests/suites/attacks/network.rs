@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use sandbox_tests::assert::{assert_blocked, assert_reaches};
-use sandbox_tests::docker::{PEER_ECHO, PEER_UDP, Peer, TestNet};
+use sandbox_tests::docker::{PEER_ECHO, PEER_UDP, Peer, ResolvedNet, TestNet};
 use sandbox_tests::sandbox::{PROBE, Sandbox, SandboxSpec};
 
 const ALLOWED: &str = "api.allowed.test";
@@ -209,14 +209,10 @@ async fn udp_to_an_allowed_address_needs_the_policy_to_ask() -> anyhow::Result<(
 /// address of a removed name in the table.
 #[tokio::test]
 async fn a_reload_race_leaves_no_element_of_a_removed_name() -> anyhow::Result<()> {
-    let net = TestNet::create("reload-race").await?;
-    let dns = Peer::start_dns(&net).await?;
-    let kept = Peer::start(&net, &["kept-peer"]).await?;
-    dns.set_dns("kept.test", kept.ipv4, 300).await?;
-    dns.set_zone("*.removed.test", "A", "10.99.0.0/16", 300).await?;
+    let world = ResolvedNet::start("reload-race", &["kept.test"]).await?;
+    world.dns.set_zone("*.removed.test", "A", "10.99.0.0/16", 300).await?;
     let with = "kept.test\n*.removed.test\n";
-    let sb =
-        SandboxSpec::smallest().await?.net_admin().on(&net).dns(&dns).drop_in("r.txt", with).start().await?;
+    let sb = SandboxSpec::smallest().await?.resolving_through(&world, with).start().await?;
     let bench = sb.probe_in_background(&[
         "dns-bench",
         "removed.test",
@@ -233,7 +229,7 @@ async fn a_reload_race_leaves_no_element_of_a_removed_name() -> anyhow::Result<(
     let mut seen_allowed = 0;
     for i in 0..50 {
         let allowed = i % 2 == 0;
-        sb.write_drop_in("r.txt", if allowed { with } else { "kept.test\n" })?;
+        sb.write_drop_in("resolved.txt", if allowed { with } else { "kept.test\n" })?;
         reload(&sb, i + 1).await?;
         tokio::time::sleep(Duration::from_millis(50)).await;
         if allowed && i % 10 == 0 {
@@ -313,18 +309,9 @@ async fn descriptors_of_pid1(sb: &Sandbox) -> anyhow::Result<usize> {
 /// and a socket for the upstream's timeout), and a flood of idle TCP connections to the gate.
 #[tokio::test]
 async fn a_query_flood_cannot_make_the_gate_hold_unbounded_sockets() -> anyhow::Result<()> {
-    let net = TestNet::create("task-flood").await?;
-    let dns = Peer::start_dns(&net).await?;
-    let allowed = Peer::start(&net, &["allowed-peer"]).await?;
-    dns.set_dns(ALLOWED, allowed.ipv4, 300).await?;
-    let sb = SandboxSpec::smallest()
-        .await?
-        .net_admin()
-        .on(&net)
-        .dns(&dns)
-        .drop_in("a.txt", ALLOWED)
-        .start()
-        .await?;
+    let world = ResolvedNet::start("task-flood", &[ALLOWED]).await?;
+    let dns = &world.dns;
+    let sb = SandboxSpec::smallest().await?.resolving_through(&world, ALLOWED).start().await?;
     let before = descriptors_of_pid1(&sb).await?;
     dns.pause().await?;
     let flood = sb.probe(&["dns-flood", ALLOWED, "20000"]).await;
@@ -361,18 +348,12 @@ async fn a_query_flood_cannot_make_the_gate_hold_unbounded_sockets() -> anyhow::
 /// nothing opens beyond the limit.
 #[tokio::test]
 async fn a_full_address_set_refuses_the_next_name_and_opens_nothing() -> anyhow::Result<()> {
-    let net = TestNet::create("full-sets").await?;
-    let dns = Peer::start_dns(&net).await?;
-    let real = Peer::start(&net, &["real-peer"]).await?;
-    dns.set_dns("real.test", real.ipv4, 300).await?;
-    dns.set_zone("*.many.test", "A", "10.99.0.0/16", 300).await?;
+    let world = ResolvedNet::start("full-sets", &["real.test"]).await?;
+    world.dns.set_zone("*.many.test", "A", "10.99.0.0/16", 300).await?;
     let sb = SandboxSpec::smallest()
         .await?
-        .net_admin()
-        .on(&net)
-        .dns(&dns)
+        .resolving_through(&world, "real.test\n*.many.test\n")
         .env("SANDBOX_MAX_ADDRESSES", "8")
-        .drop_in("r.txt", "real.test\n*.many.test\n")
         .start()
         .await?;
     assert_reaches(&sb, "real.test:443").await?;
@@ -396,18 +377,9 @@ async fn a_full_address_set_refuses_the_next_name_and_opens_nothing() -> anyhow:
 /// in long names under the wildcard: none of it may reach the resolver.
 #[tokio::test]
 async fn dns_tunnelling_through_a_wildcard_is_refused() -> anyhow::Result<()> {
-    let net = TestNet::create("tunnel").await?;
-    let dns = Peer::start_dns(&net).await?;
-    let peer = Peer::start(&net, &["tunnel-peer"]).await?;
-    dns.set_dns("*.tunnel.test", peer.ipv4, 300).await?;
-    let sb = SandboxSpec::smallest()
-        .await?
-        .net_admin()
-        .on(&net)
-        .dns(&dns)
-        .drop_in("t.txt", "*.tunnel.test\n")
-        .start()
-        .await?;
+    let world = ResolvedNet::start("tunnel", &["*.tunnel.test"]).await?;
+    let (dns, peer) = (&world.dns, &world.peer);
+    let sb = SandboxSpec::smallest().await?.resolving_through(&world, "*.tunnel.test\n").start().await?;
     for kind in ["TXT", "NULL", "ANY", "MX", "SRV"] {
         let probe = sb.probe(&["dns", "c2vjcmv0.tunnel.test", "--type", kind]).await?;
         assert_eq!(

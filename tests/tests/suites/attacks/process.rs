@@ -14,8 +14,8 @@ const STATUS: &str = "/run/agent-sandbox/session/status";
 async fn offline(command: Option<&str>) -> anyhow::Result<(Sandbox, tempfile::TempDir)> {
     let evidence = tempfile::tempdir()?;
     std::fs::set_permissions(evidence.path(), std::fs::Permissions::from_mode(0o777))?;
-    let mut spec = SandboxSpec::smallest().await?.mount(&evidence.path().display().to_string(), "/evidence");
-    spec.network = Some("none".into());
+    let mut spec =
+        SandboxSpec::smallest().await?.mount(&evidence.path().display().to_string(), "/evidence").offline();
     if let Some(command) = command {
         spec = spec.env("ASSISTANT_CMD", command);
     }
@@ -104,11 +104,11 @@ async fn a_racing_writer_cannot_make_root_hand_over_a_file_outside_the_volume() 
     )
     .await?;
     racer.wait_for("racer ready").await?;
-    let mut spec = SandboxSpec::smallest()
+    let spec = SandboxSpec::smallest()
         .await?
         .env(sandbox_init::state::ENV, "~/.state")
-        .mount(&volume.name, "/home/agent/.state");
-    spec.network = Some("none".into());
+        .mount(&volume.name, "/home/agent/.state")
+        .offline();
     let sb = spec.start().await?;
     let rounds = 6;
     for round in 1..=rounds {
@@ -163,8 +163,7 @@ async fn a_file_capability_program_is_caught_by_the_contract() -> anyhow::Result
 /// missing check could not touch the host's firewall).
 #[tokio::test]
 async fn the_hosts_network_is_refused_at_start() -> anyhow::Result<()> {
-    let mut spec = SandboxSpec::smallest().await?;
-    spec.network = Some("host".into());
+    let spec = SandboxSpec::smallest().await?.network_mode("host");
     let exited = spec.run_to_exit().await?;
     assert_eq!(exited.code, 68, "{exited:?}");
     assert!(exited.stderr.contains("this is the host's network namespace (--network host"), "{exited:?}");
