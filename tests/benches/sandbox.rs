@@ -13,9 +13,12 @@ use std::time::{Duration, Instant};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{LogsOptionsBuilder, RemoveContainerOptionsBuilder};
 use futures_util::StreamExt as _;
-use sandbox_tests::docker::{Peer, TEST_LABEL, TestNet};
-use sandbox_tests::images::{image, probe_binary};
-use sandbox_tests::sandbox::{PROBE, SandboxSpec};
+use sandbox_tests::docker::{TEST_LABEL, TestNet};
+use sandbox_tests::images::image;
+use sandbox_tests::peers::Peer;
+use sandbox_tests::probe::PROBE;
+use sandbox_tests::probe::probe_binary;
+use sandbox_tests::sandbox::SandboxSpec;
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();

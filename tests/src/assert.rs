@@ -1,7 +1,8 @@
 //! What must hold of a sandbox, checked the way the agent would find out: a real connection
 //! from inside, the real processes' /proc status, the files of the image itself.
 
-use crate::sandbox::{PROBE, Probe, Sandbox};
+use crate::probe::{PROBE, Probe};
+use crate::sandbox::Sandbox;
 
 /// One process as /proc/PID/status tells it.
 #[derive(Debug)]

@@ -9,8 +9,9 @@ use sandbox_init::policy::{DomainPattern, Policy};
 use xtask::engine::Engine;
 
 use crate::assert::{assert_blocked, assert_reaches};
-use crate::docker::{Peer, TestNet, TestVolume};
+use crate::docker::{TestNet, TestVolume};
 use crate::images::image;
+use crate::peers::Peer;
 use crate::sandbox::SandboxSpec;
 
 /// An image under contract: its name, the tag to run, and the checkout it was built from (whose

@@ -1,34 +1,21 @@
-//! The engine as the suites use it: private networks, volumes, peers that answer to allowlisted
-//! and blocked names (and a DNS peer that records every query), helper containers, `docker
-//! exec`, logs, and the one way all of it is removed from `Drop`.
+//! The engine as the suites use it: private networks, volumes, `docker exec`, logs, and the one
+//! way all of it is removed from `Drop`. The bottom of the harness: it uses nothing of it.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use anyhow::Context as _;
 use bollard::Docker;
 use bollard::exec::{StartExecOptions, StartExecResults};
-use bollard::models::{
-    ContainerCreateBody, EndpointSettings, ExecConfig, HostConfig, Ipam, IpamConfig, NetworkCreateRequest,
-    NetworkingConfig,
-};
+use bollard::models::{ExecConfig, Ipam, IpamConfig, NetworkCreateRequest};
 use bollard::query_parameters::{
     ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt as _;
 use xtask::engine::Engine;
 
-use crate::images::peer_image;
-use crate::sandbox::{PROBE, Probe};
-
 /// Labels every container and network the suites create, for cleanup of leftovers.
 pub const TEST_LABEL: &str = "io.github.agent-sandbox.test";
-/// TCP ports every peer greets on, its TCP echo port, and its UDP echo port.
-pub const PEER_TCP: &str = "80,443,8443";
-pub const PEER_ECHO: u16 = 7;
-pub const PEER_UDP: u16 = 5353;
 
 pub async fn docker() -> anyhow::Result<Docker> {
     Ok(Engine::connect().await?.docker().clone())
@@ -156,228 +143,6 @@ impl Drop for TestVolume {
     fn drop(&mut self) {
         let name = self.name.clone();
         drop_async(move || remove_with_users(Resource::Volume, name));
-    }
-}
-
-/// A peer on a test network: TCP greeters on [`PEER_TCP`], UDP echo on [`PEER_UDP`], answering
-/// to its aliases through Docker's DNS. Optionally a DNS server too.
-pub struct Peer {
-    pub id: String,
-    pub ipv4: IpAddr,
-    pub ipv6: IpAddr,
-}
-
-const ZONE: &str = "/tmp/zone";
-const QUERIES: &str = "/tmp/queries.log";
-
-impl Peer {
-    pub async fn start(net: &TestNet, aliases: &[&str]) -> anyhow::Result<Peer> {
-        Self::start_with(net, aliases, false).await
-    }
-
-    /// A peer that is also a DNS server: it answers from a zone it re-reads per query and logs
-    /// every query it receives.
-    pub async fn start_dns(net: &TestNet) -> anyhow::Result<Peer> {
-        Self::start_with(net, &["dns-peer"], true).await
-    }
-
-    async fn start_with(net: &TestNet, aliases: &[&str], dns: bool) -> anyhow::Result<Peer> {
-        let image = peer_image().await?;
-        let docker = docker().await?;
-        let mut cmd = vec![
-            "serve".to_string(),
-            "--tcp".into(),
-            PEER_TCP.into(),
-            "--echo".into(),
-            PEER_ECHO.to_string(),
-            "--udp".into(),
-            PEER_UDP.to_string(),
-        ];
-        if dns {
-            cmd.extend(["--dns".into(), ZONE.into(), QUERIES.into()]);
-        }
-        let endpoint = EndpointSettings {
-            aliases: Some(aliases.iter().map(|a| a.to_string()).collect()),
-            ..Default::default()
-        };
-        let body = ContainerCreateBody {
-            image: Some(image),
-            cmd: Some(cmd),
-            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "peer".to_string())])),
-            host_config: Some(HostConfig { network_mode: Some(net.name.clone()), ..Default::default() }),
-            networking_config: Some(NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(net.name.clone(), endpoint)])),
-            }),
-            ..Default::default()
-        };
-        let created =
-            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
-        docker.start_container(&created.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
-        let inspect = docker.inspect_container(&created.id, None).await?;
-        let settings = inspect
-            .network_settings
-            .and_then(|n| n.networks)
-            .and_then(|mut n| n.remove(&net.name))
-            .context("the peer has no address on the test network")?;
-        let ipv4: IpAddr = settings.ip_address.context("no IPv4 address")?.parse()?;
-        let ipv6: IpAddr = settings.global_ipv6_address.context("no IPv6 address")?.parse()?;
-        let peer = Peer { id: created.id, ipv4, ipv6 };
-        peer.wait_for_log("peer ready").await?;
-        Ok(peer)
-    }
-
-    async fn wait_for_log(&self, line: &str) -> anyhow::Result<()> {
-        let docker = docker().await?;
-        for _ in 0..100 {
-            let options = LogsOptionsBuilder::default().stdout(true).build();
-            let mut logs = docker.logs(&self.id, Some(options));
-            while let Some(Ok(chunk)) = logs.next().await {
-                if chunk.to_string().contains(line) {
-                    return Ok(());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        anyhow::bail!("peer {} never said `{line}`", self.id)
-    }
-
-    /// Makes the DNS peer answer `name` with `addr` (A or AAAA by its family) and this TTL.
-    pub async fn set_dns(&self, name: &str, addr: IpAddr, ttl: u32) -> anyhow::Result<()> {
-        let kind = if addr.is_ipv4() { "A" } else { "AAAA" };
-        self.set_zone(name, kind, &addr.to_string(), ttl).await
-    }
-
-    /// Makes the DNS peer answer `name` (`*.` for every subdomain) with a record of `kind`:
-    /// an address, or for A a range (`10.99.0.0/16`) from which each name gets its own.
-    pub async fn set_zone(&self, name: &str, kind: &str, value: &str, ttl: u32) -> anyhow::Result<()> {
-        let line = format!("{name} {kind} {value} {ttl}");
-        let script = format!(
-            "grep -v '^{name} {kind} ' {ZONE} > {ZONE}.new 2>/dev/null; echo '{line}' >> {ZONE}.new; mv {ZONE}.new {ZONE}"
-        );
-        exec(&self.id, &["sh", "-c", &script], None).await?;
-        Ok(())
-    }
-
-    /// The names the DNS peer was asked about, in order.
-    pub async fn dns_queries(&self) -> anyhow::Result<Vec<String>> {
-        Ok(self.dns_log().await?.into_iter().map(|q| q.name).collect())
-    }
-
-    /// Every query the DNS peer received: name, type and id, in order.
-    pub async fn dns_log(&self) -> anyhow::Result<Vec<LoggedQuery>> {
-        let out = exec(&self.id, &["sh", "-c", &format!("cat {QUERIES} 2>/dev/null || true")], None).await?;
-        Ok(out
-            .stdout
-            .lines()
-            .filter_map(|l| {
-                let mut fields = l.split_whitespace();
-                Some(LoggedQuery {
-                    name: fields.next()?.trim_end_matches('.').to_string(),
-                    kind: fields.next().unwrap_or_default().to_string(),
-                    id: fields.next().and_then(|i| i.parse().ok()).unwrap_or(0),
-                })
-            })
-            .collect())
-    }
-
-    /// Runs the probe on the peer (as root there): how the rest of the network sees a sandbox.
-    pub async fn probe(&self, args: &[&str]) -> anyhow::Result<Probe> {
-        let mut cmd = vec![PROBE];
-        cmd.extend_from_slice(args);
-        Probe::from_output(args, exec(&self.id, &cmd, None).await?)
-    }
-
-    /// Freezes the peer: it receives and answers nothing until [`Peer::unpause`].
-    pub async fn pause(&self) -> anyhow::Result<()> {
-        Ok(docker().await?.pause_container(&self.id).await?)
-    }
-
-    pub async fn unpause(&self) -> anyhow::Result<()> {
-        Ok(docker().await?.unpause_container(&self.id).await?)
-    }
-}
-
-/// A private network whose names the DNS peer answers: the peer that `names` resolve to, and the
-/// DNS peer, which a sandbox started with [`crate::sandbox::SandboxSpec::resolving_through`]
-/// asks (through Docker's DNS) for every name it does not know. Nothing leaves the network.
-pub struct ResolvedNet {
-    pub net: TestNet,
-    pub dns: Peer,
-    pub peer: Peer,
-}
-
-impl ResolvedNet {
-    /// `names`: exact names or `*.` wildcards, each answered with the peer's IPv4 address.
-    pub async fn start(test: &str, names: &[&str]) -> anyhow::Result<ResolvedNet> {
-        let net = TestNet::create(test).await?;
-        let dns = Peer::start_dns(&net).await?;
-        let peer = Peer::start(&net, &[&format!("{test}-peer")]).await?;
-        for name in names {
-            dns.set_dns(name, peer.ipv4, 300).await?;
-        }
-        Ok(ResolvedNet { net, dns, peer })
-    }
-}
-
-/// One query as the DNS peer logged it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoggedQuery {
-    pub name: String,
-    pub kind: String,
-    pub id: u16,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let id = self.id.clone();
-        drop_async(move || force_remove(id));
-    }
-}
-
-/// A container of the peer image running one probe command (`race-state`, say) with volumes
-/// mounted and no network; removed when dropped.
-pub struct Helper {
-    pub id: String,
-}
-
-impl Helper {
-    /// `volumes`: (volume name, path in the container).
-    pub async fn start(cmd: &[&str], volumes: &[(&str, &str)]) -> anyhow::Result<Helper> {
-        let docker = docker().await?;
-        let body = ContainerCreateBody {
-            image: Some(peer_image().await?),
-            cmd: Some(cmd.iter().map(|c| c.to_string()).collect()),
-            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "helper".to_string())])),
-            host_config: Some(HostConfig {
-                network_mode: Some("none".into()),
-                binds: Some(volumes.iter().map(|(v, path)| format!("{v}:{path}")).collect()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let created =
-            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
-        let helper = Helper { id: created.id };
-        docker.start_container(&helper.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
-        Ok(helper)
-    }
-
-    /// Waits until the helper printed `line`.
-    pub async fn wait_for(&self, line: &str) -> anyhow::Result<()> {
-        for _ in 0..100 {
-            if container_logs(&self.id).await?.0.contains(line) {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        anyhow::bail!("helper {} never said `{line}`", self.id)
-    }
-}
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let id = self.id.clone();
-        drop_async(move || force_remove(id));
     }
 }
 

@@ -11,6 +11,7 @@ use xtask::engine::Engine;
 use xtask::progress::ProgressMode;
 
 use crate::docker::{TEST_LABEL, drop_async};
+use crate::probe::probe_binary;
 use crate::root;
 
 /// The image `name`, built or found up to date through the xtask library with the settings
@@ -52,19 +53,6 @@ impl std::ops::Deref for BuiltImages {
     fn deref(&self) -> &Self::Target {
         &self.report
     }
-}
-
-/// The probe binary, static, built once and cached by the xtask.
-pub fn probe_binary() -> anyhow::Result<PathBuf> {
-    // Every sandbox mounts it: build or check it once per test process.
-    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    if let Some(path) = PROBE.get() {
-        return Ok(path.clone());
-    }
-    let sh = xshell::Shell::new()?;
-    let root = root();
-    xtask::project::static_binary(&sh, &root, "sandbox-probe", &["tests/probe", "Cargo.lock", "Cargo.toml"])?;
-    Ok(PROBE.get_or_init(|| xtask::project::static_binary_path(&root, "sandbox-probe")).clone())
 }
 
 /// The peer image: the OS image and the probe binary, tagged by their hash.

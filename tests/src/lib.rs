@@ -1,12 +1,15 @@
-//! The harness of the container suites. Below the suites, which use only it (never each other):
-//! `images` (what the suites run), `docker` (networks, volumes, peers, exec, cleanup), `sandbox`
-//! (a sandbox from its spec, and the probe run inside it), `assert` (what must hold of a
-//! sandbox), `contract` (what every image keeps), `registry` (a registry on loopback).
+//! The harness of the container suites. Below the suites, which use only it (never each other),
+//! in layers from the bottom: `docker` (networks, volumes, exec, cleanup), `probe` (the probe
+//! binary and its reports), `images` (what the suites run), `peers` (servers and the DNS peer on
+//! the test networks), `sandbox` (a sandbox from its spec), `assert` (what must hold of a
+//! sandbox), `contract` (what every image keeps); `registry` (a registry on loopback) stands apart.
 
 pub mod assert;
 pub mod contract;
 pub mod docker;
 pub mod images;
+pub mod peers;
+pub mod probe;
 pub mod registry;
 pub mod sandbox;
 

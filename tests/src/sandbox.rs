@@ -14,13 +14,13 @@ use testcontainers::core::WaitFor;
 use testcontainers::runners::AsyncRunner as _;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
 
-use crate::docker::{ExecOutput, Peer, RemoveOnDrop, TEST_LABEL, TestNet, container_logs, docker, exec};
-use crate::images::{image, probe_binary};
+use crate::docker::{ExecOutput, RemoveOnDrop, TEST_LABEL, TestNet, container_logs, docker, exec};
+use crate::images::image;
+use crate::peers::{Peer, ResolvedNet};
+use crate::probe::{PROBE, Probe, probe_binary};
 
 /// The image the deep security suites run against: the smallest in the graph.
 pub const SMALLEST: &str = "shell";
-/// Where the probe binary is mounted in sandboxes.
-pub const PROBE: &str = "/usr/local/bin/sandbox-probe";
 
 /// Whether containers may get NET_ADMIN (`cargo xtask test`), or not (`--ci`).
 pub fn full_mode() -> bool {
@@ -114,7 +114,7 @@ impl SandboxSpec {
 
     /// With NET_ADMIN on `world`'s network, resolving through its DNS peer, allowing `policy`
     /// (a `.txt` list).
-    pub fn resolving_through(self, world: &crate::docker::ResolvedNet, policy: &str) -> Self {
+    pub fn resolving_through(self, world: &ResolvedNet, policy: &str) -> Self {
         self.net_admin().on(&world.net).dns(&world.dns).drop_in("resolved.txt", policy)
     }
 
@@ -248,48 +248,6 @@ pub struct Exited {
 pub struct Sandbox {
     pub container: ContainerAsync<GenericImage>,
     drop_ins: tempfile::TempDir,
-}
-
-/// What one probe saw, from its `key=value` lines.
-#[derive(Debug, Clone)]
-pub struct Probe {
-    pub what: String,
-    pub fields: HashMap<String, String>,
-}
-
-impl Probe {
-    /// The `key=value` lines of a probe run; an error if the probe itself failed.
-    pub fn from_output(args: &[&str], out: ExecOutput) -> anyhow::Result<Probe> {
-        let fields = out
-            .stdout
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let probe = Probe { what: args.join(" "), fields };
-        anyhow::ensure!(
-            out.code == 0,
-            "the probe `{}` failed ({}): {}{}",
-            probe.what,
-            out.code,
-            out.stdout,
-            out.stderr
-        );
-        Ok(probe)
-    }
-
-    /// A numeric field; NaN when missing.
-    pub fn number(&self, key: &str) -> f64 {
-        self.fields.get(key).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
-    }
-
-    pub fn outcome(&self) -> &str {
-        self.fields.get("outcome").map_or("(no outcome)", String::as_str)
-    }
-
-    pub fn ms(&self) -> f64 {
-        self.fields.get("ms").and_then(|m| m.parse().ok()).unwrap_or(f64::NAN)
-    }
 }
 
 impl Sandbox {

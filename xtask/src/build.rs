@@ -26,8 +26,6 @@ pub const SANDBOX_INIT: &str = "sandbox-init";
 pub const POLICY: &str = "policy.yaml";
 /// The name extra CA certificates get in root images' contexts and trust stores.
 pub const EXTRA_CA_NAME: &str = "agent-sandbox-extra-ca.crt";
-/// The environment variable that `--ca-bundle` reads when not given.
-pub const CA_BUNDLE_ENV: &str = "AGENT_SANDBOX_CA_BUNDLE";
 
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
@@ -50,17 +48,13 @@ pub struct BuildOptions {
 }
 
 impl BuildOptions {
-    /// The environment variables through which `cargo xtask test` hands its build settings to the
-    /// suites, so the images they ask for are the ones it built.
-    pub const ENV_OS_SOURCE: &str = "AGENT_SANDBOX_OS_SOURCE";
-
     /// Defaults, overridden by the variables `cargo xtask test` sets (see [`Self::export_env`]).
     pub fn from_env(root: &Path) -> anyhow::Result<BuildOptions> {
         let mut opts = BuildOptions::new(root);
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        if let Some(source) = var(Self::ENV_OS_SOURCE) {
+        if let Some(source) = var(project::OS_SOURCE_ENV) {
             opts.os_source = Some(<OsSource as clap::ValueEnum>::from_str(&source, true).map_err(|_| {
-                anyhow::anyhow!("{}={source}: expected mirror or registry", Self::ENV_OS_SOURCE)
+                anyhow::anyhow!("{}={source}: expected mirror or registry", project::OS_SOURCE_ENV)
             })?);
         }
         if let Some(mirror) = var(crate::os::MIRROR_ENV) {
@@ -72,7 +66,7 @@ impl BuildOptions {
         if let Some(prefix) = var(project::PREFIX_ENV) {
             opts.prefix = prefix;
         }
-        opts.ca_bundle = var(CA_BUNDLE_ENV).map(PathBuf::from);
+        opts.ca_bundle = var(project::CA_BUNDLE_ENV).map(PathBuf::from);
         opts.progress = ProgressMode::Plain;
         Ok(opts)
     }
@@ -88,10 +82,10 @@ impl BuildOptions {
             (project::PREFIX_ENV, self.prefix.clone()),
         ];
         if let Some(source) = self.os_source {
-            vars.push((Self::ENV_OS_SOURCE, source.to_string()));
+            vars.push((project::OS_SOURCE_ENV, source.to_string()));
         }
         if let Some(ca) = &self.ca_bundle {
-            vars.push((CA_BUNDLE_ENV, ca.display().to_string()));
+            vars.push((project::CA_BUNDLE_ENV, ca.display().to_string()));
         }
         vars
     }
@@ -364,6 +358,21 @@ impl<'a> Walk<'a> {
     }
 }
 
+impl crate::flags::CommonBuildFlags {
+    /// The build options these flags set.
+    pub fn apply(&self, opts: &mut BuildOptions) {
+        opts.jobs = self.jobs;
+        opts.os_source = self.os_source;
+        opts.bootstrap.mirror = self.debian_mirror.clone();
+        opts.bootstrap.security_mirror =
+            (self.debian_security_mirror != "none").then(|| self.debian_security_mirror.clone());
+        opts.refresh_os = self.refresh_os;
+        opts.prefix = self.prefix.clone();
+        opts.ca_bundle = self.ca_bundle.clone();
+        opts.progress = self.progress;
+    }
+}
+
 impl crate::flags::BuildFlags {
     pub async fn run(self, root: &Path) -> anyhow::Result<()> {
         let mut opts = BuildOptions::new(root);
@@ -559,7 +568,7 @@ fn image_labels(
     let mut l = HashMap::from([
         (labels::IMAGE.to_string(), node.name.clone()),
         (labels::INPUTS.to_string(), inputs.to_string()),
-        (labels::OCI_TITLE.to_string(), format!("{}{}", crate::graph::LOCAL_PREFIX, node.name)),
+        (labels::OCI_TITLE.to_string(), format!("{}{}", crate::project::LOCAL_PREFIX, node.name)),
         (labels::OCI_VERSION.to_string(), project::VERSION.to_string()),
         (labels::OCI_REVISION.to_string(), revision.unwrap_or("unknown").to_string()),
         (labels::OCI_SOURCE.to_string(), project::SOURCE_URL.to_string()),

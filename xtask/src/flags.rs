@@ -176,7 +176,7 @@ pub struct CommonBuildFlags {
     #[arg(long, short, default_value_t = 2)]
     pub jobs: usize,
     /// Where the OS layer comes from [default: mirror where mmdebstrap is installed, else registry]
-    #[arg(long, value_enum, env = crate::build::BuildOptions::ENV_OS_SOURCE)]
+    #[arg(long, value_enum, env = crate::project::OS_SOURCE_ENV)]
     pub os_source: Option<OsSource>,
     /// Debian archive for the mirror source
     #[arg(long, env = crate::os::MIRROR_ENV, default_value = crate::os::DEFAULT_MIRROR)]
@@ -191,7 +191,7 @@ pub struct CommonBuildFlags {
     #[arg(long, env = crate::project::PREFIX_ENV, default_value = crate::project::DEFAULT_PREFIX)]
     pub prefix: String,
     /// Extra CA certificates (PEM) to trust during builds and in the images, for TLS-intercepting proxies
-    #[arg(long, env = crate::build::CA_BUNDLE_ENV, value_name = "FILE")]
+    #[arg(long, env = crate::project::CA_BUNDLE_ENV, value_name = "FILE")]
     pub ca_bundle: Option<PathBuf>,
     /// Progress display
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
@@ -245,18 +245,4 @@ pub struct TestFlags {
     /// Arguments passed on to `cargo nextest run`
     #[arg(last = true)]
     pub nextest_args: Vec<String>,
-}
-
-impl CommonBuildFlags {
-    pub fn apply(&self, opts: &mut crate::build::BuildOptions) {
-        opts.jobs = self.jobs;
-        opts.os_source = self.os_source;
-        opts.bootstrap.mirror = self.debian_mirror.clone();
-        opts.bootstrap.security_mirror =
-            (self.debian_security_mirror != "none").then(|| self.debian_security_mirror.clone());
-        opts.refresh_os = self.refresh_os;
-        opts.prefix = self.prefix.clone();
-        opts.ca_bundle = self.ca_bundle.clone();
-        opts.progress = self.progress;
-    }
 }

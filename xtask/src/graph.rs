@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-/// Local parents are named `agent-<folder>` in a Dockerfile's `ARG` default.
-pub const LOCAL_PREFIX: &str = "agent-";
+use crate::project::LOCAL_PREFIX;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GraphError {

@@ -6,6 +6,10 @@ use anyhow::Context as _;
 use xshell::{Shell, cmd};
 
 /// The version every image is tagged with: the workspace's.
+/// Every image's repository is `agent-<folder>`, and a local parent is named so in a
+/// Dockerfile's `ARG` default.
+pub const LOCAL_PREFIX: &str = "agent-";
+
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Where the images' `org.opencontainers.image.source` label points.
 pub const SOURCE_URL: &str = env!("CARGO_PKG_REPOSITORY");
@@ -13,6 +17,11 @@ pub const LICENSES: &str = env!("CARGO_PKG_LICENSE");
 /// Tag prefix used unless `--prefix` (or `--registry` when publishing) says otherwise.
 pub const DEFAULT_PREFIX: &str = "localhost/agent-sandbox";
 pub const PREFIX_ENV: &str = "AGENT_SANDBOX_PREFIX";
+/// The environment variable that `--ca-bundle` reads when not given.
+pub const CA_BUNDLE_ENV: &str = "AGENT_SANDBOX_CA_BUNDLE";
+/// `--os-source` from the environment: how `cargo xtask test` hands its choice to the suites, so
+/// that the images they ask for are the ones it built.
+pub const OS_SOURCE_ENV: &str = "AGENT_SANDBOX_OS_SOURCE";
 
 /// Every built image is also tagged `<INPUTS_REPOSITORY>:<name>-<input hash>`: the index by
 /// which a later build finds it, whatever prefix either build used.
@@ -29,7 +38,7 @@ pub fn root() -> PathBuf {
 
 /// `<prefix>/agent-<name>`
 pub fn repository(prefix: &str, name: &str) -> String {
-    format!("{}/{}{name}", prefix.trim_end_matches('/'), crate::graph::LOCAL_PREFIX)
+    format!("{}/{}{name}", prefix.trim_end_matches('/'), LOCAL_PREFIX)
 }
 
 /// The short commit, with `-dirty` when tracked files other than the lock differ from it;

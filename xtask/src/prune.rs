@@ -72,7 +72,7 @@ pub fn plan(
     now: i64,
     grace: Duration,
 ) -> Vec<Superseded> {
-    let prefix_repo = format!("{}/{}", prefix.trim_end_matches('/'), crate::graph::LOCAL_PREFIX);
+    let prefix_repo = format!("{}/{}", prefix.trim_end_matches('/'), crate::project::LOCAL_PREFIX);
     let inputs_repo = format!("{}:", project::INPUTS_REPOSITORY);
     let version_tag = format!(":{}", project::VERSION);
     // The version tag moves to every new build of an image: it names the latest, whichever

@@ -52,7 +52,7 @@ impl Registry {
     }
 
     fn path(&self, image: &str) -> String {
-        format!("{}/{}{image}", self.namespace, crate::graph::LOCAL_PREFIX)
+        format!("{}/{}{image}", self.namespace, crate::project::LOCAL_PREFIX)
     }
 
     /// Loopback registries speak plain HTTP (Docker allows that for 127.0.0.0/8 only).

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use sandbox_tests::assert::{assert_blocked, assert_reaches};
-use sandbox_tests::docker::{Peer, ResolvedNet, TestNet};
+use sandbox_tests::docker::TestNet;
+use sandbox_tests::peers::{Peer, ResolvedNet};
 use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
 
 const ALLOWED: &str = "api.allowed.test";
@@ -85,14 +86,13 @@ async fn a_static_cidr_allows_its_ports_by_address() -> anyhow::Result<()> {
     let drop_in = format!(
         "version: 1\ncidrs:\n  - cidr: {}/32\n    ports: [8443, {}]\n",
         peer.ipv4,
-        sandbox_tests::docker::PEER_UDP
+        sandbox_tests::peers::PEER_UDP
     );
     let sb =
         SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("cidr.yaml", &drop_in).start().await?;
     assert_reaches(&sb, &format!("{}:8443", peer.ipv4)).await?;
     assert_eq!(assert_blocked(&sb, &format!("{}:443", peer.ipv4)).await?.outcome(), "refused");
-    let udp =
-        sb.probe(&["udp", &peer.ipv4.to_string(), &sandbox_tests::docker::PEER_UDP.to_string()]).await?;
+    let udp = sb.probe(&["udp", &peer.ipv4.to_string(), &sandbox_tests::peers::PEER_UDP.to_string()]).await?;
     assert_eq!(udp.outcome(), "echoed", "UDP to an allowed range: {:?}", udp.fields);
     Ok(())
 }
@@ -103,7 +103,7 @@ async fn udp_and_icmp_to_a_blocked_host_are_refused() -> anyhow::Result<()> {
     let sb = spec.start().await?;
     // The control: without the firewall the same probes get their answers.
     let open = SandboxSpec::smallest().await?.on(&net).env("SANDBOX_FIREWALL", "off").start().await?;
-    let udp_port = sandbox_tests::docker::PEER_UDP.to_string();
+    let udp_port = sandbox_tests::peers::PEER_UDP.to_string();
     for addr in [blocked.ipv4, blocked.ipv6] {
         let addr = addr.to_string();
         assert_eq!(
@@ -156,8 +156,7 @@ async fn the_agent_cannot_query_another_resolver_or_dockers_directly() -> anyhow
     assert_eq!(docker_dns.outcome(), "dns:not-permitted", "{:?}", docker_dns.fields);
     assert!(dns.dns_queries().await?.is_empty(), "a query reached the resolver");
     // Root (PID 1's gate, and Docker's own resolver) still can: Docker's DNS keeps working.
-    let root =
-        sb.exec(&[sandbox_tests::sandbox::PROBE, "dns", "named.test", "--server", "127.0.0.11"]).await?;
+    let root = sb.exec(&[sandbox_tests::probe::PROBE, "dns", "named.test", "--server", "127.0.0.11"]).await?;
     assert!(root.stdout.contains("outcome=dns:noerror"), "{root:?}");
     Ok(())
 }

@@ -3,8 +3,10 @@
 use std::time::Duration;
 
 use sandbox_tests::assert::{assert_blocked, assert_reaches};
-use sandbox_tests::docker::{PEER_ECHO, PEER_UDP, Peer, ResolvedNet, TestNet};
-use sandbox_tests::sandbox::{PROBE, Sandbox, SandboxSpec};
+use sandbox_tests::docker::TestNet;
+use sandbox_tests::peers::{PEER_ECHO, PEER_UDP, Peer, ResolvedNet};
+use sandbox_tests::probe::PROBE;
+use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
 
 const ALLOWED: &str = "api.allowed.test";
 const BLOCKED: &str = "blocked.test";

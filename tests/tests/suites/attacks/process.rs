@@ -4,8 +4,10 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
 use sandbox_tests::assert::privileged_files;
-use sandbox_tests::docker::{Helper, TestNet, TestVolume, exec};
-use sandbox_tests::sandbox::{PROBE, Sandbox, SandboxSpec};
+use sandbox_tests::docker::{TestNet, TestVolume, exec};
+use sandbox_tests::peers::Helper;
+use sandbox_tests::probe::PROBE;
+use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
 
 const STATUS: &str = "/run/agent-sandbox/session/status";
 

@@ -1,0 +1,66 @@
+//! The probe, `sandbox-probe`: the static binary every sandbox and peer runs, where it is mounted,
+//! and what it reports (`key=value` lines).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::docker::ExecOutput;
+use crate::root;
+
+/// Where the probe binary is mounted in sandboxes (and installed in the peer image).
+pub const PROBE: &str = "/usr/local/bin/sandbox-probe";
+
+/// The probe binary, static, built once and cached by the xtask.
+pub fn probe_binary() -> anyhow::Result<PathBuf> {
+    // Every sandbox mounts it: build or check it once per test process.
+    static PROBE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(path) = PROBE.get() {
+        return Ok(path.clone());
+    }
+    let sh = xshell::Shell::new()?;
+    let root = root();
+    xtask::project::static_binary(&sh, &root, "sandbox-probe", &["tests/probe", "Cargo.lock", "Cargo.toml"])?;
+    Ok(PROBE.get_or_init(|| xtask::project::static_binary_path(&root, "sandbox-probe")).clone())
+}
+
+/// What one probe saw, from its `key=value` lines.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub what: String,
+    pub fields: HashMap<String, String>,
+}
+
+impl Probe {
+    /// The `key=value` lines of a probe run; an error if the probe itself failed.
+    pub fn from_output(args: &[&str], out: ExecOutput) -> anyhow::Result<Probe> {
+        let fields = out
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let probe = Probe { what: args.join(" "), fields };
+        anyhow::ensure!(
+            out.code == 0,
+            "the probe `{}` failed ({}): {}{}",
+            probe.what,
+            out.code,
+            out.stdout,
+            out.stderr
+        );
+        Ok(probe)
+    }
+
+    /// A numeric field; NaN when missing.
+    pub fn number(&self, key: &str) -> f64 {
+        self.fields.get(key).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+    }
+
+    pub fn outcome(&self) -> &str {
+        self.fields.get("outcome").map_or("(no outcome)", String::as_str)
+    }
+
+    pub fn ms(&self) -> f64 {
+        self.fields.get("ms").and_then(|m| m.parse().ok()).unwrap_or(f64::NAN)
+    }
+}
