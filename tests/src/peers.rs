@@ -30,6 +30,7 @@ pub struct Peer {
 
 const ZONE: &str = "/tmp/zone";
 const QUERIES: &str = "/tmp/queries.log";
+const ICMP6_LOG: &str = "/tmp/icmp6.log";
 
 impl Peer {
     pub async fn start(net: &TestNet, aliases: &[&str]) -> anyhow::Result<Peer> {
@@ -53,6 +54,8 @@ impl Peer {
             PEER_ECHO.to_string(),
             "--udp".into(),
             PEER_UDP.to_string(),
+            "--icmp6".into(),
+            ICMP6_LOG.into(),
         ];
         if dns {
             cmd.extend(["--dns".into(), ZONE.into(), QUERIES.into()]);
@@ -117,6 +120,14 @@ impl Peer {
         );
         exec(&self.id, &["sh", "-c", &script], None).await?;
         Ok(())
+    }
+
+    /// Every ICMPv6 message that reached the peer, as `type source payload` lines (the payload's
+    /// unprintable bytes as `.`).
+    pub async fn icmp6_log(&self) -> anyhow::Result<String> {
+        let out =
+            exec(&self.id, &["sh", "-c", &format!("cat {ICMP6_LOG} 2>/dev/null || true")], None).await?;
+        Ok(out.stdout)
     }
 
     /// The names the DNS peer was asked about, in order.

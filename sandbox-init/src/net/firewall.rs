@@ -151,9 +151,21 @@ impl Ruleset<'_> {
             "meta skuid != 0 meta l4proto { tcp, udp } th sport 53 drop".to_string(),
             "ct state established,related accept".to_string(),
             "ct state invalid drop".to_string(),
+            // IPv6 needs neighbour discovery to reach even allowed hosts on the local network
+            // (duplicate address detection sends from `::`, so this comes before the next rule).
+            "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept".into(),
+            // A packet of this host leaves from an address of this host. IPv6 lets any user send
+            // from another (IPV6_FREEBIND); over loopback such a packet would plant a
+            // connection-tracking entry whose "reply" side then leaves as established, and a
+            // reject would carry it to the forged address inside the ICMP error. Dropped, silently.
+            "fib saddr type != local drop".into(),
             // Before the loopback accept: Docker's DNS is on loopback, and it answers any name.
             format!("ip daddr {DOCKER_DNS} meta skuid != 0 reject with icmpx admin-prohibited"),
-            "oifname \"lo\" accept".to_string(),
+            // Loopback is this host talking to itself. A socket bound to `lo` (SO_BINDTODEVICE,
+            // open to any user) can route a packet for a foreign address there: its entry would
+            // let that address's datagrams in as replies.
+            "oifname \"lo\" fib daddr type local accept".to_string(),
+            "oifname \"lo\" drop".to_string(),
         ];
         for upstream in self.upstreams.iter().filter(|a| !a.is_loopback()) {
             let family = if upstream.is_ipv4() { "ip" } else { "ip6" };
@@ -178,9 +190,6 @@ impl Ruleset<'_> {
                 port_set(ports)
             ));
         }
-        // IPv6 needs neighbour discovery to reach even allowed hosts on the local network.
-        rules
-            .push("icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept".into());
         if self.log {
             rules.push(format!("log group {NFLOG_GROUP}"));
         }

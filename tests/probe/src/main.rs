@@ -81,6 +81,10 @@ fn main() {
         "set-file-cap" => attacks::set_file_cap(&args),
         "privileged-files" => attacks::privileged_files(&args),
         "caps" => attacks::caps(),
+        "plant-udp" => attacks::plant_udp(&args),
+        "lo-hole" => attacks::lo_hole(&args),
+        "forged-ping" => attacks::forged_ping(&args),
+        "forged-source" => attacks::forged_source(&args),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(64);

@@ -73,6 +73,11 @@ pub fn serve(args: &[String]) {
                 }));
                 i += 3;
             }
+            "--icmp6" => {
+                let log = args[i + 1].clone();
+                threads.push(std::thread::spawn(move || watch_icmp6(&log)));
+                i += 2;
+            }
             other => panic!("unknown serve option {other}"),
         }
     }
@@ -137,4 +142,23 @@ fn answer(packet: &[u8], zone: &str, log: &str) -> Option<Vec<u8>> {
         reply.set_response_code(ResponseCode::NXDomain);
     }
     reply.to_vec().ok()
+}
+
+/// Logs every ICMPv6 message that reaches this host as `type from payload` (payload printable,
+/// other bytes as `.`): the evidence that a forged packet carried the agent's bytes here.
+fn watch_icmp6(log: &str) {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::RAW, Some(socket2::Protocol::ICMPV6))
+            .expect("raw ICMPv6 socket (the peer runs as root with NET_RAW)");
+    let socket = UdpSocket::from(socket);
+    let mut buf = [0u8; 2048];
+    while let Ok((len, from)) = socket.recv_from(&mut buf) {
+        let packet = &buf[..len];
+        let printable: String =
+            packet.iter().map(|&b| if b.is_ascii_graphic() { b as char } else { '.' }).collect();
+        let line = format!("{} {} {printable}\n", packet.first().copied().unwrap_or(0), from.ip());
+        if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            let _ = file.write_all(line.as_bytes());
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Probes a well-behaved agent would make: connect, send, ping, resolve, keep a connection.
 
 use std::io::{Read as _, Write as _};
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
@@ -126,7 +126,9 @@ pub fn udp(args: &Args) {
         Ok(addr) => addr,
         Err(outcome) => return report(&[("outcome", outcome)]),
     };
-    let local: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().unwrap();
+    let any: IpAddr =
+        if addr.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
+    let local = SocketAddr::new(any, args.number("--source-port", 0));
     let result = (|| {
         let socket = UdpSocket::bind(local)?;
         socket.set_read_timeout(Some(timeout))?;

@@ -407,3 +407,75 @@ async fn dns_tunnelling_through_a_wildcard_is_refused() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// IPv6 lets any user send from an address that is not the host's (IPV6_FREEBIND). A datagram
+/// "from" a blocked host to the agent's own address, over loopback, would plant the
+/// connection-tracking entry host → agent; the agent's datagram to the host is then that entry's
+/// reply side, and so is the host's answer: UDP both ways, the sets empty, nothing logged.
+#[tokio::test]
+async fn a_datagram_from_a_forged_source_opens_no_way_out_or_in() -> anyhow::Result<()> {
+    let (net, allowed, blocked, spec) = setup("forged-udp", &allow(&[ALLOWED])).await?;
+    let sb = spec.start().await?;
+    let (_, me) = sb.addresses(&net).await?;
+    let remote = std::net::SocketAddr::new(blocked.ipv6, PEER_UDP).to_string();
+    let local = std::net::SocketAddr::new(me, 40404).to_string();
+    let secret = "what-the-policy-keeps-in";
+    let planted = sb.probe(&["plant-udp", &remote, &local, secret, "--timeout-ms", "2000"]).await?;
+    assert_eq!(planted.outcome(), "timeout", "the blocked host answered: {:?}", planted.fields);
+    // The control: the blocked host echoes any datagram that reaches it.
+    let udp = PEER_UDP.to_string();
+    let echoed = allowed.probe(&["udp", &blocked.ipv6.to_string(), &udp]).await?;
+    assert_eq!(echoed.outcome(), "echoed", "{:?}", echoed.fields);
+    Ok(())
+}
+
+/// An ICMPv6 echo request "from" a blocked host to the agent's own address makes the kernel
+/// send that host an echo reply with the agent's payload; a datagram "from" a host the agent
+/// names to a blocked address would come back to that host inside the reject's ICMP error.
+#[tokio::test]
+async fn icmp_carries_nothing_to_a_forged_source() -> anyhow::Result<()> {
+    let (net, allowed, blocked, spec) = setup("forged-icmp", &allow(&[ALLOWED])).await?;
+    let sb = spec.start().await?;
+    let (_, me) = sb.addresses(&net).await?;
+    let (allowed6, blocked6) = (allowed.ipv6.to_string(), blocked.ipv6.to_string());
+    sb.probe(&["forged-ping", &blocked6, &me.to_string(), "ECHO-OF-THE-AGENT"]).await?;
+    let source = format!("[{allowed6}]:5000");
+    let target = format!("[{blocked6}]:9");
+    sb.probe(&["forged-source", &source, &target, "INSIDE-THE-REJECT"]).await?;
+    // The control: a ping from the allowed host lands in the blocked host's log, and back.
+    let ping = allowed.probe(&["icmp", &blocked6]).await?;
+    assert_eq!(ping.outcome(), "reply", "{:?}", ping.fields);
+    let (to_blocked, to_allowed) = (blocked.icmp6_log().await?, allowed.icmp6_log().await?);
+    assert!(to_blocked.lines().any(|l| l.starts_with(&format!("128 {allowed6}"))), "{to_blocked}");
+    assert!(!to_blocked.contains("ECHO-OF-THE-AGENT"), "the forged ping's reply got out: {to_blocked}");
+    assert!(!to_allowed.contains("INSIDE-THE-REJECT"), "the reject carried it out: {to_allowed}");
+    Ok(())
+}
+
+/// A socket tied to `lo` (SO_BINDTODEVICE, open to any user since Linux 5.7) routes a datagram
+/// for a foreign address to loopback: it never leaves, but its entry agent → host would let the
+/// host's datagrams in as replies and the agent's answers out, from a host the policy blocks.
+#[tokio::test]
+async fn a_socket_tied_to_loopback_opens_no_way_in() -> anyhow::Result<()> {
+    let (net, _allowed, blocked, spec) = setup("lo-hole", &allow(&[ALLOWED])).await?;
+    let sb = spec.start().await?;
+    let (me, _) = sb.addresses(&net).await?;
+    let local = format!("{me}:6000");
+    let remote = format!("{}:7777", blocked.ipv4);
+    sb.exec_detached(&["sandbox-exec", "--", PROBE, "lo-hole", &local, &remote, "--ms", "15000"], None)
+        .await?;
+    // The control: the agent's listener is up and answers whoever may reach it.
+    eventually("the agent's listener", || async {
+        Ok(sb.probe(&["udp", &me.to_string(), "6000", "--timeout-ms", "300"]).await?.outcome() == "garbled")
+    })
+    .await?;
+    let from_blocked = blocked
+        .probe(&["udp", &me.to_string(), "6000", "--source-port", "7777", "--timeout-ms", "2000"])
+        .await?;
+    assert!(
+        matches!(from_blocked.outcome(), "unreachable" | "timeout"),
+        "the blocked host got an answer: {:?}",
+        from_blocked.fields
+    );
+    Ok(())
+}
