@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::console;
 use crate::denials::{DENIAL_LOG, DenialLog};
 use crate::exit::{Fatal, Refusal};
 use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
@@ -50,7 +51,10 @@ pub fn load_policy() -> Result<Policy, Fatal> {
     let (policy, skipped) = Policy::load(Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR))
         .map_err(|e| Fatal::new(Refusal::for_policy(&e), e))?;
     for file in skipped {
-        eprintln!("sandbox-init: ignoring {}: policy drop-ins end in .yaml, .yml or .txt", file.display());
+        console::err(format!(
+            "sandbox-init: ignoring {}: policy drop-ins end in .yaml, .yml or .txt",
+            file.display()
+        ));
     }
     Ok(policy)
 }
@@ -109,9 +113,9 @@ pub fn run() -> Result<u8, Fatal> {
     let summary = match mode {
         FirewallMode::Off | FirewallMode::Open => {
             let name = if mode == FirewallMode::Off { "off" } else { "open" };
-            eprintln!(
+            console::err(format!(
                 "sandbox-init: WARNING: SANDBOX_FIREWALL={name}: NO EGRESS FIREWALL. The agent can reach any host."
-            );
+            ));
             format!("firewall {name}, no filtering")
         }
         FirewallMode::On if network.loopback_only() => {
@@ -157,7 +161,7 @@ pub fn run() -> Result<u8, Fatal> {
         return Err(Fatal::new(Refusal::SetupFailed, format!("cannot drop PID 1's own capabilities: {e}")));
     }
     // The one line tests and users wait for: the firewall holds and the session runs.
-    println!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis());
+    console::out(format!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis()));
     // SAFETY: isatty on fd 0.
     if unsafe { libc::isatty(0) } == 1 {
         // The tmux client discards the terminal's output not yet read (tcflush TCOFLUSH) as it
@@ -211,7 +215,7 @@ async fn enforce(
         ));
     }
     if upstreams.is_empty() {
-        eprintln!("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
+        console::err("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
     }
     let mut ruleset = Ruleset { policy, upstreams: &upstreams, elements: &[], log: true, set_size };
     if let Err(first) = nft.apply(&ruleset.render()) {
@@ -219,7 +223,9 @@ async fn enforce(
         // it without, and say that rejected connections will not be in the denial log.
         ruleset.log = false;
         nft.apply(&ruleset.render()).map_err(|_| setup("cannot load the firewall", &first))?;
-        eprintln!("sandbox-init: nflog is unavailable, rejected connections will not be logged: {first}");
+        console::err(format!(
+            "sandbox-init: nflog is unavailable, rejected connections will not be logged: {first}"
+        ));
     }
     let table = nft.read_table().map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
     verify_table(&table, &ruleset).map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
@@ -245,7 +251,7 @@ fn verify_blocked(policy: &Policy, agent: &AgentPrivileges) -> Result<(), Fatal>
         !policy.cidrs.iter().any(|(net, ports)| net.contains(addr) && ports.contains(&PROBE_PORT))
     });
     let Some(target) = target else {
-        eprintln!("sandbox-init: no IPv4 route to probe; the firewall was verified by reading it back");
+        console::err("sandbox-init: no IPv4 route to probe; the firewall was verified by reading it back");
         return Ok(());
     };
     let mut command = agent.command(sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
@@ -304,7 +310,7 @@ async fn supervise(
         signal(SignalKind::hangup()),
         signal(SignalKind::child()),
     ) else {
-        eprintln!("sandbox-init: cannot handle signals");
+        console::err("sandbox-init: cannot handle signals");
         return Refusal::SetupFailed.code();
     };
     let mut stop_deadline: Option<tokio::time::Instant> = None;
@@ -337,7 +343,7 @@ async fn supervise(
             }
             _ = hup.recv() => reload(mode, enforcer.as_ref()),
             _ = tokio::time::sleep_until(deadline), if stop_deadline.is_some() => {
-                eprintln!("sandbox-init: the session did not end within {} s of the signal; closing it", STOP_GRACE.as_secs());
+                console::err(format!("sandbox-init: the session did not end within {} s of the signal; closing it", STOP_GRACE.as_secs()));
                 // SIGTERM is tmux's own way out: it hangs up every pane and exits.
                 session::stop_server(server, agent, libc::SIGTERM);
                 stop_deadline = None;
@@ -373,12 +379,12 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
     let policy = match load_policy() {
         Ok(policy) => policy,
         Err(e) => {
-            eprintln!("sandbox-init: reload failed, the current policy stays: {}", e.message);
+            console::err(format!("sandbox-init: reload failed, the current policy stays: {}", e.message));
             return;
         }
     };
     let Some(e) = enforcer else {
-        eprintln!("sandbox-init: policy reloaded; nothing to enforce ({mode:?})");
+        console::err(format!("sandbox-init: policy reloaded; nothing to enforce ({mode:?})"));
         return;
     };
     let loaded = e.sink.reload(Allowlist::new(&policy), |kept| {
@@ -394,7 +400,7 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
     let kept = match loaded {
         Ok(kept) => kept,
         Err(err) => {
-            eprintln!("sandbox-init: reload failed, the current policy stays: {err}");
+            console::err(format!("sandbox-init: reload failed, the current policy stays: {err}"));
             return;
         }
     };
@@ -415,15 +421,17 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
         Ok(cut) => cut,
         Err(err) => {
             // The table holds the new policy already; only connections opened before it stay.
-            eprintln!("sandbox-init: WARNING: cannot cut connections the new policy no longer allows: {err}");
+            console::err(format!(
+                "sandbox-init: WARNING: cannot cut connections the new policy no longer allows: {err}"
+            ));
             0
         }
     };
     status::write(&status::Status::new(mode, &policy, &e.upstreams, e.ipv6));
-    println!(
+    console::out(format!(
         "sandbox reloaded: {}, {} addresses kept, {cut} connections cut, {} ms",
         policy.summary(),
         kept.len(),
         started.elapsed().as_millis()
-    );
+    ));
 }

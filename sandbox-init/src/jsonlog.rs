@@ -117,7 +117,7 @@ impl JsonLog {
     fn emit(&self, state: &mut State, line: &serde_json::Value) {
         let mut text = line.to_string();
         text.push('\n');
-        let _ = std::io::stderr().write_all(text.as_bytes());
+        crate::console::err(text.clone());
         let Some(path) = &self.path else { return };
         if state.size + text.len() as u64 > self.limits.max_bytes {
             state.file = None;

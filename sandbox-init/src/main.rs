@@ -9,7 +9,7 @@ use sandbox_init::exit::{self, Refusal};
 use sandbox_init::policy::{BAKED_POLICY, DROP_IN_DIR, Policy, PolicyError};
 use sandbox_init::privileges::{AGENT_USER, AgentPrivileges};
 use sandbox_init::session::{self, TMUX_TMPDIR, WORKSPACE};
-use sandbox_init::{init, status};
+use sandbox_init::{console, init, status};
 
 fn help() -> String {
     format!(
@@ -95,18 +95,24 @@ fn run_init() -> u8 {
         eprintln!("sandbox-init: already running as PID 1 in this container (did you mean sandbox-exec?)");
         return Refusal::Usage.code();
     }
-    match init::run() {
+    console::start();
+    let code = match init::run() {
         Ok(code) => code,
         Err(fatal) => {
-            eprintln!(
+            console::err(format!(
                 "sandbox-init: {} (exit {}; the agent was not started)",
                 fatal.message,
                 fatal.refusal.code()
-            );
+            ));
             fatal.refusal.code()
         }
-    }
+    };
+    console::flush(CONSOLE_FLUSH);
+    code
 }
+
+/// How long PID 1's last lines may wait for a terminal before it exits without them.
+const CONSOLE_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn check(files: &[String]) -> u8 {
     let results: Vec<(String, Result<Policy, PolicyError>)> = if files.is_empty() {

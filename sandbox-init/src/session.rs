@@ -90,9 +90,6 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
 
 /// Attaches a tmux client to the container's terminal. Returns the client's pid.
 pub fn attach_terminal(agent: &AgentPrivileges) -> Result<i32, SessionError> {
-    // The agent must be able to use the terminal it is handed.
-    // SAFETY: fchown on fd 0 with plain integers.
-    unsafe { libc::fchown(0, agent.uid, agent.gid) };
     let mut command = tmux(agent)?;
     command.args(["attach-session", "-t", &session_name()]);
     process::spawn(&mut command).map_err(SessionError::Attach)

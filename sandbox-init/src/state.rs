@@ -18,6 +18,8 @@ use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, CWD, Dir, FileType, Gid, Mode, OFlags, Stat, Uid};
 
+use crate::console;
+
 /// The image's list of state directories: `:`-separated, absolute or `~/…`.
 pub const ENV: &str = "SANDBOX_STATE_DIRS";
 /// Deeper than this, a walk hands nothing over: real CLI state is shallow, and a deep tree is
@@ -173,7 +175,7 @@ pub fn prepare_from_env(home: &Path, uid: u32, gid: u32) {
     let Ok(value) = std::env::var(ENV) else { return };
     let (dirs, warnings) = dirs_from(&value, home);
     for warning in warnings {
-        eprintln!("sandbox-init: WARNING: {warning}");
+        console::err(format!("sandbox-init: WARNING: {warning}"));
     }
     for dir in dirs {
         match prepare(&dir, home, uid, gid) {
@@ -184,16 +186,16 @@ pub fn prepare_from_env(home: &Path, uid: u32, gid: u32) {
                 } else {
                     String::new()
                 };
-                eprintln!(
+                console::err(format!(
                     "sandbox-init: state {} belonged to uid {from_uid}: handed {entries} entries to the agent{skipped}",
                     dir.display()
-                );
+                ));
             }
-            Err(e) => eprintln!(
+            Err(e) => console::err(format!(
                 "sandbox-init: WARNING: state {}: cannot make it the agent's (uid {uid}): {e}; \
                  the agent may not be able to write it (chown it to {uid}:{gid} where it lives)",
                 dir.display()
-            ),
+            )),
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct SandboxSpec {
     pub cap_drop_all: bool,
     /// `--pids-limit`, `--memory` (bytes) and `--log-opt`s.
     pub limits: Limits,
+    /// `-t`: the container has a terminal, and the agent's tmux client is attached to it.
+    pub terminal: bool,
 }
 
 /// What the engine bounds for the container.
@@ -83,7 +85,14 @@ impl SandboxSpec {
             mounts: Vec::new(),
             cap_drop_all: false,
             limits: Limits::default(),
+            terminal: false,
         }
+    }
+
+    /// `docker run -t`: a terminal, which PID 1 writes to and the agent's tmux client holds.
+    pub fn with_terminal(mut self) -> Self {
+        self.terminal = true;
+        self
     }
 
     pub fn net_admin(mut self) -> Self {
@@ -172,6 +181,9 @@ impl SandboxSpec {
     /// Starts the sandbox and waits for `sandbox ready` (testcontainers: readiness declared,
     /// never slept).
     pub async fn start(self) -> anyhow::Result<Sandbox> {
+        if self.terminal {
+            return self.start_with_terminal().await;
+        }
         let drop_ins = self.write_drop_ins()?;
         let host = self.host_config(drop_ins.path())?;
         let (name, tag) = self.image.rsplit_once(':').context("image without a tag")?;
@@ -195,7 +207,31 @@ impl SandboxSpec {
         }
         let container =
             request.start().await.with_context(|| format!("{} did not reach `sandbox ready`", self.image))?;
-        Ok(Sandbox { container, drop_ins })
+        Ok(Sandbox { id: container.id().to_string(), _owner: Owner::Testcontainers(container), drop_ins })
+    }
+
+    /// testcontainers cannot give a container a terminal: this one starts through bollard.
+    async fn start_with_terminal(self) -> anyhow::Result<Sandbox> {
+        let drop_ins = self.write_drop_ins()?;
+        let docker = docker().await?;
+        let body = ContainerCreateBody { tty: Some(true), ..self.create_body(drop_ins.path())? };
+        let created =
+            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
+        let sandbox =
+            Sandbox { id: created.id.clone(), _owner: Owner::Engine(RemoveOnDrop(created.id)), drop_ins };
+        docker.start_container(&sandbox.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+        sandbox.wait_for_stdout("sandbox ready", 1).await?;
+        Ok(sandbox)
+    }
+
+    fn create_body(&self, drop_in_dir: &std::path::Path) -> anyhow::Result<ContainerCreateBody> {
+        Ok(ContainerCreateBody {
+            image: Some(self.image.clone()),
+            env: Some(self.env_list()),
+            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "sandbox".to_string())])),
+            host_config: Some(self.host_config(drop_in_dir)?),
+            ..Default::default()
+        })
     }
 
     /// Runs the sandbox's entrypoint to its end (for the refusals), with bollard: testcontainers
@@ -203,13 +239,7 @@ impl SandboxSpec {
     pub async fn run_to_exit(self) -> anyhow::Result<Exited> {
         let drop_ins = self.write_drop_ins()?;
         let docker = docker().await?;
-        let body = ContainerCreateBody {
-            image: Some(self.image.clone()),
-            env: Some(self.env_list()),
-            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "sandbox".to_string())])),
-            host_config: Some(self.host_config(drop_ins.path())?),
-            ..Default::default()
-        };
+        let body = self.create_body(drop_ins.path())?;
         let created =
             docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
         let id = created.id;
@@ -246,13 +276,38 @@ pub struct Exited {
 
 /// A running sandbox, removed when dropped.
 pub struct Sandbox {
-    pub container: ContainerAsync<GenericImage>,
+    id: String,
+    _owner: Owner,
     drop_ins: tempfile::TempDir,
+}
+
+/// What removes the container when the sandbox is dropped.
+enum Owner {
+    Testcontainers(#[allow(dead_code)] ContainerAsync<GenericImage>),
+    Engine(#[allow(dead_code)] RemoveOnDrop),
 }
 
 impl Sandbox {
     pub fn id(&self) -> &str {
-        self.container.id()
+        &self.id
+    }
+
+    /// `docker stop`: SIGTERM to PID 1, SIGKILL 10 s later.
+    pub async fn stop(&self) -> anyhow::Result<()> {
+        docker()
+            .await?
+            .stop_container(&self.id, None::<bollard::query_parameters::StopContainerOptions>)
+            .await?;
+        Ok(())
+    }
+
+    /// `docker start` of the stopped container: the same writable layer, a new PID 1.
+    pub async fn start_again(&self) -> anyhow::Result<()> {
+        docker()
+            .await?
+            .start_container(&self.id, None::<bollard::query_parameters::StartContainerOptions>)
+            .await?;
+        Ok(())
     }
 
     /// Runs a command as root in the container (as `docker exec` does).

@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
+use crate::console;
 use crate::denials::{Denial, DenialLog, Reason};
 use crate::net::firewall::{Element, FirewallError};
 use crate::policy::{Access, Allowlist};
@@ -314,10 +315,10 @@ impl DnsGate {
                             return Some(servfail(id, &query));
                         }
                         other => {
-                            eprintln!(
+                            console::err(format!(
                                 "sandbox-init: cannot allow the addresses of {}: {other:?}",
                                 query.name()
-                            );
+                            ));
                             return Some(servfail(id, &query));
                         }
                     }

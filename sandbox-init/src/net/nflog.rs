@@ -5,6 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+use crate::console;
 use crate::denials::{Denial, DenialLog};
 use crate::net::firewall::NFLOG_GROUP;
 use crate::net::netlink::{self, Netfilter};
@@ -26,7 +27,9 @@ pub fn spawn(log: Arc<DenialLog>) {
     let socket = match bind(NFLOG_GROUP) {
         Ok(socket) => socket,
         Err(e) => {
-            eprintln!("sandbox-init: rejected connections will not be logged: cannot read nflog: {e}");
+            console::err(format!(
+                "sandbox-init: rejected connections will not be logged: cannot read nflog: {e}"
+            ));
             return;
         }
     };
@@ -41,7 +44,7 @@ pub fn spawn(log: Arc<DenialLog>) {
         }
     });
     if let Err(e) = spawned {
-        eprintln!("sandbox-init: rejected connections will not be logged: {e}");
+        console::err(format!("sandbox-init: rejected connections will not be logged: {e}"));
     }
 }
 

@@ -532,3 +532,13 @@ pub fn forged_source(args: &Args) {
         .and_then(|socket| socket.send_to(args.arg(3).as_bytes(), &target.into()));
     report(&[("sent", sent(result))]);
 }
+
+/// `tty-stop MARKER`: run by the agent's tmux client in its place (`tmux detach-client -E`),
+/// stops the output of the container's terminal, which PID 1 writes to too (tcflow TCOOFF);
+/// creates MARKER, then holds the terminal stopped.
+pub fn tty_stop(args: &Args) {
+    // SAFETY: tcflow on fd 0 with a constant.
+    let stopped = unsafe { libc::tcflow(0, libc::TCOOFF) } == 0;
+    let _ = std::fs::write(args.arg(1), if stopped { "stopped\n" } else { "failed\n" });
+    std::thread::sleep(Duration::from_secs(3600));
+}

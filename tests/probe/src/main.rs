@@ -85,6 +85,7 @@ fn main() {
         "lo-hole" => attacks::lo_hole(&args),
         "forged-ping" => attacks::forged_ping(&args),
         "forged-source" => attacks::forged_source(&args),
+        "tty-stop" => attacks::tty_stop(&args),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(64);

@@ -256,8 +256,8 @@ async fn sighup_reloads_the_policy_without_touching_the_session() -> anyhow::Res
 async fn a_restarted_container_applies_the_firewall_again() -> anyhow::Result<()> {
     let (_net, _allowed, blocked, spec) = setup("restart", &[ALLOWED]).await?;
     let sb = spec.start().await?;
-    sb.container.stop().await?;
-    sb.container.start().await?;
+    sb.stop().await?;
+    sb.start_again().await?;
     sb.wait_for_stdout("sandbox ready", 2).await?;
     assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
     assert_eq!(assert_blocked(&sb, &format!("{}:443", blocked.ipv4)).await?.outcome(), "refused");

@@ -93,7 +93,7 @@ async fn pid_1_exits_with_the_sessions_status_and_stops_promptly() -> anyhow::Re
     // docker stop: SIGTERM reaches the agent command, which ends; PID 1 follows at once.
     let sb = start(&[("ASSISTANT_CMD", "sleep 1000")]).await?;
     let started = std::time::Instant::now();
-    sb.container.stop().await?;
+    sb.stop().await?;
     assert!(started.elapsed() < Duration::from_secs(5), "docker stop took {:?}", started.elapsed());
     assert_eq!(sb.exit_code().await?, Some(143), "sleep ended by SIGTERM");
     Ok(())

@@ -479,3 +479,40 @@ async fn a_socket_tied_to_loopback_opens_no_way_in() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// With a terminal (`docker run -t`), the agent's tmux client holds the terminal PID 1 writes
+/// to. The agent makes the client stop its output (tcflow TCOOFF): a write of PID 1's would
+/// block, holding the gate's log or the loop that applies reloads, and the policy a reload
+/// removes would stay open. Nor may a SIGTERM be lost.
+#[tokio::test]
+async fn a_stopped_terminal_cannot_freeze_pid1() -> anyhow::Result<()> {
+    let (_net, _allowed, blocked, spec) = setup("tty-stop", &allow(&[ALLOWED])).await?;
+    let cidr = format!("version: 1\ncidrs:\n  - cidr: {}/32\n    ports: [80]\n", blocked.ipv4);
+    let sb = spec.drop_in("cidr.yaml", &cidr).with_terminal().start().await?;
+    let target = format!("{}:80", blocked.ipv4);
+    assert_reaches(&sb, &target).await?;
+    let stop = format!("exec {PROBE} tty-stop /tmp/tty-stopped");
+    sb.as_agent(&["tmux", "detach-client", "-E", &stop]).await?;
+    eventually("the terminal stopped", || async {
+        Ok(sb.exec(&["cat", "/tmp/tty-stopped"]).await?.stdout.trim() == "stopped")
+    })
+    .await?;
+    // PID 1 has things to say: denials, and a reload line each.
+    for name in ["one.blocked.test", "two.blocked.test", "three.blocked.test"] {
+        sb.probe(&["dns", name]).await?;
+    }
+    sb.remove_drop_in("cidr.yaml")?;
+    sb.signal("SIGHUP").await?;
+    sb.signal("SIGHUP").await?;
+    eventually("the reload", || async {
+        Ok(sb.probe(&["tcp", &blocked.ipv4.to_string(), "80", "--timeout-ms", "1000"]).await?.outcome()
+            == "refused")
+    })
+    .await?;
+    // The gate still answers, and SIGTERM still ends the container, at once.
+    assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
+    sb.signal("SIGTERM").await?;
+    let code = sb.exit_code().await?;
+    assert!(matches!(code, Some(c) if c != 137 && c != 139), "PID 1 did not end by itself: {code:?}");
+    Ok(())
+}

@@ -115,8 +115,8 @@ async fn a_racing_writer_cannot_make_root_hand_over_a_file_outside_the_volume() 
     let rounds = 6;
     for round in 1..=rounds {
         if round > 1 {
-            sb.container.stop().await?;
-            sb.container.start().await?;
+            sb.stop().await?;
+            sb.start_again().await?;
             sb.wait_for_stdout("sandbox ready", round).await?;
         }
         let owners = sb
