@@ -207,7 +207,11 @@ impl SandboxSpec {
         }
         let container =
             request.start().await.with_context(|| format!("{} did not reach `sandbox ready`", self.image))?;
-        Ok(Sandbox { id: container.id().to_string(), _owner: Owner::Testcontainers(container), drop_ins })
+        Ok(Sandbox {
+            id: container.id().to_string(),
+            _owner: Owner::Testcontainers(Box::new(container)),
+            drop_ins,
+        })
     }
 
     /// testcontainers cannot give a container a terminal: this one starts through bollard.
@@ -283,7 +287,7 @@ pub struct Sandbox {
 
 /// What removes the container when the sandbox is dropped.
 enum Owner {
-    Testcontainers(#[allow(dead_code)] ContainerAsync<GenericImage>),
+    Testcontainers(#[allow(dead_code)] Box<ContainerAsync<GenericImage>>),
     Engine(#[allow(dead_code)] RemoveOnDrop),
 }
 
