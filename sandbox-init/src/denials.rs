@@ -21,6 +21,8 @@ pub const LIMITS: Limits =
 pub enum Reason {
     /// No entry of the policy allows it.
     NotAllowlisted,
+    /// A label holds bytes no host name has (a dot, among others).
+    NotAHostName,
     /// The name is allowed, the query type is not (only A, AAAA and CNAME leave).
     QueryType,
     /// Allowed only by a wildcard, and longer than names matched by a wildcard may be.
@@ -35,6 +37,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NotAllowlisted => "not allowlisted",
+            Reason::NotAHostName => "not a host name",
             Reason::QueryType => "query type",
             Reason::WildcardNameTooLong => "wildcard name too long",
             Reason::SetsFull => "address sets full",

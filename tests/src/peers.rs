@@ -135,7 +135,7 @@ impl Peer {
         Ok(self.dns_log().await?.into_iter().map(|q| q.name).collect())
     }
 
-    /// Every query the DNS peer received: name, type and id, in order.
+    /// Every query the DNS peer received: name, type, id and what else came along, in order.
     pub async fn dns_log(&self) -> anyhow::Result<Vec<LoggedQuery>> {
         let out = exec(&self.id, &["sh", "-c", &format!("cat {QUERIES} 2>/dev/null || true")], None).await?;
         Ok(out
@@ -147,6 +147,7 @@ impl Peer {
                     name: fields.next()?.trim_end_matches('.').to_string(),
                     kind: fields.next().unwrap_or_default().to_string(),
                     id: fields.next().and_then(|i| i.parse().ok()).unwrap_or(0),
+                    extra: fields.next().and_then(|i| i.parse().ok()).unwrap_or(0),
                 })
             })
             .collect())
@@ -197,6 +198,8 @@ pub struct LoggedQuery {
     pub name: String,
     pub kind: String,
     pub id: u16,
+    /// Records in the other sections and EDNS options that came with the question.
+    pub extra: usize,
 }
 
 impl Drop for Peer {

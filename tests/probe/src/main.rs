@@ -86,6 +86,7 @@ fn main() {
         "forged-ping" => attacks::forged_ping(&args),
         "forged-source" => attacks::forged_source(&args),
         "tty-stop" => attacks::tty_stop(&args),
+        "dns-crafted" => attacks::dns_crafted(&args),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(64);

@@ -88,13 +88,16 @@ pub fn serve(args: &[String]) {
 }
 
 /// Answers from the zone file (`name type address ttl` lines), logging the query first as
-/// `name type id`.
+/// `name type id extra` (extra: records and EDNS options besides the question).
 fn answer(packet: &[u8], zone: &str, log: &str) -> Option<Vec<u8>> {
     let query = Message::from_vec(packet).ok()?;
     let question = query.queries().first()?.clone();
     let name = question.name().to_ascii().to_ascii_lowercase();
     if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
-        let _ = writeln!(file, "{name} {} {}", question.query_type(), query.id());
+        // What else came with the question: records in the other sections, EDNS options.
+        let options = query.extensions().as_ref().map_or(0, |e| e.options().as_ref().len());
+        let extra = query.answers().len() + query.name_servers().len() + query.additionals().len() + options;
+        let _ = writeln!(file, "{name} {} {} {extra}", question.query_type(), query.id());
     }
     let mut reply = Message::new();
     reply

@@ -84,12 +84,16 @@ pub fn query(
     timeout: Duration,
     id: Option<u16>,
 ) -> Result<Message, String> {
-    let packet = query_packet(name, kind, id)?;
+    exchange(&query_packet(name, kind, id)?, server, timeout)
+}
+
+/// Sends one DNS packet over UDP and parses the reply.
+pub fn exchange(packet: &[u8], server: IpAddr, timeout: Duration) -> Result<Message, String> {
     let local: SocketAddr = if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().unwrap();
     let socket = UdpSocket::bind(local).map_err(|e| outcome_of(&e))?;
     socket.set_read_timeout(Some(timeout)).ok();
     socket.connect((server, 53)).map_err(|e| outcome_of(&e))?;
-    socket.send(&packet).map_err(|e| outcome_of(&e))?;
+    socket.send(packet).map_err(|e| outcome_of(&e))?;
     let mut buf = [0u8; 4096];
     let len = socket.recv(&mut buf).map_err(|e| outcome_of(&e))?;
     Message::from_vec(&buf[..len]).map_err(|_| "malformed".into())

@@ -69,7 +69,7 @@ fn a_name_outside_the_allowlist_is_refused_with_its_question() {
 #[test]
 fn an_allowed_name_is_forwarded_with_its_ports_whatever_its_case() {
     let decision = decide(&query(9, "API.Example.COM.", RecordType::AAAA), &allowlist());
-    let Some(Decision::Forward { id, query: forwarded, access }) = decision else {
+    let Some(Decision::Forward { id, query: forwarded, access, .. }) = decision else {
         panic!("not forwarded: {decision:?}")
     };
     assert_eq!((id, forwarded.query_type()), (9, RecordType::AAAA));
@@ -363,4 +363,59 @@ async fn a_reload_changes_what_the_gate_allows() {
     let policy = Policy::from_yaml(Path::new("p.yaml"), "version: 1\ndomains: [new.example.org]\n").unwrap();
     *recorder.allowlist.write().unwrap() = Arc::new(Allowlist::new(&policy));
     assert_eq!(code(gate.handle(&q, Transport::Udp).await.unwrap()), ResponseCode::NoError);
+}
+
+#[test]
+fn only_the_question_goes_upstream_not_the_clients_other_sections_or_edns_options() {
+    let name = Name::from_str("api.example.com.").unwrap();
+    let mut client = Message::new();
+    client.set_id(5).set_recursion_desired(true);
+    client.add_query(Query::query(name.clone(), RecordType::A));
+    let smuggled = Name::from_str("exfil-data.attacker.example.").unwrap();
+    let txt =
+        || Record::from_rdata(smuggled.clone(), 60, RData::TXT(TXT::new(vec!["PASSWORD=hunter2".into()])));
+    client.add_answer(txt()).add_name_server(txt()).add_additional(txt());
+    let mut edns = Edns::new();
+    edns.set_max_payload(1232).set_dnssec_ok(true);
+    edns.options_mut()
+        .insert(hickory_proto::rr::rdata::opt::EdnsOption::Unknown(65001, b"EDNS-EXFIL".to_vec()));
+    client.set_edns(edns);
+    let packet = client.to_vec().unwrap();
+    let Some(Decision::Forward { upstream, .. }) = decide(&packet, &allowlist()) else {
+        panic!("not forwarded")
+    };
+    let sent = Message::from_vec(&upstream).unwrap();
+    assert_eq!(sent.queries(), &[Query::query(name, RecordType::A)]);
+    assert!(sent.answers().is_empty() && sent.name_servers().is_empty() && sent.additionals().is_empty());
+    let edns = sent.extensions().as_ref().expect("the client's EDNS payload size is kept");
+    assert_eq!((edns.max_payload(), edns.flags().dnssec_ok), (1232, true));
+    assert!(edns.options().as_ref().is_empty(), "{:?}", edns.options());
+    assert!(sent.recursion_desired());
+    for bytes in [b"hunter2".as_slice(), b"EDNS-EXFIL", b"attacker"] {
+        assert!(
+            !upstream.windows(bytes.len()).any(|w| w == bytes),
+            "{:?} left",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+}
+
+#[test]
+fn a_label_with_a_dot_is_no_host_name_and_matches_no_wildcard() {
+    // `evil.attacker.cdn.example` as ONE label under `com`: as text, it passes for a name
+    // under `*.cdn.example.com`.
+    let labels: [&[u8]; 3] = [b"evil.attacker.cdn", b"example", b"com"];
+    let name = Name::from_labels(labels).unwrap();
+    assert_eq!(name.to_ascii(), "evil\\.attacker\\.cdn.example.com.");
+    let mut message = Message::new();
+    message.set_id(3).set_recursion_desired(true);
+    message.add_query(Query::query(name, RecordType::A));
+    let Some(Decision::Reply { packet, refused }) = decide(&message.to_vec().unwrap(), &allowlist()) else {
+        panic!("forwarded")
+    };
+    assert_eq!(Message::from_vec(&packet).unwrap().response_code(), ResponseCode::Refused);
+    assert!(matches!(refused, Some(Denial::Name { reason: Reason::NotAHostName, .. })), "{refused:?}");
+    // The control: the same labels, as three, are under the wildcard.
+    let fits = query(1, "evil.attacker.cdn.example.com.", RecordType::A);
+    assert!(matches!(decide(&fits, &allowlist()), Some(Decision::Forward { .. })));
 }

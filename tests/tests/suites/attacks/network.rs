@@ -516,3 +516,42 @@ async fn a_stopped_terminal_cannot_freeze_pid1() -> anyhow::Result<()> {
     assert!(matches!(code, Some(c) if c != 137 && c != 139), "PID 1 did not end by itself: {code:?}");
     Ok(())
 }
+
+/// The gate checks the question; the agent puts its data in the rest of the query: records in
+/// the answer, authority and additional sections, an EDNS option. Forwarded as they came, they
+/// would reach the resolvers with an allowed name.
+#[tokio::test]
+async fn a_query_carries_nothing_but_its_question_upstream() -> anyhow::Result<()> {
+    let world = ResolvedNet::start("smuggle", &["ext.smuggle.test"]).await?;
+    let sb = SandboxSpec::smallest().await?.resolving_through(&world, "ext.smuggle.test\n").start().await?;
+    let sent = sb.probe(&["dns-crafted", "ext|smuggle|test", "--smuggle", "PASSWORD=hunter2"]).await?;
+    assert_eq!(sent.outcome(), "dns:noerror", "{:?}", sent.fields);
+    // The control: the name itself reached the resolver, and the gate answered.
+    let log = world.dns.dns_log().await?;
+    let asked: Vec<_> = log.iter().filter(|q| q.name == "ext.smuggle.test").collect();
+    assert!(!asked.is_empty(), "{log:?}");
+    assert!(asked.iter().all(|q| q.extra == 0), "the rest of the query went upstream: {asked:?}");
+    Ok(())
+}
+
+/// A DNS label may hold a dot. `evil.attacker.wild` as one label under `test` reads, as text,
+/// `evil\.attacker\.wild.test`, which splits like a name under `*.wild.test`: the query would
+/// leave for `test`'s servers, and an answer would open its addresses.
+#[tokio::test]
+async fn a_label_with_dots_is_not_a_name_under_the_wildcard() -> anyhow::Result<()> {
+    let world = ResolvedNet::start("dotted", &["*.wild.test", "*.test"]).await?;
+    let sb = SandboxSpec::smallest().await?.resolving_through(&world, "*.wild.test\n").start().await?;
+    let dotted = sb.probe(&["dns-crafted", "evil.attacker.wild|test"]).await?;
+    assert_eq!(dotted.outcome(), "dns:refused", "{:?}", dotted.fields);
+    // The control: the same labels as a name of three are under the wildcard.
+    let plain = sb.probe(&["dns-crafted", "evil|attacker|wild|test"]).await?;
+    assert_eq!(plain.outcome(), "dns:noerror", "{:?}", plain.fields);
+    let seen = world.dns.dns_queries().await?;
+    assert!(seen.contains(&"evil.attacker.wild.test".to_string()), "{seen:?}");
+    assert!(!seen.iter().any(|q| q.contains('\\')), "the dotted label reached the resolver: {seen:?}");
+    assert!(
+        sb.set_elements().await?.iter().all(|(addr, _, _)| *addr == world.peer.ipv4),
+        "only the control's"
+    );
+    Ok(())
+}
