@@ -13,7 +13,9 @@ use crate::console;
 use crate::denials::{DENIAL_LOG, DenialLog};
 use crate::exit::{Fatal, Refusal};
 use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
-use crate::net::firewall::{DEFAULT_SET_SIZE, EGRESS_MARK, FirewallMode, Nft, Ruleset, verify_table};
+use crate::net::firewall::{
+    DEFAULT_SET_SIZE, EGRESS_MARK, FirewallMode, INBOUND_MARK, Nft, Ruleset, verify_table,
+};
 use crate::net::interfaces::{Network, impersonable_resolver, probe_targets};
 use crate::net::sink::NftSink;
 use crate::net::{conntrack, nflog};
@@ -417,7 +419,12 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
                 .iter()
                 .any(|(net, ports)| net.contains(&flow.destination) && ports.contains(&flow.port))
     };
-    let cut = match conntrack::revoke(EGRESS_MARK, still_allowed) {
+    let revoked = |flow: &conntrack::Flow| match flow.mark {
+        EGRESS_MARK => !still_allowed(flow),
+        INBOUND_MARK => flow.protocol != 6 || !policy.inbound.contains(&flow.port),
+        _ => false,
+    };
+    let cut = match conntrack::revoke(revoked) {
         Ok(cut) => cut,
         Err(err) => {
             // The table holds the new policy already; only connections opened before it stay.

@@ -160,6 +160,11 @@ impl Peer {
         Probe::from_output(args, exec(&self.id, &cmd, None).await?)
     }
 
+    /// The probe, as root in the peer, in a task.
+    pub fn probe_in_background(&self, args: &[&str]) -> tokio::task::JoinHandle<anyhow::Result<Probe>> {
+        crate::probe::spawn(&self.id, false, args)
+    }
+
     /// Freezes the peer: it receives and answers nothing until [`Peer::unpause`].
     pub async fn pause(&self) -> anyhow::Result<()> {
         Ok(docker().await?.pause_container(&self.id).await?)

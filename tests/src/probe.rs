@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::docker::ExecOutput;
+use crate::docker::{ExecOutput, exec};
 use crate::root;
 
 /// Where the probe binary is mounted in sandboxes (and installed in the peer image).
@@ -21,6 +21,24 @@ pub fn probe_binary() -> anyhow::Result<PathBuf> {
     let root = root();
     xtask::project::static_binary(&sh, &root, "sandbox-probe", &["tests/probe", "Cargo.lock", "Cargo.toml"])?;
     Ok(PROBE.get_or_init(|| xtask::project::static_binary_path(&root, "sandbox-probe")).clone())
+}
+
+/// Runs the probe in `container` in a task: `as_agent` through sandbox-exec, else as root.
+pub fn spawn(
+    container: &str,
+    as_agent: bool,
+    args: &[&str],
+) -> tokio::task::JoinHandle<anyhow::Result<Probe>> {
+    let id = container.to_string();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::spawn(async move {
+        let mut cmd = if as_agent { vec!["sandbox-exec", "--"] } else { Vec::new() };
+        cmd.push(PROBE);
+        let given = cmd.len();
+        cmd.extend(args.iter().map(String::as_str));
+        let out = exec(&id, &cmd, None).await?;
+        Probe::from_output(&cmd[given..], out)
+    })
 }
 
 /// What one probe saw, from its `key=value` lines.

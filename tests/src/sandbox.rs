@@ -336,14 +336,7 @@ impl Sandbox {
 
     /// Starts the probe as the agent and returns at once: the task ends with what it reported.
     pub fn probe_in_background(&self, args: &[&str]) -> tokio::task::JoinHandle<anyhow::Result<Probe>> {
-        let id = self.id().to_string();
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        tokio::spawn(async move {
-            let mut cmd = vec!["sandbox-exec", "--", PROBE];
-            cmd.extend(args.iter().map(String::as_str));
-            let out = exec(&id, &cmd, None).await?;
-            Probe::from_output(&cmd[3..], out)
-        })
+        crate::probe::spawn(self.id(), true, args)
     }
 
     /// Starts a command in the container and does not wait for it (`docker exec -d`).

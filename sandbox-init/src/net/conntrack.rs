@@ -93,12 +93,12 @@ pub fn dump(socket: &Netfilter) -> std::io::Result<Vec<Flow>> {
     }
 }
 
-/// Deletes the tracked connections the policy let out (the egress mark) whose destination
-/// `allowed` no longer admits. Returns how many were cut.
-pub fn revoke(mark: u32, allowed: impl Fn(&Flow) -> bool) -> std::io::Result<usize> {
+/// Deletes the tracked connections `revoked` picks (by their mark: what the policy let out or
+/// in, and where to). Returns how many were cut.
+pub fn revoke(revoked: impl Fn(&Flow) -> bool) -> std::io::Result<usize> {
     let socket = Netfilter::open()?;
     let mut cut = 0;
-    for flow in dump(&socket)?.into_iter().filter(|f| f.mark == mark && !allowed(f)) {
+    for flow in dump(&socket)?.into_iter().filter(|f| revoked(f)) {
         let flags = (libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16;
         match socket.request(&netlink::message(
             SUBSYS_CTNETLINK,

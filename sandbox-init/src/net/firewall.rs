@@ -25,6 +25,9 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 /// The connection-tracking mark of every connection the policy let out (a set or a CIDR): a
 /// reload finds them by it and cuts those the new policy no longer allows.
 pub const EGRESS_MARK: u32 = 0x0a5b_0001;
+/// The connection mark of what the policy's `inbound` ports let in: a reload that closes the
+/// port cuts them.
+pub const INBOUND_MARK: u32 = 0x0a5b_0002;
 /// The most elements (address, protocol, port) the sets hold unless SANDBOX_MAX_ADDRESSES says
 /// otherwise: a full set refuses the next name instead of growing without bound.
 pub const DEFAULT_SET_SIZE: usize = 65_536;
@@ -211,7 +214,10 @@ impl Ruleset<'_> {
             "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-advert } accept".to_string(),
         ];
         if !self.policy.inbound.is_empty() {
-            rules.push(format!("tcp dport {} accept", port_set(&self.policy.inbound)));
+            rules.push(format!(
+                "tcp dport {} ct mark set {INBOUND_MARK:#010x} accept",
+                port_set(&self.policy.inbound)
+            ));
         }
         rules.push("meta l4proto tcp reject with tcp reset".into());
         rules.push("reject with icmpx admin-prohibited".into());
@@ -408,7 +414,7 @@ mod tests {
     fn inbound_is_closed_but_for_the_policys_ports() {
         let policy = sample_policy();
         let rules = ruleset(&policy, &[], &[]).input_rules();
-        assert!(rules.contains(&"tcp dport { 3000 } accept".to_string()), "{rules:?}");
+        assert!(rules.contains(&"tcp dport { 3000 } ct mark set 0x0a5b0002 accept".to_string()), "{rules:?}");
         let closed =
             Policy::from_yaml(Path::new("p.yaml"), "version: 1\ndomains: [a.example.com]\n").unwrap();
         let rules = ruleset(&closed, &[], &[]).input_rules();

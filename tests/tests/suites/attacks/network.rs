@@ -555,3 +555,35 @@ async fn a_label_with_dots_is_not_a_name_under_the_wildcard() -> anyhow::Result<
     );
     Ok(())
 }
+
+/// A connection in through an `inbound` port outlives the port: a reload that closes it must
+/// cut what it let in, as it cuts what a removed name let out.
+#[tokio::test]
+async fn a_connection_in_through_a_closed_port_is_cut_at_reload() -> anyhow::Result<()> {
+    let (net, _allowed, blocked, spec) = setup("inbound-cut", &allow(&[ALLOWED])).await?;
+    let sb = spec.drop_in("in.yaml", "version: 1\ninbound: [3000, 3001]\n").start().await?;
+    sb.exec_detached(&["sandbox-exec", "--", PROBE, "serve", "--echo", "3000,3001"], None).await?;
+    let (me, _) = sb.addresses(&net).await?;
+    let me = me.to_string();
+    eventually("the agent's echo server", || async {
+        Ok(blocked.probe(&["tcp", &me, "3001", "--timeout-ms", "500"]).await?.outcome() == "connected")
+    })
+    .await?;
+    let closed = blocked.probe_in_background(&["hold", &me, "3000", "--ms", "6000"]);
+    let kept = blocked.probe_in_background(&["hold", &me, "3001", "--ms", "6000"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sb.write_drop_in("in.yaml", "version: 1\ninbound: [3001]\n")?;
+    reload(&sb, 1).await?;
+    let closed = closed.await??;
+    assert_eq!(
+        closed.outcome(),
+        "broken",
+        "the connection through the closed port survived: {:?}",
+        closed.fields
+    );
+    assert!(closed.number("pings") >= 3.0, "it worked before the reload: {:?}", closed.fields);
+    // The control: the port the new policy keeps open kept its connection.
+    let kept = kept.await??;
+    assert_eq!(kept.outcome(), "held", "{:?}", kept.fields);
+    Ok(())
+}
