@@ -185,7 +185,9 @@ fn prepare_run_dir(agent: &AgentPrivileges) -> std::io::Result<()> {
     // tmux's socket directory is the agent's alone. The session directory is root's: PID 1
     // reads the status file in it, which the agent may write but not replace.
     for (dir, owner, mode) in [(TMUX_TMPDIR, agent.uid, 0o700), (SESSION_DIR, 0, 0o755)] {
-        let _ = std::fs::remove_dir_all(dir);
+        // The agent may have nested directories in it far deeper than a path or a recursive
+        // removal reaches: tree::remove holds two descriptors whatever the depth.
+        crate::tree::remove(Path::new(dir))?;
         std::fs::create_dir(dir)?;
         chown(dir, Some(owner), Some(if owner == 0 { 0 } else { agent.gid }))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;

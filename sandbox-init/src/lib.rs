@@ -14,3 +14,4 @@ pub mod procfs;
 pub mod session;
 pub mod state;
 pub mod status;
+pub mod tree;

@@ -54,12 +54,21 @@ pub struct Limits {
     pub pids: Option<i64>,
     pub memory: Option<i64>,
     pub log_options: std::collections::BTreeMap<String, String>,
+    /// `--ulimit nofile=N:N`: the descriptors each process may hold.
+    pub nofile: Option<i64>,
 }
 
 impl Limits {
     fn apply(&self, host: &mut HostConfig) {
         host.pids_limit = self.pids;
         host.memory = self.memory;
+        host.ulimits = self.nofile.map(|n| {
+            vec![bollard::models::ResourcesUlimits {
+                name: Some("nofile".into()),
+                soft: Some(n),
+                hard: Some(n),
+            }]
+        });
         if !self.log_options.is_empty() {
             host.log_config = Some(bollard::models::HostConfigLogConfig {
                 typ: Some("json-file".into()),
@@ -200,6 +209,7 @@ impl SandboxSpec {
                 hc.dns = host.dns;
                 hc.pids_limit = host.pids_limit;
                 hc.memory = host.memory;
+                hc.ulimits = host.ulimits;
                 hc.log_config = host.log_config;
             });
         for (k, v) in &self.env {

@@ -582,3 +582,31 @@ pub fn dns_crafted(args: &Args) {
     };
     report(&[("outcome", outcome)]);
 }
+
+/// `deep DIR DEPTH`: a chain of DEPTH directories `d` under DIR, each made relative to the one
+/// above (no path is ever longer than one name): deeper than a path reaches, and than a
+/// recursive removal has descriptors for.
+pub fn deep(args: &Args) {
+    let depth: usize = args.arg(2).parse().unwrap_or(1000);
+    let mut at = match std::fs::File::open(args.arg(1)) {
+        Ok(dir) => OwnedFd::from(dir),
+        Err(e) => return report(&[("outcome", outcome_of(&e))]),
+    };
+    for level in 0..depth {
+        let name = c"d";
+        // SAFETY: mkdirat and openat on a descriptor we own, with a constant name.
+        let next = unsafe {
+            libc::mkdirat(at.as_raw_fd(), name.as_ptr(), 0o755);
+            libc::openat(at.as_raw_fd(), name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        };
+        if next < 0 {
+            return report(&[(
+                "outcome",
+                format!("stopped at {level}: {}", std::io::Error::last_os_error()),
+            )]);
+        }
+        // SAFETY: a fresh descriptor we own.
+        at = unsafe { OwnedFd::from_raw_fd(next) };
+    }
+    report(&[("outcome", "built".into()), ("depth", depth.to_string())]);
+}

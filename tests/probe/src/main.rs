@@ -87,6 +87,7 @@ fn main() {
         "forged-source" => attacks::forged_source(&args),
         "tty-stop" => attacks::tty_stop(&args),
         "dns-crafted" => attacks::dns_crafted(&args),
+        "deep" => attacks::deep(&args),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(64);

@@ -175,3 +175,22 @@ async fn the_hosts_network_is_refused_at_start() -> anyhow::Result<()> {
     assert_eq!(own.code, 77, "{own:?}");
     Ok(())
 }
+
+/// The agent owns tmux's socket directory, which outlives a restart in the container's
+/// writable layer, and nests directories in it deeper than a path reaches and than a
+/// recursive removal has descriptors for: the next start must still clear it and start.
+#[tokio::test]
+async fn a_deep_tree_in_the_agents_directory_cannot_stop_the_next_start() -> anyhow::Result<()> {
+    let mut spec = SandboxSpec::smallest().await?.offline();
+    spec.limits.nofile = Some(1024);
+    let sb = spec.start().await?;
+    let built = sb.probe(&["deep", "/run/agent-sandbox/tmux", "3000"]).await?;
+    assert_eq!(built.outcome(), "built", "{:?}", built.fields);
+    sb.stop().await?;
+    sb.start_again().await?;
+    sb.wait_for_stdout("sandbox ready", 2).await?;
+    // The control: the tree was there, and now it is gone.
+    let left = sb.exec(&["sh", "-c", "ls -A /run/agent-sandbox/tmux | grep -c '^d$' || true"]).await?;
+    assert_eq!(left.stdout.trim(), "0", "{left:?}");
+    Ok(())
+}
