@@ -9,15 +9,18 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::connections::{CONNECTION_LOG, ConnectionLog};
 use crate::console;
 use crate::denials::{DENIAL_LOG, DenialLog};
 use crate::exit::{Fatal, Refusal};
+use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, PASS_PORT};
 use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
 use crate::net::firewall::{
-    DEFAULT_SET_SIZE, EGRESS_MARK, FirewallMode, INBOUND_MARK, Nft, Ruleset, verify_table,
+    DEFAULT_SET_SIZE, EGRESS_MARK, FirewallMode, INBOUND_MARK, NameCheck, Nft, Ruleset, verify_table,
 };
 use crate::net::interfaces::{Network, impersonable_resolver, probe_targets};
 use crate::net::sink::NftSink;
+use crate::net::verdicts::{CheckerProcess, Verdicts};
 use crate::net::{conntrack, nflog};
 use crate::policy::{Allowlist, BAKED_POLICY, DROP_IN_DIR, Policy, Protocol};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
@@ -29,8 +32,24 @@ const GATE_ADDR: &str = "127.0.0.1:53";
 /// How long the session's foreground processes get to end after SIGTERM before the tmux server
 /// is closed, which hangs up the rest (an interactive shell ignores SIGTERM, not SIGHUP).
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// How long PID 1 waits before it starts a checker that died again.
+const CHECKER_RESTART: Duration = Duration::from_secs(1);
 /// With a terminal: how long the ready line has to reach the engine before tmux starts.
 const TTY_READY_GRACE: Duration = Duration::from_millis(100);
+
+/// The variable that turns the name check off (for measurements; loudly warned).
+pub const NAME_CHECK_ENV: &str = "SANDBOX_NAME_CHECK";
+
+/// SANDBOX_NAME_CHECK: `on` (the default) or `off`.
+pub fn name_check_wanted() -> Result<bool, Fatal> {
+    match std::env::var(NAME_CHECK_ENV).as_deref() {
+        Err(_) | Ok("" | "on") => Ok(true),
+        Ok("off") => Ok(false),
+        Ok(other) => {
+            Err(Fatal::new(Refusal::BadSetting, format!("{NAME_CHECK_ENV}={other} is not one of on, off")))
+        }
+    }
+}
 
 /// The variable that bounds the address sets.
 pub const MAX_ADDRESSES_ENV: &str = "SANDBOX_MAX_ADDRESSES";
@@ -71,6 +90,12 @@ struct Enforcer {
     set_size: usize,
     /// For the status written on reload.
     ipv6: bool,
+    name_check: Option<NameCheck>,
+    /// The checker and PID 1's verdicts, with the name check on.
+    checker: Option<Arc<CheckerProcess>>,
+    verdicts: Option<Arc<Verdicts>>,
+    /// An nft script to apply once the sandbox is ready (the start's own probe element).
+    after_ready: Option<String>,
 }
 
 /// Runs as PID 1 (or under another init, as a subreaper) until the session ends.
@@ -78,6 +103,7 @@ pub fn run() -> Result<u8, Fatal> {
     let started = Instant::now();
     let mode = FirewallMode::from_env()?;
     let set_size = max_addresses()?;
+    let name_check = name_check_wanted()?;
     let policy = load_policy()?;
     // Read once: PID 1's capabilities do not change until it restricts itself.
     let caps = Capabilities::of("self").unwrap_or_default();
@@ -111,6 +137,7 @@ pub fn run() -> Result<u8, Fatal> {
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the runtime: {e}")))?;
 
     let denials = Arc::new(DenialLog::open(Path::new(DENIAL_LOG)));
+    let connections = Arc::new(ConnectionLog::open(Path::new(CONNECTION_LOG)));
     let mut enforcer = None;
     let summary = match mode {
         FirewallMode::Off | FirewallMode::Open => {
@@ -142,7 +169,13 @@ pub fn run() -> Result<u8, Fatal> {
                      (run with --cap-add NET_ADMIN, or --network none, or SANDBOX_FIREWALL=off to run unfiltered)",
                 ));
             }
-            let e = runtime.block_on(enforce(&policy, &agent, &denials, network.ipv6, set_size))?;
+            if !name_check {
+                console::err(format!(
+                    "sandbox-init: WARNING: {NAME_CHECK_ENV}=off: the agent reaches every site on an allowed address, whatever name it sends"
+                ));
+            }
+            let logs = (denials.clone(), connections.clone());
+            let e = runtime.block_on(enforce(&policy, &agent, logs, network.ipv6, set_size, name_check))?;
             let summary = format!("{}, ipv6 {}", policy.summary(), if network.ipv6 { "on" } else { "off" });
             enforcer = Some(e);
             summary
@@ -152,7 +185,7 @@ pub fn run() -> Result<u8, Fatal> {
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
 
     if enforcer.as_ref().is_some_and(|e| e.log) {
-        nflog::spawn(denials.clone());
+        nflog::spawn(denials.clone(), connections.clone());
     }
 
     let server =
@@ -164,6 +197,10 @@ pub fn run() -> Result<u8, Fatal> {
     }
     // The one line tests and users wait for: the firewall holds and the session runs.
     console::out(format!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis()));
+    if let Some((nft, script)) = enforcer.as_ref().and_then(|e| Some((e.nft.clone(), e.after_ready.clone()?)))
+    {
+        std::thread::spawn(move || nft.apply(&script));
+    }
     // SAFETY: isatty on fd 0.
     if unsafe { libc::isatty(0) } == 1 {
         // The tmux client discards the terminal's output not yet read (tcflush TCOFLUSH) as it
@@ -198,9 +235,10 @@ fn prepare_run_dir(agent: &AgentPrivileges) -> std::io::Result<()> {
 async fn enforce(
     policy: &Policy,
     agent: &AgentPrivileges,
-    denials: &Arc<DenialLog>,
+    (denials, connections): (Arc<DenialLog>, Arc<ConnectionLog>),
     ipv6: bool,
     set_size: usize,
+    name_check: bool,
 ) -> Result<Enforcer, Fatal> {
     let setup =
         |what: &str, e: &dyn std::fmt::Display| Fatal::new(Refusal::SetupFailed, format!("{what}: {e}"));
@@ -221,12 +259,29 @@ async fn enforce(
     if upstreams.is_empty() {
         console::err("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
     }
-    let mut ruleset = Ruleset { policy, upstreams: &upstreams, elements: &[], log: true, set_size };
+    let name_check =
+        name_check.then_some(NameCheck { uid: CHECKER_UID, check_port: CHECK_PORT, pass_port: PASS_PORT });
+    let mut ruleset =
+        Ruleset { policy, upstreams: &upstreams, elements: &[], log: true, set_size, name_check };
     if let Err(first) = nft.apply(&ruleset.render()) {
         // A kernel without an nflog backend rejects the log rule, and with it the table: load
         // it without, and say that rejected connections will not be in the denial log.
         ruleset.log = false;
-        nft.apply(&ruleset.render()).map_err(|_| setup("cannot load the firewall", &first))?;
+        if let Err(second) = nft.apply(&ruleset.render()) {
+            // Without the name check's nat chain the table loads: this kernel cannot redirect,
+            // and the agent is not started without the check.
+            let plain = Ruleset { name_check: None, ..ruleset };
+            if name_check.is_some() && nft.apply(&plain.render()).is_ok() {
+                let _ = nft.apply(&format!("delete table inet {}\n", crate::net::firewall::TABLE));
+                return Err(Fatal::new(
+                    Refusal::NftMissing,
+                    format!(
+                        "the kernel cannot redirect connections to the name check (nft nat redirect): {second}"
+                    ),
+                ));
+            }
+            return Err(setup("cannot load the firewall", &first));
+        }
         console::err(format!(
             "sandbox-init: nflog is unavailable, rejected connections will not be logged: {first}"
         ));
@@ -243,20 +298,38 @@ async fn enforce(
     // Written in place: Docker bind-mounts the file, so it cannot be replaced by a rename.
     std::fs::write(RESOLV_CONF, gate_resolv_conf(&original, &upstreams))
         .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
-    verify_blocked(policy, agent)?;
+    let target = verify_blocked(policy, agent)?;
+    let mut after_ready = None;
+    let (checker, verdicts) = match name_check {
+        None => (None, None),
+        Some(_) => {
+            let verdicts = Verdicts::new(sink.clone(), policy.cidrs.clone(), connections);
+            let checker = CheckerProcess::bind(verdicts.clone(), ipv6)
+                .map_err(|e| setup("cannot listen for the name check on loopback", &e))?;
+            checker.start(&sandbox_init_exe()).map_err(|e| setup("cannot start the name check", &e))?;
+            if let Some(target) = target {
+                verdicts.quiet(Some(SocketAddr::new(target, PROBE_PORT)));
+                let verified = verify_name_check(&nft, agent, target);
+                verdicts.quiet(None);
+                after_ready = Some(verified?);
+            }
+            (Some(Arc::new(checker)), Some(verdicts))
+        }
+    };
     let log = ruleset.log;
-    Ok(Enforcer { nft, sink, upstreams, log, set_size, ipv6 })
+    Ok(Enforcer { nft, sink, upstreams, log, set_size, ipv6, name_check, checker, verdicts, after_ready })
 }
 
 /// A connection as the agent to an address outside the allowlist must be refused at once.
-fn verify_blocked(policy: &Policy, agent: &AgentPrivileges) -> Result<(), Fatal> {
+/// Returns the address it tried, where there was one to try.
+fn verify_blocked(policy: &Policy, agent: &AgentPrivileges) -> Result<Option<IpAddr>, Fatal> {
     let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
     let target = probe_targets(&routes).into_iter().find(|addr| {
         !policy.cidrs.iter().any(|(net, ports)| net.contains(addr) && ports.contains(&PROBE_PORT))
     });
     let Some(target) = target else {
         console::err("sandbox-init: no IPv4 route to probe; the firewall was verified by reading it back");
-        return Ok(());
+        return Ok(None);
     };
     let mut command = agent.command(sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     command.arg("probe").arg(SocketAddr::new(target, PROBE_PORT).to_string());
@@ -271,7 +344,69 @@ fn verify_blocked(policy: &Policy, agent: &AgentPrivileges) -> Result<(), Fatal>
             ),
         ));
     }
-    Ok(())
+    Ok(Some(target))
+}
+
+/// With the name check: a connection as the agent to an allowed address must reach the checker
+/// (which refuses bytes that name nothing), not go out, nor be refused by the firewall as if the
+/// kernel had not redirected it. `target` is opened for the test and closed again.
+/// Returns the script that deletes the probe's element again, which [`run`] applies once the
+/// sandbox is ready: a deletion commits only after an RCU grace period (15 to 35 ms measured),
+/// and nft runs take turns with every spawn. Until then the element opens nothing: PID 1
+/// refuses every connection to an address the sink did not open.
+fn verify_name_check(nft: &Nft, agent: &AgentPrivileges, target: IpAddr) -> Result<String, Fatal> {
+    let table = crate::net::firewall::TABLE;
+    let set = if target.is_ipv4() { "checked_v4" } else { "checked_v6" };
+    let element = format!("{{ {target} . {PROBE_PORT} }}");
+    nft.apply(&format!("add element inet {table} {set} {{ {target} . {PROBE_PORT} timeout 30s }}\n"))
+        .map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
+    let mut command = agent.command(sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    command.arg("probe-checked").arg(SocketAddr::new(target, PROBE_PORT).to_string());
+    let output = process::output(&mut command, None);
+    let output =
+        output.map_err(|e| Fatal::new(Refusal::VerificationFailed, format!("cannot run the probe: {e}")))?;
+    if !output.status.success() {
+        return Err(Fatal::new(
+            Refusal::VerificationFailed,
+            format!(
+                "a connection as the agent to an allowed address did not reach the name check: {}",
+                String::from_utf8_lossy(&output.stdout).trim()
+            ),
+        ));
+    }
+    Ok(format!("delete element inet {table} {set} {element}\n"))
+}
+
+/// `sandbox-init probe-checked ADDR:PORT`, run as the agent while ADDR:PORT is open for a name:
+/// exit 0 if the connection is taken (by the checker) and then reset for sending no name.
+pub fn probe_checked(target: &str) -> u8 {
+    use std::io::{Read as _, Write as _};
+    let Ok(addr) = target.parse::<SocketAddr>() else {
+        println!("not an address: {target}");
+        return 1;
+    };
+    let mut stream = match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+        Ok(stream) => stream,
+        Err(e) => {
+            println!("the connection was not taken: {e}");
+            return 1;
+        }
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = stream.write_all(b"x\r\n");
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+        Ok(_) => {
+            println!("an answer came back: the connection was not checked");
+            1
+        }
+        Err(e) => {
+            println!("no refusal from the name check: {e}");
+            1
+        }
+    }
 }
 
 /// This binary, which the session's pane and the probe run as the agent.
@@ -329,6 +464,21 @@ async fn supervise(
                 if let Some((_, status)) = reaped.iter().find(|(pid, _)| *pid == server) {
                     return session_status(stop_signal, *status);
                 }
+                if let Some(checker) = enforcer.as_ref().and_then(|e| e.checker.clone())
+                    && let Some((pid, status)) = reaped.iter().find(|(pid, _)| *pid == checker.pid())
+                {
+                    console::err(format!(
+                        "sandbox-init: the name check (pid {pid}) ended with status {}; connections wait until it is back",
+                        process::exit_code(*status)
+                    ));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(CHECKER_RESTART).await;
+                        match checker.start(&sandbox_init_exe()) {
+                            Ok(pid) => console::err(format!("sandbox-init: the name check runs again (pid {pid})")),
+                            Err(e) => console::err(format!("sandbox-init: cannot start the name check again: {e}; connections wait")),
+                        }
+                    });
+                }
             }
             _ = poll.tick() => {
                 // The server may not be our child (another init reaped it): check it lives.
@@ -345,7 +495,7 @@ async fn supervise(
                 stop_signal = libc::SIGINT;
                 stop_deadline = Some(stop(agent, server, libc::SIGINT));
             }
-            _ = hup.recv() => reload(mode, enforcer.as_ref()),
+            _ = hup.recv() => reload(mode, enforcer.as_ref()).await,
             _ = tokio::time::sleep_until(deadline), if stop_deadline.is_some() => {
                 console::err(format!("sandbox-init: the session did not end within {} s of the signal; closing it", STOP_GRACE.as_secs()));
                 // SIGTERM is tmux's own way out: it hangs up every pane and exits.
@@ -378,7 +528,7 @@ fn session_status(stop_signal: libc::c_int, server_status: i32) -> u8 {
 /// sink's lock: no answer in flight can slip the address of a removed name into the new table),
 /// then cut the connections the new policy no longer allows. The session is not touched; on any
 /// error the current policy stays.
-fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
+async fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
     let started = Instant::now();
     let policy = match load_policy() {
         Ok(policy) => policy,
@@ -398,6 +548,7 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
             elements: kept,
             log: e.log,
             set_size: e.set_size,
+            name_check: e.name_check,
         };
         e.nft.apply(&ruleset.render())
     });
@@ -408,7 +559,8 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
             return;
         }
     };
-    let open: std::collections::HashSet<_> = kept.iter().map(|k| k.key()).collect();
+    let open: std::collections::HashSet<_> =
+        kept.iter().map(|k| (k.addr, k.opening.protocol(), k.port)).collect();
     let still_allowed = |flow: &conntrack::Flow| {
         let protocol = match flow.protocol {
             6 => Protocol::Tcp,
@@ -436,6 +588,9 @@ fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
             0
         }
     };
+    if let Some(verdicts) = &e.verdicts {
+        verdicts.recheck(policy.cidrs.clone()).await;
+    }
     status::write(&status::Status::new(mode, &policy, &e.upstreams, e.ipv6));
     console::out(format!(
         "sandbox reloaded: {}, {} addresses kept, {cut} connections cut, {} ms",

@@ -1,6 +1,6 @@
 //! A JSON-lines log the agent cannot flood: what the agent does decides what is logged, so
-//! repeats are folded, lines are rate-limited, and the file is capped and rotated. Every line
-//! goes to stderr too (the engine's log), under the same limits.
+//! repeats are folded, lines are rate-limited, and the file is capped and rotated. Lines go to
+//! stderr too (the engine's log), under the same limits: all, or those a log picks.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -29,6 +29,8 @@ pub struct JsonLog {
     path: Option<PathBuf>,
     limits: Limits,
     state: Mutex<State>,
+    /// Which lines go to stderr too (all, unless [`JsonLog::echoing`] says otherwise).
+    echo: fn(&serde_json::Value) -> bool,
 }
 
 struct State {
@@ -55,16 +57,26 @@ impl JsonLog {
                 (Some(file), size)
             }
             Err(e) => {
-                eprintln!("sandbox-init: {} goes to stderr only: {e}", path.display());
+                crate::console::err(format!("sandbox-init: {} goes to stderr only: {e}", path.display()));
                 (None, 0)
             }
         };
-        JsonLog { path: Some(path.to_path_buf()), limits, state: Mutex::new(State::new(file, size, limits)) }
+        JsonLog {
+            path: Some(path.to_path_buf()),
+            limits,
+            state: Mutex::new(State::new(file, size, limits)),
+            echo: |_| true,
+        }
+    }
+
+    /// Only the lines `echo` picks go to stderr as well.
+    pub fn echoing(self, echo: fn(&serde_json::Value) -> bool) -> JsonLog {
+        JsonLog { echo, ..self }
     }
 
     /// Logs to stderr only.
     pub fn stderr_only(limits: Limits) -> JsonLog {
-        JsonLog { path: None, limits, state: Mutex::new(State::new(None, 0, limits)) }
+        JsonLog { path: None, limits, state: Mutex::new(State::new(None, 0, limits)), echo: |_| true }
     }
 
     /// Writes the line `make` builds, unless a line with the same `key` was written within the
@@ -117,7 +129,9 @@ impl JsonLog {
     fn emit(&self, state: &mut State, line: &serde_json::Value) {
         let mut text = line.to_string();
         text.push('\n');
-        crate::console::err(text.clone());
+        if (self.echo)(line) {
+            crate::console::err(text.clone());
+        }
         let Some(path) = &self.path else { return };
         if state.size + text.len() as u64 > self.limits.max_bytes {
             state.file = None;

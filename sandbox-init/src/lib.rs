@@ -1,5 +1,6 @@
 //! sandbox-init as a library: the parts the binary is made of, unit-tested without root.
 
+pub mod connections;
 pub mod console;
 pub mod denials;
 pub mod exit;

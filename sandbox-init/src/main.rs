@@ -24,15 +24,18 @@ Usage:
                                without FILE, the container's own policy and drop-ins
   sandbox-exec [--] CMD [ARG…] run CMD as the agent, without capabilities (docker exec C …)
   sandbox-attach [SESSION]     attach to the agent's tmux session (docker exec -it C …)
-  sandbox-status               the policy in force, allowed addresses, recent denials
+  sandbox-status [--json]      the policy in force, allowed addresses, recent denials and
+                               connections, connections and bytes per name
 
 Policy: {BAKED_POLICY}, merged with {DROP_IN_DIR}/*.yaml and *.txt.
 Signals to PID 1: SIGHUP reloads the policy; SIGTERM and SIGINT go to the session.
 
 Environment:
   SANDBOX_FIREWALL=on|off|open  off and open run WITHOUT the egress firewall (warned)
-  SANDBOX_MAX_ADDRESSES=N       the most (address, protocol, port) entries the gate opens
+  SANDBOX_MAX_ADDRESSES=N       the most (address, port) entries the gate opens
                                 (default 65536); past it, a new name is refused
+  SANDBOX_NAME_CHECK=on|off     off lets TCP to an allowed address through whatever name the
+                                client sends (for measurements; warned)
   ASSISTANT_CMD                 the agent command (set by each image)
   TMUX_SESSION                  the session name (default: agent)
 
@@ -65,9 +68,11 @@ fn main() -> ExitCode {
         "check" => check(&rest),
         "exec" => exec(&rest),
         "attach" => attach(&rest),
-        "status" => status::show(),
+        "status" => status::show(&rest),
         "pane" => session::pane(),
         "probe" => init::probe(rest.first().map_or("", String::as_str)),
+        "probe-checked" => init::probe_checked(rest.first().map_or("", String::as_str)),
+        "checker" => sandbox_init::net::checker::run(),
         "--version" | "-V" | "version" => {
             println!("sandbox-init {}", env!("CARGO_PKG_VERSION"));
             0

@@ -2,6 +2,8 @@
 //! addresses to, connection tracking, the kernel's log of rejected packets, and what the
 //! container's network looks like from inside. Built on the policy, below init.
 
+pub mod check_protocol;
+pub mod checker;
 pub mod conntrack;
 pub mod dns;
 pub mod firewall;
@@ -9,3 +11,5 @@ pub mod interfaces;
 pub mod netlink;
 pub mod nflog;
 pub mod sink;
+pub mod verdicts;
+pub mod wire;

@@ -24,7 +24,8 @@ pub enum PrivilegeError {
     NotRoot,
 }
 
-/// The agent's account, read from /etc/passwd (no NSS in a static binary).
+/// An unprivileged identity, and how a process becomes it: the agent's account, read from
+/// /etc/passwd (no NSS in a static binary), or the checker's.
 #[derive(Clone, Debug)]
 pub struct AgentPrivileges {
     pub uid: u32,
@@ -38,6 +39,17 @@ impl AgentPrivileges {
     pub fn lookup(user: &str) -> Result<AgentPrivileges, PrivilegeError> {
         let passwd = std::fs::read_to_string("/etc/passwd").map_err(PrivilegeError::Passwd)?;
         Self::from_passwd(user, &passwd)
+    }
+
+    /// An identity with no passwd entry (the checker's): its processes get the same drop.
+    pub fn system(uid: u32) -> AgentPrivileges {
+        AgentPrivileges {
+            uid,
+            gid: uid,
+            home: "/".into(),
+            shell: "/usr/sbin/nologin".into(),
+            last_cap: last_cap(),
+        }
     }
 
     fn from_passwd(user: &str, passwd: &str) -> Result<AgentPrivileges, PrivilegeError> {

@@ -1,5 +1,6 @@
 //! `sandbox-status`: the policy in force (written by PID 1 at start and on reload), the
-//! addresses the DNS gate has allowed with their remaining time, and the last denials.
+//! addresses the DNS gate has allowed with their remaining time, the last denials and
+//! connections, and per-name totals; `--json` for all of it as one object.
 
 use std::io::{BufRead as _, BufReader};
 use std::net::IpAddr;
@@ -7,6 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::connections::{CONNECTION_LOG, Connection, Totals, totals};
 use crate::denials::DENIAL_LOG;
 use crate::net::firewall::{FirewallMode, Nft};
 use crate::policy::Policy;
@@ -14,6 +16,7 @@ use crate::policy::Policy;
 pub const STATUS_FILE: &str = "/run/agent-sandbox/status.json";
 const SHOWN_DOMAINS: usize = 40;
 const SHOWN_DENIALS: usize = 10;
+const SHOWN_CONNECTIONS: usize = 10;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Status {
@@ -49,12 +52,49 @@ pub fn write(status: &Status) {
     let text = serde_json::to_string_pretty(status).unwrap_or_default();
     let tmp = format!("{STATUS_FILE}.tmp");
     if let Err(e) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, STATUS_FILE)) {
-        eprintln!("sandbox-init: cannot write {STATUS_FILE}: {e}");
+        crate::console::err(format!("sandbox-init: cannot write {STATUS_FILE}: {e}"));
     }
 }
 
-/// Prints the status; 1 if sandbox-init has not written one (it is not running, or not ready).
-pub fn show() -> u8 {
+/// What `sandbox-status` shows, gathered once for both forms.
+#[derive(Debug, Serialize)]
+struct Report {
+    #[serde(flatten)]
+    status: Status,
+    /// The (address . port) elements the gate opened, with the seconds each has left; None when
+    /// they cannot be listed (not root, or no firewall).
+    addresses: Option<Vec<Address>>,
+    denials: Vec<serde_json::Value>,
+    connections: Vec<Connection>,
+    /// Per name (the address where no name was known), over the whole connection log.
+    totals: std::collections::BTreeMap<String, Totals>,
+}
+
+#[derive(Debug, Serialize)]
+struct Address {
+    element: String,
+    expires_in: u64,
+}
+
+const USAGE: &str = "usage: sandbox-status [--json]";
+
+/// Prints the status (`--json`: as one JSON object); 1 if sandbox-init has not written one (it is
+/// not running, or not ready), 64 for an unknown option.
+pub fn show(args: &[String]) -> u8 {
+    let json = match args {
+        [] => false,
+        [flag] if flag == "--json" => true,
+        [flag] if flag == "--help" || flag == "-h" => {
+            println!(
+                "{USAGE}\n\nThe policy in force, the addresses the DNS gate opened and for how long, the last\ndenials and connections, and connections and bytes per name."
+            );
+            return 0;
+        }
+        _ => {
+            eprintln!("sandbox-status: unknown arguments {args:?}\n{USAGE}");
+            return crate::exit::Refusal::Usage.code();
+        }
+    };
     let status: Status = match std::fs::read_to_string(STATUS_FILE).map(|t| serde_json::from_str(&t)) {
         Ok(Ok(status)) => status,
         Ok(Err(e)) => {
@@ -66,6 +106,45 @@ pub fn show() -> u8 {
             return 1;
         }
     };
+    let addresses = if status.firewall == "on" {
+        Nft::find().and_then(|nft| nft.list_elements()).map_err(|e| e.to_string())
+    } else {
+        Err("no firewall".to_string())
+    };
+    let parse = |line: &String| serde_json::from_str::<serde_json::Value>(line).ok();
+    let all_connections = connection_lines();
+    let report = Report {
+        addresses: addresses.as_ref().ok().map(|list| {
+            list.iter()
+                .map(|(element, left)| Address { element: element.clone(), expires_in: left.as_secs() })
+                .collect()
+        }),
+        denials: last_lines(Path::new(DENIAL_LOG), SHOWN_DENIALS).iter().filter_map(parse).collect(),
+        totals: totals(&all_connections),
+        connections: all_connections.iter().rev().take(SHOWN_CONNECTIONS).rev().cloned().collect(),
+        status,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        return 0;
+    }
+    print_text(&report, addresses.err());
+    0
+}
+
+/// Every line of the connection log, the rotated file's first.
+fn connection_lines() -> Vec<Connection> {
+    let rotated = format!("{CONNECTION_LOG}.1");
+    [rotated.as_str(), CONNECTION_LOG]
+        .iter()
+        .filter_map(|path| std::fs::File::open(path).ok())
+        .flat_map(|file| BufReader::new(file).lines().map_while(Result::ok).collect::<Vec<_>>())
+        .filter_map(|line| serde_json::from_str::<Connection>(&line).ok())
+        .collect()
+}
+
+fn print_text(report: &Report, addresses_error: Option<String>) {
+    let status = &report.status;
     println!("firewall: {}, ipv6 {}", status.firewall, if status.ipv6 { "on" } else { "off" });
     println!("policy files: {}", status.files.join(", "));
     println!(
@@ -86,22 +165,37 @@ pub fn show() -> u8 {
     println!("upstream resolvers: {}", status.upstreams.join(", "));
     let inbound: Vec<String> = status.inbound.iter().map(u16::to_string).collect();
     println!("inbound tcp ports: {}", if inbound.is_empty() { "none".into() } else { inbound.join(", ") });
-    if status.firewall == "on" {
-        match Nft::find().and_then(|nft| nft.list_elements()) {
-            Ok(elements) => {
-                println!("allowed addresses ({}):", elements.len());
-                for (element, remaining) in elements {
-                    println!("  {element}  expires in {} s", remaining.as_secs());
-                }
+    match (&report.addresses, addresses_error) {
+        (Some(addresses), _) => {
+            println!("allowed addresses ({}):", addresses.len());
+            for address in addresses {
+                println!("  {}  expires in {} s", address.element, address.expires_in);
             }
-            Err(e) => println!("allowed addresses: cannot list them: {e}"),
         }
+        (None, Some(e)) if status.firewall == "on" => println!("allowed addresses: cannot list them: {e}"),
+        (None, _) => {}
     }
     println!("recent denials:");
-    for line in last_lines(Path::new(DENIAL_LOG), SHOWN_DENIALS) {
+    for line in &report.denials {
         println!("  {line}");
     }
-    0
+    println!("recent connections:");
+    for c in &report.connections {
+        let name = c.name.as_deref().unwrap_or("-");
+        let bytes = match (c.bytes_up, c.bytes_down, c.ms) {
+            (Some(up), Some(down), Some(ms)) => format!(", {up} B up, {down} B down, {ms} ms"),
+            _ => String::new(),
+        };
+        let repeats = c.repeats.map(|n| format!(" (and {n} more)")).unwrap_or_default();
+        println!(
+            "  {} {:7} {} {name} ({}:{}) via {}: {}{bytes}{repeats}",
+            c.time, c.verdict, c.protocol, c.address, c.port, c.via, c.reason
+        );
+    }
+    println!("connections per name (allowed / refused, bytes up / down):");
+    for (name, t) in &report.totals {
+        println!("  {name}: {} / {}, {} / {}", t.allowed, t.refused, t.bytes_up, t.bytes_down);
+    }
 }
 
 fn last_lines(path: &Path, count: usize) -> Vec<String> {

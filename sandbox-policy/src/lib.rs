@@ -131,49 +131,99 @@ fn validate_labels(name: &str) -> Result<(), String> {
 /// A set of destination ports, never empty.
 pub type Ports = BTreeSet<u16>;
 
-/// What a domain entry opens on the addresses its name resolves to. TCP only unless the policy
-/// asks for UDP on a port: UDP to an allowed address would carry anything, QUIC included, past
-/// every check on the name.
+/// What a domain entry opens on the addresses its name resolves to. TCP, with the name the
+/// client speaks (TLS SNI, HTTP Host) checked before any byte reaches the server; TCP on the
+/// address alone only on the `opaque` ports the policy names (SSH carries no name); UDP only
+/// where the policy asks, since UDP (QUIC included) passes no check on the name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Access {
+    /// TCP ports where the name on the wire is checked.
     pub tcp: Ports,
+    /// TCP ports that pass on the address alone.
+    pub opaque: Ports,
     pub udp: Ports,
 }
 
 impl Access {
-    /// TCP on `ports`.
+    /// Name-checked TCP on `ports`.
     pub fn tcp(ports: Ports) -> Access {
-        Access { tcp: ports, udp: Ports::new() }
+        Access { tcp: ports, ..Access::default() }
     }
 
     pub fn merge(&mut self, other: &Access) {
         self.tcp.extend(&other.tcp);
+        self.opaque.extend(&other.opaque);
         self.udp.extend(&other.udp);
     }
 
+    /// Whether it opens `port` this way.
+    pub fn opens(&self, opening: Opening, port: u16) -> bool {
+        match opening {
+            Opening::Checked => self.tcp.contains(&port),
+            Opening::Opaque => self.opaque.contains(&port),
+            Opening::Udp => self.udp.contains(&port),
+        }
+    }
+
+    /// Whether a connection of `protocol` to `port` may pass, one way or another.
     pub fn allows(&self, protocol: Protocol, port: u16) -> bool {
         match protocol {
-            Protocol::Tcp => self.tcp.contains(&port),
+            Protocol::Tcp => self.tcp.contains(&port) || self.opaque.contains(&port),
             Protocol::Udp => self.udp.contains(&port),
         }
     }
 
-    /// Every (protocol, port) it opens.
-    pub fn pairs(&self) -> impl Iterator<Item = (Protocol, u16)> + '_ {
-        let tcp = self.tcp.iter().map(|&p| (Protocol::Tcp, p));
-        tcp.chain(self.udp.iter().map(|&p| (Protocol::Udp, p)))
+    /// Every (opening, port) it opens.
+    pub fn openings(&self) -> impl Iterator<Item = (Opening, u16)> + '_ {
+        let checked = self.tcp.iter().map(|&p| (Opening::Checked, p));
+        let opaque = self.opaque.iter().map(|&p| (Opening::Opaque, p));
+        checked.chain(opaque).chain(self.udp.iter().map(|&p| (Opening::Udp, p)))
     }
 }
 
 impl fmt::Display for Access {
-    /// `80,443`, or `80,443; udp 443`.
+    /// `80,443`, or `80,443; opaque 22; udp 443`, or `udp 3478` alone.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let list = |ports: &Ports| ports.iter().map(u16::to_string).collect::<Vec<_>>().join(",");
-        f.write_str(&list(&self.tcp))?;
-        if !self.udp.is_empty() {
-            write!(f, "; udp {}", list(&self.udp))?;
+        let mut parts = Vec::new();
+        if !self.tcp.is_empty() {
+            parts.push(list(&self.tcp));
         }
-        Ok(())
+        if !self.opaque.is_empty() {
+            parts.push(format!("opaque {}", list(&self.opaque)));
+        }
+        if !self.udp.is_empty() {
+            parts.push(format!("udp {}", list(&self.udp)));
+        }
+        f.write_str(&parts.join("; "))
+    }
+}
+
+/// How a port is opened on an allowed name's addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Opening {
+    /// TCP, the name on the wire checked first.
+    Checked,
+    /// TCP on the address alone.
+    Opaque,
+    Udp,
+}
+
+impl Opening {
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Opening::Checked | Opening::Opaque => Protocol::Tcp,
+            Opening::Udp => Protocol::Udp,
+        }
+    }
+
+    /// Its name in logs and in the firewall's set names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Opening::Checked => "checked",
+            Opening::Opaque => "opaque",
+            Opening::Udp => "udp",
+        }
     }
 }
 
@@ -305,30 +355,43 @@ impl<'de> Deserialize<'de> for Port {
     }
 }
 
-/// A mapping-form entry, `{<key>: …, ports: […]}` (and `udp: […]` where `udp` is true): the
-/// value of `key` parsed by `parse`, the ports (80 and 443 when left out) and the UDP ports.
+/// A mapping-form entry, `{<key>: …, ports: […]}` (and, for domains, `opaque: […]` and
+/// `udp: […]`): the value of `key` parsed by `parse`, and what it opens. `ports` default to 80
+/// and 443 when left out.
 fn entry_with_ports<'de, A: MapAccess<'de>, T>(
     mut map: A,
     key: &'static str,
-    udp: bool,
+    domain: bool,
     parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<(T, Ports, Ports), A::Error> {
-    let (mut value, mut ports, mut udp_ports) = (None, None, Ports::new());
+) -> Result<(T, Access), A::Error> {
+    let (mut value, mut ports, mut access) = (None, None, Access::default());
     while let Some(name) = map.next_key::<String>()? {
         if name == key {
             let text: String = map.next_value()?;
             value = Some(parse(&text).map_err(de::Error::custom)?);
         } else if name == "ports" {
             ports = Some(map.next_value::<PortList>()?.0);
-        } else if name == "udp" && udp {
-            udp_ports = map.next_value::<PortList>()?.0;
+        } else if name == "opaque" && domain {
+            access.opaque = map.next_value::<PortList>()?.0;
+        } else if name == "udp" && domain {
+            access.udp = map.next_value::<PortList>()?.0;
         } else {
-            let expected = if udp { format!("{key}, ports, udp") } else { format!("{key}, ports") };
+            let expected =
+                if domain { format!("{key}, ports, opaque, udp") } else { format!("{key}, ports") };
             return Err(de::Error::custom(format!("unknown key `{name}` (expected one of: {expected})")));
         }
     }
     let value = value.ok_or_else(|| de::Error::custom(format!("entry has `ports` but no `{key}`")))?;
-    Ok((value, ports.unwrap_or_else(|| Ports::from(DEFAULT_PORTS)), udp_ports))
+    // Ports listed as opaque are opened for that alone, not also checked.
+    access.tcp = match ports {
+        Some(ports) => ports,
+        None if access.opaque.is_empty() && access.udp.is_empty() => Ports::from(DEFAULT_PORTS),
+        None => Ports::new(),
+    };
+    if let Some(port) = access.tcp.intersection(&access.opaque).next() {
+        return Err(de::Error::custom(format!("port {port} is in both `ports` and `opaque`: choose one")));
+    }
+    Ok((value, access))
 }
 
 impl<'de> Deserialize<'de> for DomainRule {
@@ -344,8 +407,8 @@ impl<'de> Deserialize<'de> for DomainRule {
                 Ok(DomainRule { pattern, access: Access::tcp(ports) })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DomainRule, A::Error> {
-                let (pattern, tcp, udp) = entry_with_ports(map, "domain", true, DomainPattern::parse)?;
-                Ok(DomainRule { pattern, access: Access { tcp, udp } })
+                let (pattern, access) = entry_with_ports(map, "domain", true, DomainPattern::parse)?;
+                Ok(DomainRule { pattern, access })
             }
         }
         d.deserialize_any(V)
@@ -365,7 +428,8 @@ impl<'de> Deserialize<'de> for CidrRule {
                 Ok(CidrRule { net, ports: Ports::from(DEFAULT_PORTS) })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<CidrRule, A::Error> {
-                let (net, ports, _) = entry_with_ports(map, "cidr", false, parse_cidr)?;
+                let (net, access) = entry_with_ports(map, "cidr", false, parse_cidr)?;
+                let ports = access.tcp;
                 Ok(CidrRule { net, ports })
             }
         }

@@ -77,12 +77,16 @@ fn valid_policies_parse_to_normalised_entries() {
     assert_eq!(policy.domains[&DomainPattern::Exact("xn--bcher-kva.example".into())], tcp(&[80, 443]));
     assert_eq!(policy.domains[&d("internal-proxy")], tcp(&[3128]));
     assert_eq!(policy.domains[&d("models.example.net")], tcp(&[443, 8443]));
-    assert_eq!(policy.domains[&d("github.com")], tcp(&[22, 80, 443]), "from the github service");
+    let github = &policy.domains[&d("github.com")];
+    assert_eq!((&github.tcp, &github.opaque), (&ports(&[80, 443]), &ports(&[22])), "from the github service");
     assert!(policy.domains.contains_key(&d("api.anthropic.com")), "from the anthropic service");
     assert_eq!(policy.cidrs[&"10.20.0.0/16".parse().unwrap()], ports(&[80, 443]));
     assert_eq!(policy.cidrs[&"192.168.1.10/32".parse().unwrap()], ports(&[11434]));
     assert_eq!(policy.cidrs[&"fd00:1234::/32".parse().unwrap()], ports(&[8080]));
-    assert_eq!(policy.domains[&d("media.example.net")], Access { tcp: ports(&[443]), udp: ports(&[3478]) });
+    assert_eq!(
+        policy.domains[&d("media.example.net")],
+        Access { tcp: ports(&[443]), opaque: ports(&[]), udp: ports(&[3478]) }
+    );
     assert_eq!(policy.inbound, ports(&[3000, 5173]));
     assert_eq!(policy.services, BTreeSet::from(["anthropic".to_string(), "github".to_string()]));
     let locked = Policy::read(&corpus("valid")[2]).unwrap();
@@ -157,8 +161,23 @@ fn an_exact_and_a_wildcard_entry_for_the_same_name_add_their_ports() {
 }
 
 #[test]
+fn opaque_ports_pass_on_the_address_and_cannot_also_be_checked() {
+    let policy = yaml("version: 1\ndomains:\n  - domain: git.example.com\n    opaque: [22]\n").unwrap();
+    let access = Allowlist::new(&policy).access("git.example.com").unwrap();
+    assert_eq!(
+        (&access.tcp, &access.opaque),
+        (&Ports::new(), &ports(&[22])),
+        "no default 80 and 443 beside it"
+    );
+    assert!(access.opens(Opening::Opaque, 22) && !access.opens(Opening::Checked, 22));
+    assert!(access.allows(Protocol::Tcp, 22));
+    let both = err("version: 1\ndomains:\n  - domain: git.example.com\n    ports: [22]\n    opaque: [22]\n");
+    assert!(both.contains("port 22 is in both `ports` and `opaque`"), "{both}");
+}
+
+#[test]
 fn udp_is_opened_only_where_an_entry_asks_and_inbound_ports_merge() {
-    let policy = yaml("version: 1\ndomains:\n  - a.example.com\n  - domain: b.example.com\n    udp: [443]\ninbound: [3000]\n").unwrap();
+    let policy = yaml("version: 1\ndomains:\n  - a.example.com\n  - domain: b.example.com\n    ports: [443]\n    udp: [443]\n  - domain: turn.example.com\n    udp: [3478]\ninbound: [3000]\n").unwrap();
     let allow = Allowlist::new(&policy);
     assert_eq!(allow.access("a.example.com").unwrap().udp, Ports::new());
     assert!(allow.access("b.example.com").unwrap().allows(Protocol::Udp, 443));
@@ -166,11 +185,12 @@ fn udp_is_opened_only_where_an_entry_asks_and_inbound_ports_merge() {
     let mut merged = policy.clone();
     merged.merge(yaml("version: 1\ninbound: [8080]\n").unwrap());
     assert_eq!(merged.inbound, ports(&[3000, 8080]));
-    assert_eq!(merged.summary(), "2 domains, 0 cidrs, inbound 3000,8080");
-    assert_eq!(
-        policy.domains[&DomainPattern::parse("b.example.com").unwrap()].to_string(),
-        "80,443; udp 443"
-    );
+    assert_eq!(merged.summary(), "3 domains, 0 cidrs, inbound 3000,8080");
+    let shown = |name| policy.domains[&DomainPattern::parse(name).unwrap()].to_string();
+    assert_eq!(shown("b.example.com"), "443; udp 443");
+    // `udp` alone opens no TCP: no default 80 and 443 beside it.
+    assert_eq!(shown("turn.example.com"), "udp 3478");
+    assert!(!allow.access("turn.example.com").unwrap().allows(Protocol::Tcp, 443));
 }
 
 #[test]

@@ -32,21 +32,40 @@ pub async fn processes(sb: &Sandbox) -> anyhow::Result<Vec<ProcStatus>> {
 
 /// uid and gid 1000, every capability set empty, no_new_privs, no supplementary group.
 pub fn assert_unprivileged(p: &ProcStatus) {
-    assert_eq!(p.fields["Uid"], "1000 1000 1000 1000", "{} ({}) uid: {:?}", p.name, p.pid, p.fields);
-    assert_eq!(p.fields["Gid"], "1000 1000 1000 1000", "{} ({}) gid", p.name, p.pid);
+    assert_unprivileged_as(p, 1000);
+}
+
+/// The name check's process: its own uid, and otherwise as unprivileged as the agent.
+const CHECKER_UID: u32 = 65533;
+
+/// uid and gid `id`, every capability set empty, no_new_privs, no supplementary group.
+pub fn assert_unprivileged_as(p: &ProcStatus, id: u32) {
+    let ids = format!("{id} {id} {id} {id}");
+    assert_eq!(p.fields["Uid"], ids, "{} ({}) uid: {:?}", p.name, p.pid, p.fields);
+    assert_eq!(p.fields["Gid"], ids, "{} ({}) gid", p.name, p.pid);
     for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
         assert_eq!(p.fields[set], "0000000000000000", "{} ({}) {set}", p.name, p.pid);
     }
     assert_eq!(p.fields["NoNewPrivs"], "1", "{} ({})", p.name, p.pid);
-    assert_eq!(p.fields["Groups"], "1000", "{} ({}) supplementary groups", p.name, p.pid);
+    assert_eq!(p.fields["Groups"], id.to_string(), "{} ({}) supplementary groups", p.name, p.pid);
 }
 
 /// Every process of the agent's session holds nothing; and the session is really there (the
-/// tmux server, its pane, the agent command).
-pub async fn assert_agent_processes_unprivileged(sb: &Sandbox) -> anyhow::Result<()> {
+/// tmux server, its pane, the agent command). So does the name checker, where one runs; returns
+/// how many do.
+pub async fn assert_agent_processes_unprivileged(sb: &Sandbox) -> anyhow::Result<usize> {
     let all = processes(sb).await?;
-    let agent: Vec<&ProcStatus> =
-        all.iter().filter(|p| p.fields.get("Uid").is_some_and(|u| !u.starts_with("0 "))).collect();
+    let uid = |p: &ProcStatus| p.fields.get("Uid").cloned().unwrap_or_default();
+    let (checkers, agent): (Vec<&ProcStatus>, Vec<&ProcStatus>) = all
+        .iter()
+        .filter(|p| !uid(p).starts_with("0 "))
+        .partition(|p| uid(p).starts_with(&format!("{CHECKER_UID} ")));
+    // With the firewall, one name checker (sandbox-init checker), as unprivileged as the agent.
+    for checker in &checkers {
+        assert_eq!(checker.name, "sandbox-init", "a process of the checker's uid: {:?}", checker.fields);
+        assert_unprivileged_as(checker, CHECKER_UID);
+    }
+    assert!(checkers.len() <= 1, "{} checkers", checkers.len());
     let names: Vec<&str> = agent.iter().map(|p| p.name.as_str()).collect();
     // The tmux server, the pane (sandbox-init as the agent) and the agent command under it.
     assert!(
@@ -58,7 +77,7 @@ pub async fn assert_agent_processes_unprivileged(sb: &Sandbox) -> anyhow::Result
     }
     let init = all.iter().find(|p| p.pid == "1").expect("PID 1");
     assert_eq!(init.name, "sandbox-init");
-    Ok(())
+    Ok(checkers.len())
 }
 
 /// The files of the sandbox's own file system that could raise the privileges of a process not

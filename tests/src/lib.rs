@@ -1,6 +1,6 @@
 //! The harness of the container suites. Below the suites, which use only it (never each other),
-//! in layers from the bottom: `docker` (networks, volumes, exec, cleanup), `probe` (the probe
-//! binary and its reports), `images` (what the suites run), `peers` (servers and the DNS peer on
+//! in layers from the bottom: `docker` (networks, volumes, exec, cleanup), `tls` (a test CA and
+//! certificates for peers), `probe` (the probe binary and its reports), `images` (what the suites run), `peers` (servers and the DNS peer on
 //! the test networks), `sandbox` (a sandbox from its spec), `assert` (what must hold of a
 //! sandbox), `contract` (what every image keeps); `registry` (a registry on loopback) stands apart.
 
@@ -12,6 +12,7 @@ pub mod peers;
 pub mod probe;
 pub mod registry;
 pub mod sandbox;
+pub mod tls;
 
 /// The workspace root.
 pub fn root() -> std::path::PathBuf {

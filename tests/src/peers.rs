@@ -15,17 +15,25 @@ use crate::docker::{TEST_LABEL, TestNet, container_logs, docker, drop_async, exe
 use crate::images::peer_image;
 use crate::probe::{PROBE, Probe};
 
-/// TCP ports every peer greets on, its TCP echo port, and its UDP echo port.
-pub const PEER_TCP: &str = "80,443,8443";
+/// Every peer serves HTTP on 80 and HTTPS on 443 and 8443 (a certificate for its aliases from
+/// the test CA), greets on 2222 as a server-first protocol does, echoes on TCP 7 and UDP 5353.
+pub const PEER_HTTP: u16 = 80;
+pub const PEER_TLS: &str = "443,8443";
+pub const PEER_GREETER: u16 = 2222;
 pub const PEER_ECHO: u16 = 7;
 pub const PEER_UDP: u16 = 5353;
+/// Where the peer logs every connection (with the bytes it brought), handshake (SNI) and
+/// request (Host).
+const PEER_LOG: &str = "/tmp/peer.log";
 
-/// A peer on a test network: TCP greeters on [`PEER_TCP`], UDP echo on [`PEER_UDP`], answering
+/// A peer on a test network: HTTP, HTTPS, a greeter and echoes (see [`PEER_TLS`]), answering
 /// to its aliases through Docker's DNS. Optionally a DNS server too.
 pub struct Peer {
     pub id: String,
     pub ipv4: IpAddr,
     pub ipv6: IpAddr,
+    /// The peer's certificate and key, mounted at /certs.
+    _certs: tempfile::TempDir,
 }
 
 const ZONE: &str = "/tmp/zone";
@@ -43,20 +51,61 @@ impl Peer {
         Self::start_with(net, &["dns-peer"], true).await
     }
 
+    /// A peer whose HTTP and HTTPS ports serve the files of `dir` (a git repository for git's
+    /// dumb protocol, say) instead of a greeting.
+    pub async fn start_serving(
+        net: &TestNet,
+        aliases: &[&str],
+        dir: &std::path::Path,
+    ) -> anyhow::Result<Peer> {
+        Self::start_with_files(net, aliases, false, Some(dir)).await
+    }
+
     async fn start_with(net: &TestNet, aliases: &[&str], dns: bool) -> anyhow::Result<Peer> {
+        Self::start_with_files(net, aliases, dns, None).await
+    }
+
+    async fn start_with_files(
+        net: &TestNet,
+        aliases: &[&str],
+        dns: bool,
+        files: Option<&std::path::Path>,
+    ) -> anyhow::Result<Peer> {
         let image = peer_image().await?;
         let docker = docker().await?;
-        let mut cmd = vec![
-            "serve".to_string(),
-            "--tcp".into(),
-            PEER_TCP.into(),
-            "--echo".into(),
-            PEER_ECHO.to_string(),
-            "--udp".into(),
-            PEER_UDP.to_string(),
-            "--icmp6".into(),
-            ICMP6_LOG.into(),
-        ];
+        let certs = tempfile::tempdir()?;
+        let (cert, key) = crate::tls::leaf(aliases)?;
+        std::fs::write(certs.path().join("cert.pem"), cert)?;
+        std::fs::write(certs.path().join("key.pem"), key)?;
+        let mut binds = vec![format!("{}:/certs:ro", certs.path().display())];
+        let mut cmd: Vec<String> = [
+            "serve",
+            "--http",
+            &PEER_HTTP.to_string(),
+            "--tls",
+            PEER_TLS,
+            "--cert",
+            "/certs/cert.pem",
+            "--key",
+            "/certs/key.pem",
+            "--tcp",
+            &PEER_GREETER.to_string(),
+            "--echo",
+            &PEER_ECHO.to_string(),
+            "--udp",
+            &PEER_UDP.to_string(),
+            "--log",
+            PEER_LOG,
+            "--icmp6",
+            ICMP6_LOG,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(dir) = files {
+            binds.push(format!("{}:/files:ro", dir.display()));
+            cmd.extend(["--files".into(), "/files".into()]);
+        }
         if dns {
             cmd.extend(["--dns".into(), ZONE.into(), QUERIES.into()]);
         }
@@ -68,7 +117,11 @@ impl Peer {
             image: Some(image),
             cmd: Some(cmd),
             labels: Some(HashMap::from([(TEST_LABEL.to_string(), "peer".to_string())])),
-            host_config: Some(HostConfig { network_mode: Some(net.name.clone()), ..Default::default() }),
+            host_config: Some(HostConfig {
+                network_mode: Some(net.name.clone()),
+                binds: Some(binds),
+                ..Default::default()
+            }),
             networking_config: Some(NetworkingConfig {
                 endpoints_config: Some(HashMap::from([(net.name.clone(), endpoint)])),
             }),
@@ -85,7 +138,7 @@ impl Peer {
             .context("the peer has no address on the test network")?;
         let ipv4: IpAddr = settings.ip_address.context("no IPv4 address")?.parse()?;
         let ipv6: IpAddr = settings.global_ipv6_address.context("no IPv6 address")?.parse()?;
-        let peer = Peer { id: created.id, ipv4, ipv6 };
+        let peer = Peer { id: created.id, ipv4, ipv6, _certs: certs };
         peer.wait_for_log("peer ready").await?;
         Ok(peer)
     }
@@ -163,6 +216,13 @@ impl Peer {
     /// The probe, as root in the peer, in a task.
     pub fn probe_in_background(&self, args: &[&str]) -> tokio::task::JoinHandle<anyhow::Result<Probe>> {
         crate::probe::spawn(&self.id, false, args)
+    }
+
+    /// The peer's log: `conn PORT from=ADDR bytes=N` for every connection (when it ends), `tls
+    /// PORT sni=NAME` for every handshake, `http PORT host=NAME path=P` for every request.
+    pub async fn log(&self) -> anyhow::Result<Vec<String>> {
+        let out = exec(&self.id, &["sh", "-c", &format!("cat {PEER_LOG} 2>/dev/null || true")], None).await?;
+        Ok(out.stdout.lines().map(str::to_string).collect())
     }
 
     /// Freezes the peer: it receives and answers nothing until [`Peer::unpause`].

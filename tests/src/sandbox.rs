@@ -380,27 +380,24 @@ impl Sandbox {
         ))
     }
 
-    /// The elements of the firewall's sets, as `nft` lists them: (address, protocol, port).
+    /// The elements of the firewall's sets, as `nft` lists them: (address, set, port); the set says
+    /// how the port is opened (`checked_v4`, `opaque_v6`, `udp_v4`, …).
     pub async fn set_elements(&self) -> anyhow::Result<Vec<(IpAddr, String, u16)>> {
         let out = self.exec(&["nft", "-j", "list", "table", "inet", "agent_sandbox"]).await?;
         anyhow::ensure!(out.code == 0, "nft list: {out:?}");
         let table: serde_json::Value = serde_json::from_str(&out.stdout)?;
         let mut elements = Vec::new();
-        for item in table["nftables"].as_array().into_iter().flatten() {
-            for element in item["set"]["elem"].as_array().into_iter().flatten() {
-                let key = element["elem"]["val"]["concat"].as_array().cloned().unwrap_or_default();
-                if let [addr, protocol, port] = &key[..] {
-                    let protocol = match protocol.as_u64() {
-                        Some(6) => "tcp".to_string(),
-                        Some(17) => "udp".to_string(),
-                        _ => protocol.as_str().unwrap_or_default().to_string(),
-                    };
-                    elements.push((
-                        addr.as_str().unwrap_or_default().parse()?,
-                        protocol,
-                        port.as_u64().unwrap_or(0) as u16,
-                    ));
-                }
+        for set in table["nftables"].as_array().into_iter().flatten().map(|item| &item["set"]) {
+            let name = set["name"].as_str().unwrap_or_default();
+            for element in set["elem"].as_array().into_iter().flatten() {
+                // With a timeout, an element is {"elem": {"val": …}}; without, the value itself.
+                let value = if element["elem"].is_object() { &element["elem"]["val"] } else { element };
+                let key = value["concat"].as_array().cloned().unwrap_or_default();
+                let [addr, port] = &key[..] else {
+                    anyhow::bail!("an element of set {name} of an unknown shape: {element}");
+                };
+                let port = port.as_u64().with_context(|| format!("a port in set {name}: {element}"))?;
+                elements.push((addr.as_str().unwrap_or_default().parse()?, name.to_string(), port as u16));
             }
         }
         Ok(elements)

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use sandbox_init::net::firewall::Ruleset;
+use sandbox_init::net::firewall::{NameCheck, Ruleset};
 use sandbox_init::policy::{Allowlist, Policy};
 
 fuzz_target!(|data: &[u8]| {
@@ -17,7 +17,9 @@ fuzz_target!(|data: &[u8]| {
                 let name = pattern.to_string().replace("*.", "x.");
                 assert!(allowlist.access(&name).is_some(), "{pattern} does not match itself");
             }
-            let _ = Ruleset { policy: &policy, upstreams: &[], elements: &[], log: true, set_size: 16 }.render();
+            let name_check = Some(NameCheck { uid: 65533, check_port: 15001, pass_port: 15002 });
+            let ruleset = Ruleset { policy: &policy, upstreams: &[], elements: &[], log: true, set_size: 16, name_check };
+            let _ = ruleset.render();
         }
     }
 });

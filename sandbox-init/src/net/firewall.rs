@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::exit::{Fatal, Refusal};
-use crate::policy::{Access, Policy, Ports, Protocol};
+use crate::policy::{Access, Opening, Policy, Ports};
 use crate::process;
 
 pub const TABLE: &str = "agent_sandbox";
@@ -71,13 +71,13 @@ pub enum FirewallError {
 }
 
 /// What identifies an element of the sets.
-pub type ElementKey = (IpAddr, Protocol, u16);
+pub type ElementKey = (IpAddr, Opening, u16);
 
-/// An allowed (address, protocol, port) with the time it stays allowed.
+/// An allowed (address, opening, port) with the time it stays allowed.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Element {
     pub addr: IpAddr,
-    pub protocol: Protocol,
+    pub opening: Opening,
     pub port: u16,
     pub timeout: Duration,
 }
@@ -86,20 +86,39 @@ impl Element {
     /// Everything `access` opens on `addr`, for a DNS answer with `ttl` seconds.
     pub fn for_answer(addr: IpAddr, access: &Access, ttl: u32) -> impl Iterator<Item = Element> + '_ {
         let timeout = Duration::from_secs(ttl.into()).clamp(MIN_TIMEOUT, MAX_TIMEOUT);
-        access.pairs().map(move |(protocol, port)| Element { addr, protocol, port, timeout })
+        access.openings().map(move |(opening, port)| Element { addr, opening, port, timeout })
     }
 
     pub fn key(&self) -> ElementKey {
-        (self.addr, self.protocol, self.port)
+        (self.addr, self.opening, self.port)
     }
 
-    fn set(&self) -> &'static str {
-        if self.addr.is_ipv4() { "allowed_v4" } else { "allowed_v6" }
+    fn set(&self) -> String {
+        set_name(self.opening, self.addr.is_ipv4())
     }
 
     fn render_key(&self) -> String {
-        format!("{} . {} . {}", self.addr, self.protocol.name(), self.port)
+        format!("{} . {}", self.addr, self.port)
     }
+}
+
+/// `checked_v4`, `opaque_v6`, …: one set per opening and family.
+fn set_name(opening: Opening, ipv4: bool) -> String {
+    format!("{}_{}", opening.name(), if ipv4 { "v4" } else { "v6" })
+}
+
+const OPENINGS: [Opening; 3] = [Opening::Checked, Opening::Opaque, Opening::Udp];
+
+/// The name check: the agent's TCP to allowed addresses is redirected to the checker, which
+/// alone connects onwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NameCheck {
+    /// The checker's uid: its connections are neither redirected nor refused.
+    pub uid: u32,
+    /// Where connections to `checked` elements go: the name on the wire is checked.
+    pub check_port: u16,
+    /// Where connections to `opaque` elements and static ranges go: logged, passed on.
+    pub pass_port: u16,
 }
 
 /// What the ruleset is made from: the policy, the upstream resolvers only the DNS gate may
@@ -113,6 +132,8 @@ pub struct Ruleset<'a> {
     pub log: bool,
     /// The most elements each set holds.
     pub set_size: usize,
+    /// None: the sets admit any process (`SANDBOX_NAME_CHECK=off`).
+    pub name_check: Option<NameCheck>,
 }
 
 impl Ruleset<'_> {
@@ -121,18 +142,26 @@ impl Ruleset<'_> {
     pub fn render(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "table inet {TABLE}\ndelete table inet {TABLE}\ntable inet {TABLE} {{");
-        for (set, family) in [("allowed_v4", "ipv4_addr"), ("allowed_v6", "ipv6_addr")] {
-            let _ = writeln!(
-                s,
-                "\tset {set} {{\n\t\ttype {family} . inet_proto . inet_service\n\t\tflags timeout\n\t\tsize {}\n\t}}",
-                self.set_size
-            );
+        for opening in OPENINGS {
+            for (ipv4, family) in [(true, "ipv4_addr"), (false, "ipv6_addr")] {
+                let _ = writeln!(
+                    s,
+                    "\tset {} {{\n\t\ttype {family} . inet_service\n\t\tflags timeout\n\t\tsize {}\n\t}}",
+                    set_name(opening, ipv4),
+                    self.set_size
+                );
+            }
         }
-        for (chain, hook, rules) in
-            [("output", "output", self.rules()), ("input", "input", self.input_rules())]
-        {
-            let _ =
-                writeln!(s, "\tchain {chain} {{\n\t\ttype filter hook {hook} priority filter; policy drop;");
+        let mut chains = vec![
+            ("output", "filter hook output priority filter", self.rules()),
+            ("input", "filter hook input priority filter", self.input_rules()),
+        ];
+        if self.name_check.is_some() {
+            chains.push(("to_checker", "nat hook output priority dstnat", self.redirect_rules()));
+        }
+        for (chain, hook, rules) in chains {
+            let policy = if chain == "to_checker" { "accept" } else { "drop" };
+            let _ = writeln!(s, "\tchain {chain} {{\n\t\ttype {hook}; policy {policy};");
             for rule in rules {
                 let _ = writeln!(s, "\t\t{rule}");
             }
@@ -170,6 +199,13 @@ impl Ruleset<'_> {
             "oifname \"lo\" fib daddr type local accept".to_string(),
             "oifname \"lo\" drop".to_string(),
         ];
+        if let Some(check) = self.name_check {
+            // Connections the nat chain redirected to the checker: this hook still sees the
+            // device they were routed to before, so they are known by their new destination.
+            let ports = format!("{{ {}, {} }}", check.check_port, check.pass_port);
+            rules.push(format!("ip daddr 127.0.0.1 tcp dport {ports} accept"));
+            rules.push(format!("ip6 daddr ::1 tcp dport {ports} accept"));
+        }
         for upstream in self.upstreams.iter().filter(|a| !a.is_loopback()) {
             let family = if upstream.is_ipv4() { "ip" } else { "ip6" };
             rules.push(format!("meta skuid 0 {family} daddr {upstream} th dport 53 accept"));
@@ -180,18 +216,24 @@ impl Ruleset<'_> {
             rules.push("meta skuid 0 meta l4proto { tcp, udp } th dport 53 accept".into());
         }
         let mark = format!("ct mark set {EGRESS_MARK:#010x} accept");
-        rules.push(format!(
-            "meta l4proto {{ tcp, udp }} ip daddr . meta l4proto . th dport @allowed_v4 {mark}"
-        ));
-        rules.push(format!(
-            "meta l4proto {{ tcp, udp }} ip6 daddr . meta l4proto . th dport @allowed_v6 {mark}"
-        ));
+        // With the name check, TCP to allowed addresses leaves only from the checker: any other
+        // process's connection there was redirected to it, or is refused below.
+        let tcp_from = self.name_check.map(|c| format!("meta skuid {} ", c.uid)).unwrap_or_default();
+        for (opening, proto, from) in [
+            (Opening::Checked, "tcp", &tcp_from),
+            (Opening::Opaque, "tcp", &tcp_from),
+            (Opening::Udp, "udp", &String::new()),
+        ] {
+            for (ipv4, family) in [(true, "ip"), (false, "ip6")] {
+                let set = set_name(opening, ipv4);
+                rules.push(format!("{from}{family} daddr . {proto} dport @{set} {mark}"));
+            }
+        }
         for (net, ports) in &self.policy.cidrs {
             let family = if net.addr().is_ipv4() { "ip" } else { "ip6" };
-            rules.push(format!(
-                "{family} daddr {net} meta l4proto {{ tcp, udp }} th dport {} {mark}",
-                port_set(ports)
-            ));
+            let ports = port_set(ports);
+            rules.push(format!("{tcp_from}{family} daddr {net} tcp dport {ports} {mark}"));
+            rules.push(format!("{family} daddr {net} udp dport {ports} {mark}"));
         }
         if self.log {
             rules.push(format!("log group {NFLOG_GROUP}"));
@@ -199,6 +241,29 @@ impl Ruleset<'_> {
         // Reject, not drop: a blocked connection fails at once instead of hanging.
         rules.push("meta l4proto tcp reject with tcp reset".into());
         rules.push("reject with icmpx admin-prohibited".into());
+        rules
+    }
+
+    /// The nat chain of the name check: every TCP connection to an allowed address, but the
+    /// checker's own, goes to the checker instead; to `checked` elements on the port that checks
+    /// the name, to the rest on the port that passes them on.
+    pub fn redirect_rules(&self) -> Vec<String> {
+        let Some(check) = self.name_check else { return Vec::new() };
+        let mut rules = vec![format!("meta skuid {} return", check.uid)];
+        for (opening, port) in [(Opening::Checked, check.check_port), (Opening::Opaque, check.pass_port)] {
+            for (ipv4, family) in [(true, "ip"), (false, "ip6")] {
+                let set = set_name(opening, ipv4);
+                rules.push(format!("{family} daddr . tcp dport @{set} redirect to :{port}"));
+            }
+        }
+        for (net, ports) in &self.policy.cidrs {
+            let family = if net.addr().is_ipv4() { "ip" } else { "ip6" };
+            rules.push(format!(
+                "{family} daddr {net} tcp dport {} redirect to :{}",
+                port_set(ports),
+                check.pass_port
+            ));
+        }
         rules
     }
 
@@ -234,7 +299,7 @@ fn port_set(ports: &Ports) -> String {
 /// existing element's old timeout on older kernels, so each is added, deleted and added again,
 /// all in one transaction: no moment exists in which it is missing.
 pub fn add_elements(elements: &[Element]) -> String {
-    let mut by_set: BTreeMap<&str, Vec<&Element>> = BTreeMap::new();
+    let mut by_set: BTreeMap<String, Vec<&Element>> = BTreeMap::new();
     for element in elements {
         by_set.entry(element.set()).or_default().push(element);
     }
@@ -252,7 +317,7 @@ pub fn add_elements(elements: &[Element]) -> String {
 
 /// Adds elements that are not in the set yet, with their timeouts.
 pub fn create_elements(elements: &[Element]) -> String {
-    let mut by_set: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut by_set: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for e in elements {
         by_set.entry(e.set()).or_default().push(format!(
             "{} timeout {}s",
@@ -317,16 +382,11 @@ impl Nft {
                     .map(|v| v.to_string().trim_matches('"').to_string())
                     .collect();
                 let expires = entry["expires"].as_u64().unwrap_or(0);
-                // `tcp 203.0.113.7 port 443`
+                // `checked 203.0.113.7 port 443`, after the set's opening
+                let opening =
+                    item["set"]["name"].as_str().unwrap_or_default().split('_').next().unwrap_or_default();
                 let shown = match &key[..] {
-                    [addr, protocol, port] => {
-                        let protocol = match protocol.as_str() {
-                            "6" => "tcp",
-                            "17" => "udp",
-                            other => other,
-                        };
-                        format!("{protocol} {addr} port {port}")
-                    }
+                    [addr, port] => format!("{opening} {addr} port {port}"),
                     other => other.join(" "),
                 };
                 elements.push((shown, Duration::from_secs(expires)));
@@ -347,15 +407,22 @@ impl Nft {
 /// both sets, and every rule present.
 pub fn verify_table(table: &serde_json::Value, ruleset: &Ruleset) -> Result<(), FirewallError> {
     let items = table["nftables"].as_array().ok_or_else(|| FirewallError::Mismatch("no table".into()))?;
-    for (name, expected) in [("output", ruleset.rules().len()), ("input", ruleset.input_rules().len())] {
+    let mut chains = vec![
+        ("output", "output", "drop", ruleset.rules().len()),
+        ("input", "input", "drop", ruleset.input_rules().len()),
+    ];
+    if ruleset.name_check.is_some() {
+        chains.push(("to_checker", "output", "accept", ruleset.redirect_rules().len()));
+    }
+    for (name, hook, policy, expected) in chains {
         let chain = items
             .iter()
             .map(|i| &i["chain"])
             .find(|c| c["name"] == name)
             .ok_or_else(|| FirewallError::Mismatch(format!("the {name} chain is missing")))?;
-        if chain["hook"] != name || chain["policy"] != "drop" {
+        if chain["hook"] != hook || chain["policy"] != policy {
             return Err(FirewallError::Mismatch(format!(
-                "the {name} chain is not hooked with policy drop: {chain}"
+                "the {name} chain is not hooked to {hook} with policy {policy}: {chain}"
             )));
         }
         let rules = items.iter().filter(|i| i["rule"]["chain"] == name).count();
@@ -365,7 +432,7 @@ pub fn verify_table(table: &serde_json::Value, ruleset: &Ruleset) -> Result<(), 
             )));
         }
     }
-    for set in ["allowed_v4", "allowed_v6"] {
+    for set in OPENINGS.into_iter().flat_map(|o| [set_name(o, true), set_name(o, false)]) {
         if !items.iter().any(|i| i["set"]["name"] == set) {
             return Err(FirewallError::Mismatch(format!("set {set} is missing")));
         }
@@ -380,13 +447,15 @@ mod tests {
     fn sample_policy() -> Policy {
         Policy::from_yaml(
             Path::new("sample.yaml"),
-            "version: 1\ndomains:\n  - api.example.com\n  - domain: media.example.com\n    udp: [3478]\ncidrs:\n  - 10.20.0.0/16\n  - cidr: fd00:1234::/32\n    ports: [8080, 11434]\ninbound: [3000]\n",
+            "version: 1\ndomains:\n  - api.example.com\n  - domain: media.example.com\n    udp: [3478]\n  - domain: git.example.com\n    ports: [443]\n    opaque: [22]\ncidrs:\n  - 10.20.0.0/16\n  - cidr: fd00:1234::/32\n    ports: [8080, 11434]\ninbound: [3000]\n",
         )
         .unwrap()
     }
 
+    const CHECK: NameCheck = NameCheck { uid: 65533, check_port: 15001, pass_port: 15002 };
+
     fn ruleset<'a>(policy: &'a Policy, upstreams: &'a [IpAddr], elements: &'a [Element]) -> Ruleset<'a> {
-        Ruleset { policy, upstreams, elements, log: true, set_size: 1024 }
+        Ruleset { policy, upstreams, elements, log: true, set_size: 1024, name_check: Some(CHECK) }
     }
 
     #[test]
@@ -395,11 +464,30 @@ mod tests {
         let upstreams = ["127.0.0.11".parse().unwrap(), "192.168.65.7".parse().unwrap()];
         let elements = [Element {
             addr: "203.0.113.9".parse().unwrap(),
-            protocol: Protocol::Tcp,
+            opening: Opening::Checked,
             port: 443,
             timeout: Duration::from_secs(75),
         }];
         insta::assert_snapshot!("sample_ruleset", ruleset(&policy, &upstreams, &elements).render());
+    }
+
+    #[test]
+    fn with_the_name_check_only_the_checker_connects_to_allowed_addresses_by_tcp() {
+        let policy = sample_policy();
+        let checked = ruleset(&policy, &[], &[]);
+        let tcp: Vec<String> = checked
+            .rules()
+            .into_iter()
+            .filter(|r| r.contains(" tcp dport ") && !r.contains("127.0.0.1") && !r.contains("::1"))
+            .collect();
+        assert!(!tcp.is_empty() && tcp.iter().all(|r| r.starts_with("meta skuid 65533 ")), "{tcp:#?}");
+        let redirect = checked.redirect_rules();
+        assert_eq!(redirect[0], "meta skuid 65533 return", "the checker's own connections go out");
+        assert!(redirect.contains(&"ip daddr . tcp dport @checked_v4 redirect to :15001".to_string()));
+        assert!(redirect.contains(&"ip6 daddr . tcp dport @opaque_v6 redirect to :15002".to_string()));
+        let off = Ruleset { name_check: None, ..checked };
+        assert!(off.redirect_rules().is_empty() && !off.render().contains("chain to_checker"));
+        assert!(off.rules().iter().any(|r| r.starts_with("ip daddr . tcp dport @checked_v4")));
     }
 
     #[test]
@@ -441,12 +529,12 @@ mod tests {
         let web = Access::tcp([443, 8443].into());
         let mut elements: Vec<Element> =
             Element::for_answer("203.0.113.9".parse().unwrap(), &web, 5).collect();
-        assert!(elements.iter().all(|e| e.protocol == Protocol::Tcp), "{elements:?}");
-        let media = Access { tcp: [443].into(), udp: [3478].into() };
+        assert!(elements.iter().all(|e| e.opening == Opening::Checked), "{elements:?}");
+        let media = Access { tcp: [443].into(), opaque: [22].into(), udp: [3478].into() };
         elements.extend(Element::for_answer("2001:db8::9".parse().unwrap(), &media, 90_000_000));
         assert_eq!(elements[0].timeout, MIN_TIMEOUT, "TTL floor");
         assert_eq!(elements[2].timeout, MAX_TIMEOUT, "TTL ceiling");
-        assert_eq!(elements[3].protocol, Protocol::Udp);
+        assert_eq!((elements[3].opening, elements[4].opening), (Opening::Opaque, Opening::Udp));
         insta::assert_snapshot!("refresh_elements", add_elements(&elements));
         insta::assert_snapshot!("create_elements", create_elements(&elements));
     }
@@ -459,14 +547,21 @@ mod tests {
             serde_json::json!({"table": {"family": "inet", "name": TABLE}}),
             serde_json::json!({"chain": {"name": "output", "hook": "output", "policy": "drop"}}),
             serde_json::json!({"chain": {"name": "input", "hook": "input", "policy": "drop"}}),
-            serde_json::json!({"set": {"name": "allowed_v4"}}),
-            serde_json::json!({"set": {"name": "allowed_v6"}}),
+            serde_json::json!({"chain": {"name": "to_checker", "hook": "output", "policy": "accept"}}),
         ];
+        for opening in OPENINGS {
+            for ipv4 in [true, false] {
+                items.push(serde_json::json!({"set": {"name": set_name(opening, ipv4)}}));
+            }
+        }
         for _ in ruleset.rules() {
             items.push(serde_json::json!({"rule": {"chain": "output"}}));
         }
         for _ in ruleset.input_rules() {
             items.push(serde_json::json!({"rule": {"chain": "input"}}));
+        }
+        for _ in ruleset.redirect_rules() {
+            items.push(serde_json::json!({"rule": {"chain": "to_checker"}}));
         }
         let table = serde_json::json!({ "nftables": items });
         verify_table(&table, &ruleset).unwrap();
@@ -481,6 +576,12 @@ mod tests {
         assert!(verify_table(&inbound_open, &ruleset).unwrap_err().to_string().contains("input chain"));
         let mut fewer = table.clone();
         fewer["nftables"].as_array_mut().unwrap().pop();
-        assert!(verify_table(&fewer, &ruleset).unwrap_err().to_string().contains("rules in the input chain"));
+        assert!(
+            verify_table(&fewer, &ruleset).unwrap_err().to_string().contains("rules in the to_checker chain")
+        );
+        let mut unchecked = table.clone();
+        unchecked["nftables"].as_array_mut().unwrap().retain(|i| i["chain"]["name"] != "to_checker");
+        let err = verify_table(&unchecked, &ruleset).unwrap_err().to_string();
+        assert!(err.contains("the to_checker chain is missing"), "{err}");
     }
 }

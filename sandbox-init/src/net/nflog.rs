@@ -5,6 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+use crate::connections::{Connection, ConnectionLog};
 use crate::console;
 use crate::denials::{Denial, DenialLog};
 use crate::net::firewall::NFLOG_GROUP;
@@ -23,7 +24,7 @@ const NFULA_UID: u16 = 11;
 
 /// Starts the reader on its own thread. Failure only loses connection denials (name denials
 /// are logged by the DNS gate), so it warns and returns.
-pub fn spawn(log: Arc<DenialLog>) {
+pub fn spawn(log: Arc<DenialLog>, connections: Arc<ConnectionLog>) {
     let socket = match bind(NFLOG_GROUP) {
         Ok(socket) => socket,
         Err(e) => {
@@ -39,6 +40,11 @@ pub fn spawn(log: Arc<DenialLog>) {
             // ENOBUFS: the kernel dropped messages; the next ones still come.
             let Ok(len) = socket.recv(&mut buf) else { continue };
             for denial in parse_messages(&buf[..len]) {
+                if let Denial::Connection { protocol, addr, port, .. } = &denial {
+                    let dst = std::net::SocketAddr::new(*addr, port.unwrap_or(0));
+                    let line = Connection::new(protocol, dst, "firewall", "refused", "not in the allowlist");
+                    connections.record(line, None);
+                }
                 log.record(denial);
             }
         }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::net::dns::{AddressSink, SinkError};
 use crate::net::firewall::{Element, ElementKey, FirewallError, Nft, add_elements, create_elements};
-use crate::policy::{Allowlist, DomainPattern};
+use std::net::IpAddr;
+
+use crate::policy::{Allowlist, DomainPattern, Opening};
 
 /// What was written for one element: until when, and the policy entries it was resolved for
 /// (a reload keeps it while one of them still allows it).
@@ -55,14 +57,14 @@ pub fn retain(written: &WrittenMap, allowlist: &Allowlist, now: Instant) -> Writ
     written
         .iter()
         .filter(|(_, w)| w.expiry > soon)
-        .filter_map(|(&(addr, protocol, port), w)| {
+        .filter_map(|(&(addr, opening, port), w)| {
             let entries: Vec<DomainPattern> = w
                 .entries
                 .iter()
-                .filter(|p| allowlist.entry(p).is_some_and(|a| a.allows(protocol, port)))
+                .filter(|p| allowlist.entry(p).is_some_and(|a| a.opens(opening, port)))
                 .cloned()
                 .collect();
-            (!entries.is_empty()).then_some(((addr, protocol, port), Written { expiry: w.expiry, entries }))
+            (!entries.is_empty()).then_some(((addr, opening, port), Written { expiry: w.expiry, entries }))
         })
         .collect()
 }
@@ -107,12 +109,23 @@ impl NftSink {
         let kept = retain(&state.written, &allowlist, now);
         let elements: Vec<Element> = kept
             .iter()
-            .map(|(&(addr, protocol, port), w)| Element { addr, protocol, port, timeout: w.expiry - now })
+            .map(|(&(addr, opening, port), w)| Element { addr, opening, port, timeout: w.expiry - now })
             .collect();
         load(&elements)?;
         state.written = kept;
         state.allowlist = Arc::new(allowlist);
         Ok(elements)
+    }
+
+    /// What opened `addr` for TCP on `port`, if something did and has not expired: how (a
+    /// checked element wins over an opaque one), and the policy entries it was resolved for.
+    pub fn opened(&self, addr: IpAddr, port: u16) -> Option<(Opening, Vec<DomainPattern>)> {
+        let now = Instant::now();
+        let state = self.state();
+        [Opening::Checked, Opening::Opaque].into_iter().find_map(|opening| {
+            let written = state.written.get(&(addr, opening, port)).filter(|w| w.expiry > now)?;
+            Some((opening, written.entries.clone()))
+        })
     }
 
     /// How many elements the gate has written and that have not expired.
@@ -137,7 +150,7 @@ impl AddressSink for NftSink {
         // decided on may have been replaced since.
         let matched = state.allowlist.matches(name).ok_or(SinkError::NotAllowed)?;
         let elements: Vec<Element> =
-            elements.into_iter().filter(|e| matched.access.allows(e.protocol, e.port)).collect();
+            elements.into_iter().filter(|e| matched.access.opens(e.opening, e.port)).collect();
         if elements.is_empty() {
             return Err(SinkError::NotAllowed);
         }
@@ -177,16 +190,20 @@ impl AddressSink for NftSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Policy, Protocol};
-    use std::net::IpAddr;
+    use crate::policy::Policy;
     use std::path::Path;
 
     fn key(last: u8) -> ElementKey {
-        (IpAddr::from([203, 0, 113, last]), Protocol::Tcp, 443)
+        (IpAddr::from([203, 0, 113, last]), Opening::Checked, 443)
     }
 
     fn element(last: u8, secs: u64) -> Element {
-        Element { addr: key(last).0, protocol: Protocol::Tcp, port: 443, timeout: Duration::from_secs(secs) }
+        Element {
+            addr: key(last).0,
+            opening: Opening::Checked,
+            port: 443,
+            timeout: Duration::from_secs(secs),
+        }
     }
 
     fn written(expiry: Instant, entries: &[&str]) -> Written {
@@ -214,7 +231,7 @@ mod tests {
         map.insert(key(1), written(later, &["kept.test", "*.removed.test"]));
         map.insert(key(2), written(later, &["*.removed.test"]));
         map.insert(key(3), written(now, &["kept.test"]));
-        let udp = (IpAddr::from([203, 0, 113, 9]), Protocol::Udp, 443);
+        let udp = (IpAddr::from([203, 0, 113, 9]), Opening::Udp, 443);
         map.insert(udp, written(later, &["kept.test"]));
         let policy = Policy::from_yaml(Path::new("p.yaml"), "version: 1\ndomains: [kept.test]\n").unwrap();
         let kept = retain(&map, &Allowlist::new(&policy), now);

@@ -610,3 +610,95 @@ pub fn deep(args: &Args) {
     }
     report(&[("outcome", "built".into()), ("depth", depth.to_string())]);
 }
+
+/// A TLS 1.3 ClientHello as a client would send it (x25519 key share, the usual extensions),
+/// naming `sni` (none: no server_name), with an encrypted_client_hello extension if `ech`, and
+/// `pad` bytes of padding (the padding extension, as post-quantum key shares make hellos grow).
+fn client_hello(sni: Option<&str>, ech: bool, pad: usize) -> Vec<u8> {
+    let mut extensions = Vec::new();
+    let mut extension = |kind: u16, data: &[u8]| {
+        extensions.extend(kind.to_be_bytes());
+        extensions.extend((data.len() as u16).to_be_bytes());
+        extensions.extend(data);
+    };
+    if let Some(name) = sni {
+        let mut entry = vec![0u8];
+        entry.extend((name.len() as u16).to_be_bytes());
+        entry.extend(name.as_bytes());
+        let mut list = (entry.len() as u16).to_be_bytes().to_vec();
+        list.extend(entry);
+        extension(0, &list);
+    }
+    extension(10, &[0, 2, 0, 29]); // supported_groups: x25519
+    extension(13, &[0, 4, 4, 3, 8, 4]); // signature_algorithms
+    extension(43, &[2, 3, 4]); // supported_versions: TLS 1.3
+    let mut share = vec![0, 36, 0, 29, 0, 32];
+    share.extend((0..32u8).map(|i| i.wrapping_mul(37).wrapping_add(9)));
+    extension(51, &share); // key_share
+    if ech {
+        extension(0xfe0d, &[0; 64]);
+    }
+    if pad > 0 {
+        extension(21, &vec![0; pad]);
+    }
+    let mut body = vec![3, 3];
+    body.extend((0..32u8).map(|i| i.wrapping_mul(7)));
+    body.push(0);
+    body.extend([0, 2, 0x13, 0x01]);
+    body.extend([1, 0]);
+    body.extend((extensions.len() as u16).to_be_bytes());
+    body.extend(extensions);
+    let mut message = vec![1];
+    message.extend(&(body.len() as u32).to_be_bytes()[1..]);
+    message.extend(body);
+    message
+}
+
+/// `tls-hello HOST PORT [--sni NAME] [--no-sni] [--ech] [--pad N] [--split N] [--records]`: a
+/// ClientHello written in two segments (the first N bytes, a pause, the rest) or, with
+/// `--records`, in two TLS records; `outcome=answered` if the server answered anything,
+/// `reset` if the connection was refused after it was taken.
+pub fn tls_hello(args: &Args) {
+    use std::io::Read as _;
+    let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
+    let addr = match crate::probes::resolve(&host, timeout) {
+        Ok(addr) => addr,
+        Err(outcome) => return report(&[("outcome", outcome)]),
+    };
+    let sni =
+        if args.has("--no-sni") { None } else { Some(args.flag("--sni").unwrap_or_else(|| host.clone())) };
+    let hello = client_hello(sni.as_deref(), args.has("--ech"), args.number("--pad", 0));
+    let split: usize = args.number("--split", 0).min(hello.len());
+    let record = |part: &[u8]| {
+        let mut r = vec![22, 3, 1];
+        r.extend((part.len() as u16).to_be_bytes());
+        r.extend(part);
+        r
+    };
+    let (first, second) = if args.has("--records") && split > 0 {
+        (record(&hello[..split]), record(&hello[split..]))
+    } else {
+        let whole = record(&hello);
+        let cut = if split > 0 { split.min(whole.len()) } else { whole.len() };
+        (whole[..cut].to_vec(), whole[cut..].to_vec())
+    };
+    let result = (|| {
+        let mut stream =
+            TcpStream::connect_timeout(&SocketAddr::new(addr, port.parse().unwrap_or(0)), timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.write_all(&first)?;
+        if !second.is_empty() {
+            std::thread::sleep(Duration::from_millis(200));
+            stream.write_all(&second)?;
+        }
+        let mut answer = [0u8; 5];
+        stream.read_exact(&mut answer)?;
+        Ok::<_, std::io::Error>(answer)
+    })();
+    let outcome = match result {
+        Ok(answer) => format!("answered:{}", if answer[0] == 22 { "handshake" } else { "alert" }),
+        Err(e) => outcome_of(&e),
+    };
+    report(&[("outcome", outcome), ("hello_bytes", (first.len() + second.len()).to_string())]);
+}

@@ -11,6 +11,7 @@
 mod attacks;
 mod peer;
 mod probes;
+mod web;
 
 use std::time::Duration;
 
@@ -56,7 +57,11 @@ pub fn report(pairs: &[(&str, String)]) {
 
 const USAGE: &str = "\
 usage: sandbox-probe serve [--tcp P,P] [--echo P,P] [--udp P,P] [--dns ZONE LOG]
-       sandbox-probe tcp|udp HOST PORT | icmp ADDR | hold HOST PORT --ms N
+                           [--http P,P] [--tls P,P --cert F --key F] [--files DIR] [--log FILE]
+       sandbox-probe tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME]
+       sandbox-probe fetch HOST PORT PATH [--tls] | concurrent HOST PORT N [--tls]
+       sandbox-probe tls-hello HOST PORT [--sni NAME] [--ech] [--pad N] [--split N]
+       sandbox-probe udp HOST PORT | icmp ADDR | hold HOST PORT --ms N
        sandbox-probe dns NAME [--type T] [--id N] [--server IP] [--timeout-ms MS]
        sandbox-probe dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K]
 attacks (attacks.rs): forge-dns, dns-flood, tcp-flood, fake-tmux, race-state, sentinel,
@@ -67,6 +72,12 @@ fn main() {
     match args.arg(0).as_str() {
         "serve" => peer::serve(args.rest()),
         "tcp" => probes::tcp(&args),
+        "http-pipeline" => probes::http_pipeline(&args),
+        "first-byte" => probes::first_byte(&args),
+        "pattern-sha" => report(&[("sha256", web::pattern_sha(args.arg(1).parse().unwrap_or(0)))]),
+        "fetch" => probes::fetch(&args),
+        "concurrent" => probes::concurrent(&args),
+        "tls-hello" => attacks::tls_hello(&args),
         "udp" => probes::udp(&args),
         "icmp" => probes::icmp(&args),
         "hold" => probes::hold(&args),

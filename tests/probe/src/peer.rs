@@ -1,5 +1,6 @@
 //! The peer side: servers on the private test network that answer to allowlisted and blocked
-//! names (network aliases), and a DNS server that records every query it receives.
+//! names (network aliases): HTTP and HTTPS (web.rs) logging the names they were asked for, raw
+//! greeters and echoes, and a DNS server that records every query it receives.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, UdpSocket};
@@ -8,19 +9,54 @@ use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{RData, Record, RecordType};
 
+/// A listener on every address, with a backlog for a thousand connections at once.
+fn listen(port: u16) -> std::io::Result<TcpListener> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None)?;
+    socket.set_only_v6(false)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+    socket.listen(4096)?;
+    Ok(socket.into())
+}
+
 fn ports(list: &str) -> Vec<u16> {
     list.split(',').filter_map(|p| p.parse().ok()).collect()
 }
 
 pub fn serve(args: &[String]) {
     let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim().to_string();
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let log = flag("--log").unwrap_or_else(|| "/tmp/peer.log".into());
+    let files = flag("--files");
     let mut threads = Vec::new();
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
+            "--log" | "--files" | "--cert" | "--key" => i += 2,
+            "--http" | "--tls" => {
+                let tls = (args[i] == "--tls").then(|| {
+                    let (cert, key) = (
+                        flag("--cert").expect("--tls needs --cert"),
+                        flag("--key").expect("--tls needs --key"),
+                    );
+                    crate::web::tls_server_config(&cert, &key)
+                });
+                for port in ports(&args[i + 1]) {
+                    let listener = listen(port).expect("bind http");
+                    let site = crate::web::Site {
+                        host: host.clone(),
+                        port,
+                        tls: tls.clone(),
+                        files: files.clone(),
+                        log: log.clone(),
+                    };
+                    threads.push(std::thread::spawn(move || crate::web::serve(listener, site)));
+                }
+                i += 2;
+            }
             "--tcp" => {
                 for port in ports(&args[i + 1]) {
-                    let listener = TcpListener::bind(("::", port)).expect("bind tcp");
+                    let listener = listen(port).expect("bind tcp");
                     let greeting = format!("hello from {host}:{port}\n");
                     threads.push(std::thread::spawn(move || {
                         for mut stream in listener.incoming().flatten() {
@@ -32,7 +68,7 @@ pub fn serve(args: &[String]) {
             }
             "--echo" => {
                 for port in ports(&args[i + 1]) {
-                    let listener = TcpListener::bind(("::", port)).expect("bind tcp echo");
+                    let listener = listen(port).expect("bind tcp echo");
                     threads.push(std::thread::spawn(move || {
                         for mut stream in listener.incoming().flatten() {
                             std::thread::spawn(move || {

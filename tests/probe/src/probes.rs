@@ -14,6 +14,7 @@ pub fn outcome_of(error: &std::io::Error) -> String {
     match error.raw_os_error() {
         Some(libc::ECONNREFUSED) => "refused".into(),
         Some(libc::ECONNRESET) => "reset".into(),
+        _ if error.kind() == std::io::ErrorKind::UnexpectedEof => "reset".into(),
         Some(libc::EHOSTUNREACH) | Some(libc::ENETUNREACH) => "unreachable".into(),
         Some(libc::EPERM) | Some(libc::EACCES) => "not-permitted".into(),
         Some(libc::ETIMEDOUT) | Some(libc::EAGAIN) => "timeout".into(),
@@ -99,6 +100,23 @@ pub fn exchange(packet: &[u8], server: IpAddr, timeout: Duration) -> Result<Mess
     Message::from_vec(&buf[..len]).map_err(|_| "malformed".into())
 }
 
+/// How `tcp` speaks to a port: TLS on 443 and 8443, HTTP on 80, raw elsewhere (`--raw`,
+/// `--http`, `--tls` choose).
+fn mode(args: &Args, port: u16) -> &'static str {
+    if args.has("--raw") {
+        "raw"
+    } else if args.has("--tls") || (!args.has("--http") && [443, 8443].contains(&port)) {
+        "tls"
+    } else if args.has("--http") || port == 80 {
+        "http"
+    } else {
+        "raw"
+    }
+}
+
+/// `tcp HOST PORT`: connect as any program would, and say what came back. Over TLS (SNI HOST, or
+/// `--sni`) and HTTP (Host HOST, or `--host`) a GET /, whose body's first line is the greeting;
+/// raw, the server's greeting.
 pub fn tcp(args: &Args) {
     let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
     let started = Instant::now();
@@ -106,14 +124,45 @@ pub fn tcp(args: &Args) {
         Ok(addr) => addr,
         Err(outcome) => return report(&[("outcome", outcome)]),
     };
-    let target = SocketAddr::new(addr, port.parse().unwrap_or(0));
+    let port: u16 = port.parse().unwrap_or(0);
+    let target = SocketAddr::new(addr, port);
     let outcome = match TcpStream::connect_timeout(&target, timeout) {
         Ok(mut stream) => {
             stream.set_read_timeout(Some(timeout)).ok();
-            let mut greeting = String::new();
-            let _ = stream.read_to_string(&mut greeting);
-            report(&[("greeting", greeting.trim().to_string())]);
-            "connected".to_string()
+            let mode = mode(args, port);
+            let greeting = if mode == "raw" {
+                // A client-first protocol sends first (`--send`); a server-first one waits.
+                let sent = match args.flag("--send") {
+                    Some(text) => stream.write_all(text.replace("\\r\\n", "\r\n").as_bytes()),
+                    None => Ok(()),
+                };
+                // Connected is connected: a server that says nothing (an echo port) times out
+                // the read, a refusal after the connect (a reset) is an error.
+                let mut greeting = Vec::new();
+                sent.and_then(|_| match stream.read_to_end(&mut greeting) {
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::WouldBlock
+                            || e.kind() == std::io::ErrorKind::TimedOut =>
+                    {
+                        Ok(0)
+                    }
+                    other => other,
+                })
+                .map(|_| String::from_utf8_lossy(&greeting).trim().to_string())
+            } else {
+                let sni = args.flag("--sni").unwrap_or_else(|| host.clone());
+                let http_host = args.flag("--host").unwrap_or_else(|| host.clone());
+                crate::web::Client::new(stream, (mode == "tls").then_some(sni.as_str()))
+                    .and_then(|mut client| crate::web::get(&mut client, &http_host, "/"))
+                    .map(|(line, ..)| line)
+            };
+            match greeting {
+                Ok(greeting) => {
+                    report(&[("greeting", greeting)]);
+                    "connected".to_string()
+                }
+                Err(e) => outcome_of(&e),
+            }
         }
         Err(e) => outcome_of(&e),
     };
@@ -121,6 +170,150 @@ pub fn tcp(args: &Args) {
         ("outcome", outcome),
         ("address", addr.to_string()),
         ("ms", format!("{:.1}", started.elapsed().as_secs_f64() * 1000.0)),
+    ]);
+}
+
+/// `http-pipeline HOST PORT NAME…`: on one plain HTTP connection, a GET / for each NAME (as
+/// its Host), all sent at once as a pipelining client does; which names the answers were for.
+pub fn http_pipeline(args: &Args) {
+    let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
+    let names: Vec<String> =
+        (3..).map(|i| args.arg(i)).take_while(|a| !a.is_empty() && !a.starts_with("--")).collect();
+    let addr = match resolve(&host, timeout) {
+        Ok(addr) => addr,
+        Err(outcome) => return report(&[("outcome", outcome)]),
+    };
+    let result = TcpStream::connect_timeout(&SocketAddr::new(addr, port.parse().unwrap_or(0)), timeout)
+        .and_then(|mut stream| {
+            stream.set_read_timeout(Some(timeout))?;
+            let requests: String =
+                names.iter().map(|name| format!("GET / HTTP/1.1\r\nHost: {name}\r\n\r\n")).collect();
+            stream.write_all(requests.as_bytes())?;
+            let mut answers = Vec::new();
+            let _ = stream.read_to_end(&mut answers);
+            Ok(String::from_utf8_lossy(&answers).into_owned())
+        });
+    match result {
+        Ok(answers) => {
+            // Each body is `hello from PEER:PORT for NAME`.
+            let served: Vec<&str> = answers.lines().filter_map(|l| l.split(" for ").nth(1)).collect();
+            report(&[("outcome", "answered".into()), ("served", served.join(","))]);
+        }
+        Err(e) => report(&[("outcome", outcome_of(&e))]),
+    }
+}
+
+/// `first-byte HOST PORT COUNT [--tls]`: COUNT connections one after another, each a GET /;
+/// the time from the connect call to the answer's first line, median and 99th percentile.
+pub fn first_byte(args: &Args) {
+    let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
+    let count: usize = args.arg(3).parse().unwrap_or(100);
+    let addr = match resolve(&host, timeout) {
+        Ok(addr) => addr,
+        Err(outcome) => return report(&[("outcome", outcome)]),
+    };
+    let target = SocketAddr::new(addr, port.parse().unwrap_or(0));
+    let sni = args.has("--tls").then_some(host.as_str());
+    let mut times = Vec::with_capacity(count);
+    let mut failed = 0;
+    for _ in 0..count {
+        let started = Instant::now();
+        let answered = TcpStream::connect_timeout(&target, timeout).and_then(|stream| {
+            stream.set_read_timeout(Some(timeout))?;
+            crate::web::get(&mut crate::web::Client::new(stream, sni)?, &host, "/")
+        });
+        match answered {
+            Ok(_) => times.push(started.elapsed().as_secs_f64() * 1e6),
+            Err(_) => failed += 1,
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let at =
+        |q: f64| times.get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1))).copied();
+    report(&[
+        ("failed", failed.to_string()),
+        ("median_us", format!("{:.0}", at(0.5).unwrap_or(f64::NAN))),
+        ("p99_us", format!("{:.0}", at(0.99).unwrap_or(f64::NAN))),
+    ]);
+}
+
+/// `fetch HOST PORT PATH [--tls]`: a whole download, reported as size, digest and throughput.
+pub fn fetch(args: &Args) {
+    let (host, port, path, timeout) = (args.arg(1), args.arg(2), args.arg(3), args.timeout());
+    let addr = match resolve(&host, timeout) {
+        Ok(addr) => addr,
+        Err(outcome) => return report(&[("outcome", outcome)]),
+    };
+    let result = TcpStream::connect_timeout(&SocketAddr::new(addr, port.parse().unwrap_or(0)), timeout)
+        .and_then(|stream| {
+            stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+            let sni = args.has("--tls").then_some(host.as_str());
+            crate::web::get(&mut crate::web::Client::new(stream, sni)?, &host, &path)
+        });
+    match result {
+        Ok((_, bytes, sha256, seconds)) => report(&[
+            ("outcome", "fetched".into()),
+            ("bytes", bytes.to_string()),
+            ("sha256", sha256),
+            ("mbytes_per_s", format!("{:.1}", bytes as f64 / seconds / 1e6)),
+        ]),
+        Err(e) => report(&[("outcome", outcome_of(&e))]),
+    }
+}
+
+/// `concurrent HOST PORT N [--tls] [--hold-ms M]`: N connections at once, each a GET / (held
+/// open M ms after the answer, so that all N are open together); how many completed, and the
+/// connect times.
+pub fn concurrent(args: &Args) {
+    let (host, port, timeout) = (args.arg(1), args.arg(2), Duration::from_secs(30));
+    let count: usize = args.arg(3).parse().unwrap_or(100);
+    let hold = Duration::from_millis(args.number("--hold-ms", 0));
+    let tls = args.has("--tls");
+    let addr = match resolve(&host, timeout) {
+        Ok(addr) => addr,
+        Err(outcome) => return report(&[("outcome", outcome)]),
+    };
+    let target = SocketAddr::new(addr, port.parse().unwrap_or(0));
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(count));
+    let threads: Vec<_> = (0..count)
+        .map(|_| {
+            let (host, barrier) = (host.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let started = Instant::now();
+                let stream = TcpStream::connect_timeout(&target, timeout)
+                    .map_err(|e| format!("connect:{}", outcome_of(&e)))?;
+                stream.set_read_timeout(Some(timeout)).ok();
+                let sni = tls.then_some(host.as_str());
+                let mut client = crate::web::Client::new(stream, sni).map_err(|e| outcome_of(&e))?;
+                let (line, ..) = crate::web::get(&mut client, &host, "/").map_err(|e| outcome_of(&e))?;
+                let first_byte = started.elapsed();
+                std::thread::sleep(hold);
+                if line.starts_with("hello from") { Ok(first_byte) } else { Err("garbled".to_string()) }
+            })
+        })
+        .collect();
+    let mut failures: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut times: Vec<f64> = Vec::new();
+    for thread in threads {
+        match thread.join().unwrap_or_else(|_| Err("panicked".into())) {
+            Ok(first_byte) => times.push(first_byte.as_secs_f64() * 1000.0),
+            Err(why) => *failures.entry(why).or_default() += 1,
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        times
+            .get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    report(&[
+        ("completed", times.len().to_string()),
+        ("failed", (count - times.len()).to_string()),
+        ("failures", failures.iter().map(|(why, n)| format!("{why}:{n}")).collect::<Vec<_>>().join(",")),
+        ("p50_ms", format!("{:.2}", at(0.5))),
+        ("p99_ms", format!("{:.2}", at(0.99))),
     ]);
 }
 
@@ -180,8 +373,9 @@ pub fn icmp(args: &Args) {
     report(&[("outcome", outcome)]);
 }
 
-/// `hold HOST PORT --ms N`: a connection to an echo port, kept open for N ms with a ping every
-/// 100 ms. `outcome=held` if it lasted, else `broken` with when and how.
+/// `hold HOST PORT --ms N [--http]`: a connection to an echo port, kept open for N ms with a ping
+/// every 100 ms (with `--http`, a GET on a keep-alive connection). `outcome=held` if it lasted,
+/// else `broken` with when and how.
 pub fn hold(args: &Args) {
     let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
     let duration = Duration::from_millis(args.number("--ms", 5000));
@@ -198,11 +392,18 @@ pub fn hold(args: &Args) {
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok();
     let started = Instant::now();
     let mut pings = 0;
+    // `--http`: each ping is a GET on the one keep-alive connection, checked by its Host.
+    let mut web = args.has("--http").then(|| crate::web::Client::Plain(stream.try_clone().expect("a clone")));
     while started.elapsed() < duration {
-        let result = stream.write_all(b"ping\n").and_then(|_| {
-            let mut buf = [0u8; 5];
-            stream.read_exact(&mut buf)
-        });
+        let result = match web.as_mut() {
+            Some(client) => crate::web::get(client, &host, "/").and_then(|(line, ..)| {
+                if line.starts_with("hello from") { Ok(()) } else { Err(std::io::Error::other(line)) }
+            }),
+            None => stream.write_all(b"ping\n").and_then(|_| {
+                let mut buf = [0u8; 5];
+                stream.read_exact(&mut buf)
+            }),
+        };
         if let Err(e) = result {
             return report(&[
                 ("outcome", "broken".into()),

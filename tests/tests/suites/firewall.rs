@@ -294,7 +294,9 @@ async fn the_denial_log_records_refused_names_and_connections() -> anyhow::Resul
 async fn processes_of_a_sandbox_with_net_admin_hold_no_capability() -> anyhow::Result<()> {
     let (_net, _allowed, _blocked, spec) = setup("caps", &[ALLOWED]).await?;
     let sb = spec.start().await?;
-    sandbox_tests::assert::assert_agent_processes_unprivileged(&sb).await
+    let checkers = sandbox_tests::assert::assert_agent_processes_unprivileged(&sb).await?;
+    assert_eq!(checkers, 1, "the name check runs, unprivileged too");
+    Ok(())
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::policy::{Policy, Ports, Protocol};
+use crate::policy::{Opening, Policy, Ports};
 use hickory_proto::rr::Record;
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, TXT};
 use std::path::Path;
@@ -289,7 +289,7 @@ fn tcp_elements(addr: &str, ports: &[u16], secs: u64) -> Vec<Element> {
         .iter()
         .map(|&port| Element {
             addr: addr.parse().unwrap(),
-            protocol: Protocol::Tcp,
+            opening: Opening::Checked,
             port,
             timeout: Duration::from_secs(secs),
         })

@@ -173,15 +173,15 @@ async fn a_listener_of_the_agent_is_not_reachable_from_outside() -> anyhow::Resu
     let sb = spec.start().await?;
     sb.exec_detached(&["sandbox-exec", "--", PROBE, "serve", "--tcp", "80,8080"], None).await?;
     eventually("the agent's listener", || async {
-        Ok(sb.probe(&["tcp", "127.0.0.1", "80"]).await?.outcome() == "connected")
+        Ok(sb.probe(&["tcp", "127.0.0.1", "80", "--raw"]).await?.outcome() == "connected")
     })
     .await?;
     let (v4, v6) = sb.addresses(&net).await?;
     for addr in [v4.to_string(), v6.to_string()] {
-        let closed = blocked.probe(&["tcp", &addr, "80", "--timeout-ms", "2000"]).await?;
+        let closed = blocked.probe(&["tcp", &addr, "80", "--raw", "--timeout-ms", "2000"]).await?;
         assert_eq!(closed.outcome(), "refused", "from the network to {addr}:80: {:?}", closed.fields);
         // The control: the port the policy opens is reachable, and from inside all are.
-        let open = blocked.probe(&["tcp", &addr, "8080"]).await?;
+        let open = blocked.probe(&["tcp", &addr, "8080", "--raw"]).await?;
         assert_eq!(open.outcome(), "connected", "to {addr}:8080: {:?}", open.fields);
     }
     Ok(())
@@ -258,12 +258,14 @@ async fn a_connection_to_a_removed_name_is_cut_at_reload() -> anyhow::Result<()>
     let net = TestNet::create("cut").await?;
     let _peers = (Peer::start(&net, &["kept.test"]).await?, Peer::start(&net, &["gone.test"]).await?);
     let echo = PEER_ECHO.to_string();
-    let both = format!("kept.test:{echo}\ngone.test:{echo}\n");
-    let sb = SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("r.txt", &both).start().await?;
+    // The echo protocol names nothing: the port passes on the address (opaque).
+    let entry = |name: &str| format!("  - domain: {name}\n    opaque: [{echo}]\n");
+    let both = format!("version: 1\ndomains:\n{}{}", entry("kept.test"), entry("gone.test"));
+    let sb = SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("r.yaml", &both).start().await?;
     let gone = sb.probe_in_background(&["hold", "gone.test", &echo, "--ms", "6000"]);
     let kept = sb.probe_in_background(&["hold", "kept.test", &echo, "--ms", "6000"]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    sb.write_drop_in("r.txt", &format!("kept.test:{echo}\n"))?;
+    sb.write_drop_in("r.yaml", &format!("version: 1\ndomains:\n{}", entry("kept.test")))?;
     reload(&sb, 1).await?;
     let gone = gone.await??;
     assert_eq!(gone.outcome(), "broken", "the connection to the removed name survived: {:?}", gone.fields);

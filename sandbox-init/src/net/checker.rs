@@ -1,0 +1,393 @@
+//! The checker: a process of its own (`sandbox-init checker`), run by PID 1 as an unprivileged
+//! user with no capability, to which nft redirects every TCP connection the agent makes to an
+//! allowed address. On the checking port it reads the first bytes, takes the name the client
+//! speaks (TLS SNI, HTTP Host: net/wire.rs) and asks PID 1 for a verdict; on the passing port
+//! (opaque ports, ranges) it asks on the address alone. Allowed connections are joined to their
+//! original destination and relayed; refused ones are reset, and no byte reaches the server.
+//!
+//! Running apart keeps the parser of untrusted bytes out of PID 1 and without privilege; a
+//! checker that dies or stalls stops connections (they wait, unaccepted, in the listeners'
+//! backlog, which PID 1 keeps open), it never lets one through unchecked.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd as _, FromRawFd as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::{TcpListener, TcpStream, UnixDatagram};
+use tokio::sync::oneshot;
+
+use crate::net::check_protocol::{LISTENERS_ENV, Order, Report, VERDICT_FD, VERDICT_TIMEOUT};
+use crate::net::wire::{HttpRequests, MAX_FIRST_BYTES, Sniffed, sniff};
+
+/// How long a client may take to say whom it wants.
+const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the onward connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const RELAY_BUFFER: usize = 64 * 1024;
+/// The most connections checked or relayed at once.
+const MAX_CONNECTIONS: usize = 4096;
+
+struct Checker {
+    socket: UnixDatagram,
+    pending: Mutex<HashMap<u64, oneshot::Sender<(bool, String)>>>,
+    running: Mutex<HashMap<u64, tokio::task::AbortHandle>>,
+    next_id: AtomicU64,
+    connections: Arc<tokio::sync::Semaphore>,
+}
+
+/// `sandbox-init checker`, as PID 1 starts it: descriptors 3 (PID 1's socket) and the
+/// listeners, privileges already dropped.
+pub fn run() -> u8 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("sandbox-init checker: cannot start: {e}");
+            return 71;
+        }
+    };
+    runtime.block_on(async {
+        // SAFETY: descriptor 3 is the socket PID 1 passed, ours alone.
+        let socket = unsafe { std::os::unix::net::UnixDatagram::from_raw_fd(VERDICT_FD) };
+        let listeners = match listeners() {
+            Ok(listeners) => listeners,
+            Err(e) => {
+                eprintln!("sandbox-init checker: {e}");
+                return 71;
+            }
+        };
+        let socket = match socket.set_nonblocking(true).and_then(|_| UnixDatagram::from_std(socket)) {
+            Ok(socket) => socket,
+            Err(e) => {
+                eprintln!("sandbox-init checker: no socket to PID 1: {e}");
+                return 71;
+            }
+        };
+        let checker = Arc::new(Checker {
+            socket,
+            pending: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            connections: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+        });
+        for (listener, check) in listeners {
+            let checker = checker.clone();
+            tokio::spawn(async move { checker.accept(listener, check).await });
+        }
+        checker.orders().await;
+        // PID 1 is gone: nothing can be allowed any more.
+        0
+    })
+}
+
+fn listeners() -> Result<Vec<(TcpListener, bool)>, String> {
+    let spec = std::env::var(LISTENERS_ENV).map_err(|_| format!("{LISTENERS_ENV} is not set"))?;
+    let mut out = Vec::new();
+    for item in spec.split(',').filter(|i| !i.is_empty()) {
+        let (fd, kind) = item.split_once(':').ok_or_else(|| format!("{LISTENERS_ENV}: bad item {item}"))?;
+        let fd: i32 = fd.parse().map_err(|_| format!("{LISTENERS_ENV}: bad descriptor {fd}"))?;
+        // SAFETY: PID 1 passed this descriptor for this listener.
+        let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        out.push((TcpListener::from_std(listener).map_err(|e| e.to_string())?, kind == "check"));
+    }
+    Ok(out)
+}
+
+impl Checker {
+    async fn accept(self: Arc<Self>, listener: TcpListener, check: bool) {
+        loop {
+            // At most MAX_CONNECTIONS at once: past it, connections wait in the backlog.
+            let Ok(permit) = self.connections.clone().acquire_owned().await else { return };
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // Out of descriptors, most likely: give the open connections time to end.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let checker = self.clone();
+            let task = tokio::spawn(async move {
+                checker.connection(id, stream, check).await;
+                checker.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                drop(permit);
+            });
+            self.running.lock().unwrap_or_else(|e| e.into_inner()).insert(id, task.abort_handle());
+        }
+    }
+
+    /// PID 1's verdicts and orders, until its socket closes.
+    async fn orders(&self) {
+        let mut buf = vec![0u8; 65536];
+        while let Ok(len) = self.socket.recv(&mut buf).await {
+            match serde_json::from_slice::<Order>(&buf[..len]) {
+                Ok(Order::Verdict { id, allow, reason }) => {
+                    if let Some(waiting) = self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
+                    {
+                        let _ = waiting.send((allow, reason));
+                    }
+                }
+                Ok(Order::Close { id }) => {
+                    if let Some(task) = self.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
+                        task.abort();
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    async fn report(&self, report: &Report) {
+        if let Ok(bytes) = serde_json::to_vec(report) {
+            let _ = self.socket.send(&bytes).await;
+        }
+    }
+
+    /// PID 1's verdict on `ask`; a refusal if none comes in time.
+    async fn ask(&self, id: u64, ask: Report) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+        self.report(&ask).await;
+        let verdict = tokio::time::timeout(VERDICT_TIMEOUT, rx).await;
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        matches!(verdict, Ok(Ok((true, _))))
+    }
+
+    async fn connection(&self, id: u64, mut client: TcpStream, check: bool) {
+        let Some(dst) = original_destination(&client) else {
+            return reset(client);
+        };
+        if !check {
+            let ask = Report::Ask { id, dst, check, name: None, via: "address".into(), ech: false };
+            if self.ask(id, ask).await {
+                self.relay(id, client, dst, Vec::new(), None).await;
+            } else {
+                reset(client);
+            }
+            return;
+        }
+        let mut first = Vec::with_capacity(4096);
+        let deadline = tokio::time::Instant::now() + FIRST_BYTES_TIMEOUT;
+        let sniffed = loop {
+            let sniffed = sniff(&first);
+            if sniffed != Sniffed::NeedMore {
+                break sniffed;
+            }
+            if first.len() >= MAX_FIRST_BYTES {
+                break Sniffed::Refused("no name within the first bytes");
+            }
+            let mut chunk = [0u8; 4096];
+            match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => {
+                    let reason = "closed before it named a host".to_string();
+                    self.report(&Report::Refused { id, dst, via: "unknown".into(), reason, name: None })
+                        .await;
+                    return;
+                }
+                Ok(Ok(n)) => first.extend_from_slice(&chunk[..n]),
+                Err(_) => {
+                    break Sniffed::Refused(
+                        "no name within 10 s (a protocol where the server speaks first?)",
+                    );
+                }
+            }
+        };
+        let (name, via, ech, requests) = match sniffed {
+            Sniffed::Tls { name, ech } => (name, "tls", ech, None),
+            Sniffed::Http { host } => {
+                let requests = HttpRequests::new(&host);
+                (host, "http", false, Some(requests))
+            }
+            Sniffed::Refused(reason) => {
+                let via = if first.first() == Some(&22) { "tls" } else { "unknown" };
+                self.report(&Report::Refused { id, dst, via: via.into(), reason: reason.into(), name: None })
+                    .await;
+                return reset(client);
+            }
+            Sniffed::NeedMore => unreachable!("the loop ends on anything else"),
+        };
+        let ask = Report::Ask { id, dst, check, name: Some(name), via: via.into(), ech };
+        if self.ask(id, ask).await {
+            self.relay(id, client, dst, first, requests).await;
+        } else {
+            reset(client);
+        }
+    }
+
+    /// Joins the client to `dst`, sending `first` ahead, and reports the bytes when it ends. With
+    /// `requests` (plain HTTP), the client's bytes go through it: a later request that names
+    /// another host ends the connection before it reaches the server.
+    async fn relay(
+        &self,
+        id: u64,
+        client: TcpStream,
+        dst: SocketAddr,
+        first: Vec<u8>,
+        mut requests: Option<HttpRequests>,
+    ) {
+        let started = Instant::now();
+        let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let server = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(dst)).await {
+            Ok(Ok(server)) => server,
+            _ => {
+                self.closed(id, &counts, started).await;
+                return reset(client);
+            }
+        };
+        let _ = client.set_nodelay(true);
+        let _ = server.set_nodelay(true);
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = server.into_split();
+        // Cut by PID 1 (this task aborted), the counts so far are still reported.
+        let guard =
+            ClosedGuard { checker_socket: self.socket.as_raw_fd(), id, counts: counts.clone(), started };
+        // The client's bytes end at a request that breaks the rule: what came before it is
+        // answered, then the connection closes.
+        let up = async {
+            let (first, mut refused) = match requests.as_mut() {
+                Some(requests) => requests.feed(&first),
+                None => (first, None),
+            };
+            if server_write.write_all(&first).await.is_ok() {
+                counts.0.fetch_add(first.len() as u64, Ordering::Relaxed);
+                if refused.is_none() {
+                    refused = copy(&mut client_read, &mut server_write, &counts.0, requests.as_mut()).await;
+                }
+            }
+            let _ = server_write.shutdown().await;
+            refused
+        };
+        let down = async {
+            copy(&mut server_read, &mut client_write, &counts.1, None).await;
+            let _ = client_write.shutdown().await;
+        };
+        let (refused, ()) = tokio::join!(up, down);
+        if let Some(reason) = refused {
+            let name = requests.as_ref().and_then(|r| r.refused_host().map(str::to_string));
+            self.report(&Report::Refused { id, dst, via: "http".into(), reason: reason.into(), name }).await;
+        }
+        drop(guard);
+    }
+
+    async fn closed(&self, id: u64, counts: &(AtomicU64, AtomicU64), started: Instant) {
+        let report = closed_report(id, counts, started);
+        self.report(&report).await;
+    }
+}
+
+fn closed_report(id: u64, counts: &(AtomicU64, AtomicU64), started: Instant) -> Report {
+    Report::Closed {
+        id,
+        up: counts.0.load(Ordering::Relaxed),
+        down: counts.1.load(Ordering::Relaxed),
+        ms: started.elapsed().as_millis() as u64,
+    }
+}
+
+/// Reports a relay's end however it ends, aborted included (a guard's drop runs then, and
+/// cannot await: the datagram is sent without blocking, which a unix socket with room takes).
+struct ClosedGuard {
+    checker_socket: i32,
+    id: u64,
+    counts: Arc<(AtomicU64, AtomicU64)>,
+    started: Instant,
+}
+
+impl Drop for ClosedGuard {
+    fn drop(&mut self) {
+        if let Ok(bytes) = serde_json::to_vec(&closed_report(self.id, &self.counts, self.started)) {
+            // SAFETY: send on the socket the checker owns for its whole life.
+            unsafe {
+                libc::send(self.checker_socket, bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT)
+            };
+        }
+    }
+}
+
+/// Copies until either side ends; through `requests`, until the client's bytes break the rule
+/// (then why, after what came before it).
+async fn copy(
+    from: &mut OwnedReadHalf,
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    count: &AtomicU64,
+    mut requests: Option<&mut HttpRequests>,
+) -> Option<&'static str> {
+    loop {
+        // The buffer exists only while bytes flow: an idle connection (most of a thousand held
+        // open) holds none.
+        if from.readable().await.is_err() {
+            return None;
+        }
+        let mut buf = vec![0u8; RELAY_BUFFER];
+        loop {
+            let n = match from.try_read(&mut buf) {
+                Ok(0) => return None,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => return None,
+            };
+            let Some(requests) = requests.as_deref_mut() else {
+                if to.write_all(&buf[..n]).await.is_err() {
+                    return None;
+                }
+                count.fetch_add(n as u64, Ordering::Relaxed);
+                continue;
+            };
+            let (pass, refused) = requests.feed(&buf[..n]);
+            if to.write_all(&pass).await.is_err() {
+                return None;
+            }
+            count.fetch_add(pass.len() as u64, Ordering::Relaxed);
+            if refused.is_some() {
+                return refused;
+            }
+        }
+    }
+}
+
+/// Ends a connection with a reset, so that the client sees the refusal at once.
+fn reset(stream: TcpStream) {
+    let _ = stream.set_zero_linger();
+    drop(stream);
+}
+
+/// Where the client meant to connect, before nft redirected it here (SO_ORIGINAL_DST). None for
+/// a connection made to the checker's own port.
+fn original_destination(stream: &TcpStream) -> Option<SocketAddr> {
+    const SO_ORIGINAL_DST: libc::c_int = 80;
+    let fd = stream.as_raw_fd();
+    let local = stream.local_addr().ok()?;
+    let dst = if local.is_ipv4() {
+        // SAFETY: getsockopt into a zeroed sockaddr_in of its size.
+        let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let got =
+            unsafe { libc::getsockopt(fd, libc::SOL_IP, SO_ORIGINAL_DST, (&raw mut addr).cast(), &mut len) };
+        if got != 0 {
+            return None;
+        }
+        SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr))),
+            u16::from_be(addr.sin_port),
+        )
+    } else {
+        // SAFETY: as above, for IPv6 (IP6T_SO_ORIGINAL_DST is the same number).
+        let mut addr: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+        let got = unsafe {
+            libc::getsockopt(fd, libc::SOL_IPV6, SO_ORIGINAL_DST, (&raw mut addr).cast(), &mut len)
+        };
+        if got != 0 {
+            return None;
+        }
+        SocketAddr::new(IpAddr::V6(Ipv6Addr::from(addr.sin6_addr.s6_addr)), u16::from_be(addr.sin6_port))
+    };
+    // Not redirected: the client connected to the checker itself.
+    (dst != local && !dst.ip().is_loopback()).then_some(dst)
+}

@@ -1,0 +1,303 @@
+//! PID 1's side of the name check: the checker (an unprivileged process, net/checker.rs) asks,
+//! for every connection, whether it may go on; PID 1 answers from the sink (whose lock a reload
+//! takes, so a verdict is never given on half a policy), logs the connection, and at a reload
+//! tells the checker which open connections to cut. The two talk over a socketpair PID 1 made:
+//! nothing else, the agent least of all, can reach it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::net::{TcpSocket, UnixDatagram};
+
+use crate::connections::{Connection, ConnectionLog};
+use crate::net::check_protocol::{Order, Report};
+use crate::net::dns::AddressSink as _;
+use crate::net::sink::NftSink;
+use crate::policy::{IpNet, Opening, Ports, Protocol};
+use crate::privileges::AgentPrivileges;
+use std::net::IpAddr;
+
+/// An allowed connection still open: what its log line will say when it closes.
+struct Live {
+    line: Connection,
+    dst: SocketAddr,
+    check: bool,
+    name: Option<String>,
+}
+
+pub struct Verdicts {
+    sink: Arc<NftSink>,
+    cidrs: RwLock<BTreeMap<IpNet, Ports>>,
+    log: Arc<ConnectionLog>,
+    live: Mutex<HashMap<u64, Live>>,
+    /// The current checker's end of the socketpair.
+    socket: Mutex<Option<Arc<UnixDatagram>>>,
+    /// PID 1's own test connection at start, which is not the agent's to log.
+    quiet: Mutex<Option<SocketAddr>>,
+}
+
+/// Why a connection may go on: the name to log and the reason.
+type Allowed = (Option<String>, String);
+
+impl Verdicts {
+    pub fn new(sink: Arc<NftSink>, cidrs: BTreeMap<IpNet, Ports>, log: Arc<ConnectionLog>) -> Arc<Verdicts> {
+        Arc::new(Verdicts {
+            sink,
+            cidrs: RwLock::new(cidrs),
+            log,
+            live: Mutex::new(HashMap::new()),
+            socket: Mutex::new(None),
+            quiet: Mutex::new(None),
+        })
+    }
+
+    /// Whether a connection to `dst` may go on: on the checking port, the address must be open
+    /// (resolved for an allowed name, not expired) and the name the client sent allowed on that
+    /// port; on the passing port, the address must be open on an opaque port, or in a range.
+    pub fn decide(&self, dst: SocketAddr, check: bool, name: Option<&str>) -> Result<Allowed, String> {
+        let opened = self.sink.opened(dst.ip(), dst.port());
+        if check {
+            if opened.is_none() {
+                return Err("the address is not open for an allowed name".into());
+            }
+            let name = name.ok_or("no name")?;
+            let port = dst.port();
+            return match self.sink.allowlist().matches(name) {
+                Some(m) if m.access.allows(Protocol::Tcp, port) => {
+                    Ok((Some(name.to_string()), format!("{name} is allowed on port {port}")))
+                }
+                Some(_) => Err(format!("{name} is not allowed on port {port}")),
+                None => Err(format!("{name} is not in the allowlist")),
+            };
+        }
+        match opened {
+            Some((Opening::Opaque, entries)) => {
+                let entry = entries.first().map(ToString::to_string);
+                Ok((entry, "an opaque port of an allowed name".into()))
+            }
+            _ if self.in_a_range(dst) => Ok((None, "in an allowed range".into())),
+            _ => Err("the address is not open on this port without a name check".into()),
+        }
+    }
+
+    fn in_a_range(&self, dst: SocketAddr) -> bool {
+        let cidrs = self.cidrs.read().unwrap_or_else(|e| e.into_inner());
+        cidrs.iter().any(|(net, ports)| net.contains(&dst.ip()) && ports.contains(&dst.port()))
+    }
+
+    /// Serves one checker until its socket fails; a new checker gets a new socket.
+    pub async fn serve(self: Arc<Self>, socket: UnixDatagram) {
+        let socket = Arc::new(socket);
+        *self.socket.lock().unwrap_or_else(|e| e.into_inner()) = Some(socket.clone());
+        // The connections of an earlier checker died with it.
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let mut buf = vec![0u8; 65536];
+        while let Ok(len) = socket.recv(&mut buf).await {
+            let Ok(report) = serde_json::from_slice::<Report>(&buf[..len]) else { continue };
+            if let Some(order) = self.handle(report) {
+                self.send(&socket, &order).await;
+            }
+        }
+    }
+
+    async fn send(&self, socket: &UnixDatagram, order: &Order) {
+        if let Ok(bytes) = serde_json::to_vec(order) {
+            let _ = socket.send(&bytes).await;
+        }
+    }
+
+    /// One report of the checker: a verdict to send back, for an ask.
+    pub fn handle(&self, report: Report) -> Option<Order> {
+        match report {
+            Report::Ask { id, dst, check, name, via, ech } => {
+                let via = if ech { format!("{via} (ech)") } else { via };
+                match self.decide(dst, check, name.as_deref()) {
+                    Ok((logged, reason)) => {
+                        let line = Connection::new("tcp", dst, &via, "allowed", reason.clone()).named(logged);
+                        let live = Live { line, dst, check, name };
+                        self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(id, live);
+                        Some(Order::Verdict { id, allow: true, reason })
+                    }
+                    Err(reason) => {
+                        let line = Connection::new("tcp", dst, &via, "refused", reason.clone()).named(name);
+                        self.log.record(line, None);
+                        Some(Order::Verdict { id, allow: false, reason })
+                    }
+                }
+            }
+            Report::Refused { dst, via, reason, name, .. } => {
+                if *self.quiet.lock().unwrap_or_else(|e| e.into_inner()) != Some(dst) {
+                    self.log.record(Connection::new("tcp", dst, &via, "refused", reason).named(name), None);
+                }
+                None
+            }
+            Report::Closed { id, up, down, ms } => {
+                let live = self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)?;
+                let mut line = live.line;
+                line.bytes_up = Some(up);
+                line.bytes_down = Some(down);
+                line.ms = Some(ms);
+                self.log.record(line, Some(id));
+                None
+            }
+        }
+    }
+
+    /// After a reload: the ranges in force, and every open connection judged again; those the
+    /// new policy refuses are cut.
+    pub async fn recheck(&self, cidrs: BTreeMap<IpNet, Ports>) {
+        *self.cidrs.write().unwrap_or_else(|e| e.into_inner()) = cidrs;
+        let cut: Vec<u64> = {
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cut = Vec::new();
+            for (id, conn) in live.iter_mut() {
+                if let Err(reason) = self.decide(conn.dst, conn.check, conn.name.as_deref()) {
+                    conn.line.reason = format!("cut at a reload: {reason}");
+                    cut.push(*id);
+                }
+            }
+            cut
+        };
+        let socket = self.socket.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(socket) = socket {
+            for id in cut {
+                self.send(&socket, &Order::Close { id }).await;
+            }
+        }
+    }
+
+    /// Refusals of connections to `dst` go unlogged (PID 1's own test at start), or none do.
+    pub fn quiet(&self, dst: Option<SocketAddr>) {
+        *self.quiet.lock().unwrap_or_else(|e| e.into_inner()) = dst;
+    }
+
+    /// How many allowed connections are open.
+    pub fn open_connections(&self) -> usize {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// The listeners' backlog (the kernel caps it at net.core.somaxconn, 4096 by default).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// The checker process as PID 1 runs it: the listeners (bound once and kept open by PID 1, so
+/// that while no checker runs, connections wait unaccepted instead of being refused by a port
+/// the agent could take), and the child, started again when it dies.
+pub struct CheckerProcess {
+    /// The listeners and whether each checks names (`check`) or passes on addresses.
+    listeners: Vec<(std::net::TcpListener, bool)>,
+    verdicts: Arc<Verdicts>,
+    pid: Mutex<i32>,
+    serving: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl CheckerProcess {
+    /// Binds the checker's ports on loopback (IPv6 too, where it is up).
+    pub fn bind(verdicts: Arc<Verdicts>, ipv6: bool) -> std::io::Result<CheckerProcess> {
+        use crate::net::check_protocol::{CHECK_PORT, PASS_PORT};
+        let mut listeners = Vec::new();
+        let mut hosts: Vec<IpAddr> = vec![IpAddr::from([127, 0, 0, 1])];
+        if ipv6 {
+            hosts.push(IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
+        }
+        for host in hosts {
+            for (port, check) in [(CHECK_PORT, true), (PASS_PORT, false)] {
+                let socket = if host.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+                socket.bind(SocketAddr::new(host, port))?;
+                // Room for a burst of connections while the checker accepts: past the backlog
+                // the kernel answers with SYN cookies, and a connection whose ACK finds the
+                // queue still full is reset.
+                listeners.push((socket.listen(LISTEN_BACKLOG)?.into_std()?, check));
+            }
+        }
+        Ok(CheckerProcess { listeners, verdicts, pid: Mutex::new(0), serving: Mutex::new(None) })
+    }
+
+    pub fn pid(&self) -> i32 {
+        *self.pid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a checker: a new socketpair, the child with it and the listeners, as the checker's
+    /// user with no capability, and the verdict server on PID 1's end.
+    pub fn start(&self, program: &std::path::Path) -> Result<i32, String> {
+        use crate::net::check_protocol::{CHECKER_UID, LISTENERS_ENV, VERDICT_FD};
+        use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+        use std::os::unix::process::CommandExt as _;
+        let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().map_err(|e| e.to_string())?;
+        // Copies above any descriptor the child's numbering uses, so that moving them into place
+        // (3, 4, …) cannot overwrite one not yet moved. Not far above: past the 64 descriptors a
+        // process starts with, the kernel grows the table, and in a process with threads that
+        // waits for an RCU grace period (7 to 14 ms measured, at every start).
+        let first_free = VERDICT_FD + 1 + self.listeners.len() as i32;
+        let high = |fd: i32| -> Result<OwnedFd, String> {
+            // SAFETY: fcntl duplicating a descriptor we own; the result is owned at once.
+            let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, first_free) };
+            if copy < 0 {
+                return Err(std::io::Error::last_os_error().to_string());
+            }
+            Ok(unsafe { OwnedFd::from_raw_fd(copy) })
+        };
+        let mut sources = vec![high(theirs.as_raw_fd())?];
+        let mut spec = Vec::new();
+        for (i, (listener, check)) in self.listeners.iter().enumerate() {
+            sources.push(high(listener.as_raw_fd())?);
+            spec.push(format!("{}:{}", VERDICT_FD + 1 + i as i32, if *check { "check" } else { "pass" }));
+        }
+        let raw: Vec<i32> = sources.iter().map(|fd| fd.as_raw_fd()).collect();
+        let identity = AgentPrivileges::system(CHECKER_UID);
+        let mut command = identity.command(program).map_err(|e| e.to_string())?;
+        command
+            .arg("checker")
+            .env(LISTENERS_ENV, spec.join(","))
+            .env_remove("TMUX_SESSION")
+            .env("USER", "sandbox-checker")
+            .env("LOGNAME", "sandbox-checker")
+            // Not the terminal: the agent's tmux client shares it.
+            .stdin(std::process::Stdio::null());
+        // SAFETY: only dup2 between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                for (i, fd) in raw.iter().enumerate() {
+                    if libc::dup2(*fd, VERDICT_FD + i as i32) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let pid = crate::process::spawn(&mut command).map_err(|e| e.to_string())?;
+        drop(sources);
+        drop(theirs);
+        *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = pid;
+        ours.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let ours = UnixDatagram::from_std(ours).map_err(|e| e.to_string())?;
+        let serving = tokio::spawn(self.verdicts.clone().serve(ours));
+        if let Some(old) = self.serving.lock().unwrap_or_else(|e| e.into_inner()).replace(serving) {
+            old.abort();
+        }
+        Ok(pid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_and_orders_are_tagged_json() {
+        let ask = Report::Ask {
+            id: 7,
+            dst: "203.0.113.7:443".parse().unwrap(),
+            check: true,
+            name: Some("api.example.com".into()),
+            via: "tls".into(),
+            ech: false,
+        };
+        let text = serde_json::to_string(&ask).unwrap();
+        assert!(text.starts_with(r#"{"t":"ask","id":7,"dst":"203.0.113.7:443","check":true"#), "{text}");
+        assert_eq!(serde_json::from_str::<Report>(&text).unwrap(), ask);
+        let order = serde_json::to_string(&Order::Close { id: 3 }).unwrap();
+        assert_eq!(order, r#"{"t":"close","id":3}"#);
+    }
+}

@@ -1,0 +1,220 @@
+use super::*;
+
+/// A ClientHello handshake message naming `names` (none: no server_name extension), with
+/// `extra` extensions after it.
+fn hello(names: &[&str], extra: &[(u16, Vec<u8>)]) -> Vec<u8> {
+    let mut extensions = Vec::new();
+    if !names.is_empty() {
+        let mut list = Vec::new();
+        for name in names {
+            list.push(0u8);
+            list.extend((name.len() as u16).to_be_bytes());
+            list.extend(name.as_bytes());
+        }
+        let mut data = (list.len() as u16).to_be_bytes().to_vec();
+        data.extend(list);
+        extensions.extend(0u16.to_be_bytes());
+        extensions.extend((data.len() as u16).to_be_bytes());
+        extensions.extend(data);
+    }
+    for (kind, data) in extra {
+        extensions.extend(kind.to_be_bytes());
+        extensions.extend((data.len() as u16).to_be_bytes());
+        extensions.extend(data);
+    }
+    let mut body = vec![3, 3];
+    body.extend([7u8; 32]);
+    body.push(0); // session id
+    body.extend([0, 2, 0x13, 0x01]); // one cipher suite
+    body.extend([1, 0]); // null compression
+    body.extend((extensions.len() as u16).to_be_bytes());
+    body.extend(extensions);
+    let mut message = vec![HANDSHAKE_CLIENT_HELLO];
+    message.extend(&(body.len() as u32).to_be_bytes()[1..]);
+    message.extend(body);
+    message
+}
+
+/// The handshake in TLS records, cut at `cuts` (offsets into the handshake).
+fn records(handshake: &[u8], cuts: &[usize]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for end in cuts.iter().copied().chain([handshake.len()]) {
+        out.extend([CONTENT_HANDSHAKE, 3, 1]);
+        out.extend(((end - start) as u16).to_be_bytes());
+        out.extend(&handshake[start..end]);
+        start = end;
+    }
+    out
+}
+
+fn tls(name: &str) -> Sniffed {
+    Sniffed::Tls { name: name.into(), ech: false }
+}
+
+#[test]
+fn the_server_name_of_a_client_hello() {
+    assert_eq!(sniff(&records(&hello(&["API.Example.com"], &[]), &[])), tls("api.example.com"));
+}
+
+#[test]
+fn a_hello_across_records_and_segments_is_reassembled() {
+    let handshake = hello(&["api.example.com"], &[(21, vec![0; 1600])]);
+    assert!(handshake.len() > 1500);
+    let wire = records(&handshake, &[3, 40, 1000]);
+    for cut in 0..wire.len() {
+        assert_eq!(sniff(&wire[..cut]), Sniffed::NeedMore, "{cut} of {} bytes", wire.len());
+    }
+    assert_eq!(sniff(&wire), tls("api.example.com"));
+}
+
+#[test]
+fn no_name_two_names_or_two_extensions_are_refused() {
+    let refused = |bytes: Vec<u8>| matches!(sniff(&records(&bytes, &[])), Sniffed::Refused(_));
+    assert!(refused(hello(&[], &[(21, vec![0; 8])])), "no server_name");
+    assert!(refused(hello(&["a.example.com", "b.example.com"], &[])), "two names in the list");
+    let twice = hello(&["a.example.com"], &[(0, hello(&["b.example.com"], &[])[..0].to_vec())]);
+    assert!(refused(twice), "a second server_name extension");
+    assert!(refused(hello(&["a.example.com."], &[])), "a trailing dot");
+    assert!(refused(hello(&["10.0.0.1"], &[])), "an address");
+    assert!(refused(hello(&["a\0.example.com"], &[])), "a NUL");
+    let mut truncated = records(&hello(&["a.example.com"], &[]), &[]);
+    truncated[8] = 0xff; // the handshake claims more than the record, and the record ends
+    assert!(matches!(sniff(&truncated), Sniffed::NeedMore | Sniffed::Refused(_)));
+}
+
+#[test]
+fn an_encrypted_client_hello_is_judged_by_its_outer_name() {
+    let wire = records(&hello(&["public.cdn.example"], &[(EXTENSION_ECH, vec![0; 40])]), &[]);
+    assert_eq!(sniff(&wire), Sniffed::Tls { name: "public.cdn.example".into(), ech: true });
+}
+
+#[test]
+fn records_that_are_not_a_client_hello_are_refused() {
+    let mut alert_after = records(&hello(&["a.example.com"], &[]), &[10]);
+    let first_record_end = 5 + 10;
+    alert_after[first_record_end] = 21; // the second record is an alert
+    assert!(matches!(sniff(&alert_after), Sniffed::Refused(_)));
+    let mut server_hello = hello(&["a.example.com"], &[]);
+    server_hello[0] = 2;
+    assert!(matches!(sniff(&records(&server_hello, &[])), Sniffed::Refused(_)));
+    assert!(matches!(sniff(&[CONTENT_HANDSHAKE, 3, 1, 0x50, 0]), Sniffed::Refused(_)), "a record too long");
+    assert!(matches!(sniff(b"SSH-2.0-OpenSSH_9.6\r\n"), Sniffed::Refused(_)));
+    assert!(matches!(sniff(b"\x00\x00\x00\x08\x04\xd2\x16\x2f"), Sniffed::Refused(_)), "postgres");
+}
+
+fn http(request: &str) -> Sniffed {
+    sniff(request.as_bytes())
+}
+
+#[test]
+fn an_http_request_is_judged_by_its_host_and_loses_its_upgrade_headers() {
+    let request = "GET /v1/x HTTP/1.1\r\nHost: API.example.com:8080\r\nConnection: Upgrade\r\nUpgrade: h2c\r\nAccept: */*\r\n\r\n";
+    assert_eq!(http(request), Sniffed::Http { host: "api.example.com".into() });
+    let mut requests = HttpRequests::new("api.example.com");
+    assert_eq!(
+        String::from_utf8(requests.feed(request.as_bytes()).0).unwrap(),
+        "GET /v1/x HTTP/1.1\r\nHost: API.example.com:8080\r\nAccept: */*\r\n\r\n"
+    );
+    let absolute = "GET http://api.example.com/x HTTP/1.1\r\nHost: api.example.com\r\n\r\n";
+    assert!(matches!(http(absolute), Sniffed::Http { .. }));
+}
+
+/// Feeds `bytes` in pieces of `step` and returns what went on, or the refusal.
+fn through(host: &str, bytes: &str, step: usize) -> Result<String, &'static str> {
+    passed(host, bytes, step).1.map_or_else(|| Ok(passed(host, bytes, step).0), Err)
+}
+
+/// What went on, in pieces of `step`, and why it stopped if it did.
+fn passed(host: &str, bytes: &str, step: usize) -> (String, Option<&'static str>) {
+    let mut requests = HttpRequests::new(host);
+    let mut out = Vec::new();
+    for piece in bytes.as_bytes().chunks(step) {
+        let (pass, refused) = requests.feed(piece);
+        out.extend(pass);
+        if refused.is_some() {
+            return (String::from_utf8(out).unwrap(), refused);
+        }
+    }
+    (String::from_utf8(out).unwrap(), None)
+}
+
+#[test]
+fn every_request_of_a_keep_alive_connection_must_name_the_same_host() {
+    let one = "GET /a HTTP/1.1\r\nHost: a.example.com\r\n\r\n";
+    let post = "POST /b HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: 5\r\n\r\nhello";
+    for step in [1, 7, 4096] {
+        assert_eq!(
+            through("a.example.com", &format!("{one}{post}{one}"), step).unwrap(),
+            format!("{one}{post}{one}")
+        );
+    }
+    let other = "GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n";
+    for step in [1, 4096] {
+        // The first request goes on; from the other host's on, nothing does.
+        assert_eq!(
+            passed("a.example.com", &format!("{one}{other}{one}"), step),
+            (one.to_string(), Some("a later request on the connection names another host"))
+        );
+    }
+}
+
+#[test]
+fn a_request_hidden_in_a_body_is_body_and_the_one_after_it_is_checked() {
+    let smuggled = "GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n";
+    let sized = format!(
+        "POST / HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    );
+    assert_eq!(through("a.example.com", &sized, 3).unwrap(), sized);
+    let chunked = format!(
+        "POST / HTTP/1.1\r\nHost: a.example.com\r\nTransfer-Encoding: chunked\r\n\r\n{:x};ext=1\r\n{smuggled}\r\n0\r\nX-Trailer: t\r\n\r\n",
+        smuggled.len()
+    );
+    for step in [1, 5, 4096] {
+        assert_eq!(through("a.example.com", &chunked, step).unwrap(), chunked);
+        assert!(through("a.example.com", &format!("{chunked}{smuggled}"), step).is_err());
+    }
+    // A chunk longer than its size says, and the framings a server could read otherwise.
+    let overlong =
+        "POST / HTTP/1.1\r\nHost: a.example.com\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n";
+    assert!(through("a.example.com", overlong, 4096).is_err());
+    for head in [
+        "POST / HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: -3\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a.example.com\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a.example.com\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ] {
+        assert!(matches!(http(head), Sniffed::Refused(_)), "{head:?}");
+    }
+}
+
+#[test]
+fn an_http_request_that_could_name_another_host_is_refused() {
+    for request in [
+        "GET / HTTP/1.1\r\nHost: a.example.com\r\nHost: b.example.com\r\n\r\n",
+        "GET http://other.example.com/ HTTP/1.1\r\nHost: a.example.com\r\n\r\n",
+        "GET / HTTP/1.1\r\nAccept: */*\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a.example.com\r\n X-Folded: b\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: [::1]\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: user@a.example.com\r\n\r\n",
+        "GET / HTTP/2.0\r\nHost: a.example.com\r\n\r\n",
+        "CONNECT other.example.com:443 HTTP/1.1\r\nHost: a.example.com\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a.example.com\r\nX: y\nHost: b.example.com\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a.example.com\r\nX: y\rHost: b.example.com\r\n\r\n",
+        "GET / HTTP/1.1\nHost: b.example.com\r\nHost2: a.example.com\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a.example.com\x00\r\n\r\n",
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    ] {
+        assert!(matches!(http(request), Sniffed::Refused(_)), "{request:?}: {:?}", http(request));
+    }
+}
+
+#[test]
+fn a_partial_request_waits_and_an_endless_one_is_refused() {
+    assert_eq!(http("GE"), Sniffed::NeedMore);
+    assert_eq!(http("GET / HTTP/1.1\r\nHost: a.example.com\r\n"), Sniffed::NeedMore);
+    let endless = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(MAX_HEAD));
+    assert!(matches!(http(&endless), Sniffed::Refused(_)));
+}

@@ -1,0 +1,349 @@
+//! HTTP/1.1 and TLS for the name check's tests: a small server (the peers' ports 80, 443 and
+//! 8443) that logs the name every request and handshake carried and how many bytes each
+//! connection brought, and the clients the probe runs as the agent. rustls with ring, already in
+//! the workspace's tree.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// A deterministic byte stream: what `/bytes/N` serves, so a client can check what arrived.
+pub fn pattern(offset: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        let n = offset + i as u64;
+        *b = (n.wrapping_mul(2654435761) >> 13) as u8;
+    }
+}
+
+/// `pattern-sha N`: the sha256 of the first N bytes of [`pattern`], computed here, without the
+/// network, for the test to compare a download with.
+pub fn pattern_sha(size: u64) -> String {
+    use sha2::Digest as _;
+    let mut digest = sha2::Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut done = 0u64;
+    while done < size {
+        let n = buf.len().min((size - done) as usize);
+        pattern(done, &mut buf[..n]);
+        digest.update(&buf[..n]);
+        done += n as u64;
+    }
+    format!("{:x}", digest.finalize())
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Appends one line to the peer's log.
+fn log(path: &str, line: &str) {
+    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(file, "{line}");
+    }
+}
+
+/// Counts what a connection brings, for the log line written when it ends.
+struct Counted<S> {
+    inner: S,
+    read: u64,
+}
+
+impl<S: Read> Read for Counted<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+impl<S: Write> Write for Counted<S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// What a server port is.
+#[derive(Clone)]
+pub struct Site {
+    pub host: String,
+    pub port: u16,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub files: Option<String>,
+    pub log: String,
+}
+
+pub fn tls_server_config(cert: &str, key: &str) -> Arc<rustls::ServerConfig> {
+    let certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(cert)
+        .expect("the certificate file")
+        .map(|c| c.expect("a certificate"))
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(key).expect("the key file");
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("a usable certificate");
+    Arc::new(config)
+}
+
+/// Serves `site` until the process ends, a thread per connection.
+pub fn serve(listener: TcpListener, site: Site) {
+    for stream in listener.incoming().flatten() {
+        let site = site.clone();
+        std::thread::spawn(move || {
+            let from = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+            let mut counted = Counted { inner: stream, read: 0 };
+            match &site.tls {
+                Some(config) => {
+                    let Ok(conn) = rustls::ServerConnection::new(config.clone()) else { return };
+                    let mut tls = rustls::StreamOwned::new(conn, &mut counted);
+                    // The handshake happens on the first read; the name is known after it.
+                    let mut request = BufReader::new(&mut tls);
+                    let head = read_head(&mut request);
+                    let sni = request.get_ref().conn.server_name().unwrap_or("-").to_string();
+                    log(&site.log, &format!("tls {} sni={sni}", site.port));
+                    if let Some(head) = head {
+                        respond(&site, &head, request.get_mut());
+                        request.get_mut().conn.send_close_notify();
+                        let _ = request.get_mut().flush();
+                    }
+                }
+                None => {
+                    // Keep-alive: every request of the connection is served, and logged.
+                    let mut request = BufReader::new(&mut counted);
+                    while let Some(head) = read_head(&mut request) {
+                        if std::io::copy(&mut (&mut request).take(head.length), &mut std::io::sink()).is_err()
+                        {
+                            break;
+                        }
+                        respond(&site, &head, request.get_mut());
+                    }
+                }
+            }
+            log(&site.log, &format!("conn {} from={from} bytes={}", site.port, counted.read));
+        });
+    }
+}
+
+/// The request line and headers, lower-cased names.
+struct Head {
+    path: String,
+    host: String,
+    /// The body's Content-Length.
+    length: u64,
+}
+
+fn read_head(reader: &mut impl BufRead) -> Option<Head> {
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let path = line.split_whitespace().nth(1)?.to_string();
+    let (mut host, mut length) = (String::new(), 0);
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).ok()? == 0 {
+            return None;
+        }
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        match header.split_once(':') {
+            Some((name, value)) if name.eq_ignore_ascii_case("host") => host = value.trim().to_string(),
+            Some((name, value)) if name.eq_ignore_ascii_case("content-length") => {
+                length = value.trim().parse().unwrap_or(0);
+            }
+            _ => {}
+        }
+    }
+    Some(Head { path, host, length })
+}
+
+fn respond(site: &Site, head: &Head, out: &mut impl Write) {
+    log(&site.log, &format!("http {} host={} path={}", site.port, head.host, head.path));
+    if let Some(size) = head.path.strip_prefix("/bytes/").and_then(|n| n.parse::<u64>().ok()) {
+        let _ = write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut sent = 0u64;
+        while sent < size {
+            let n = buf.len().min((size - sent) as usize);
+            pattern(sent, &mut buf[..n]);
+            if out.write_all(&buf[..n]).is_err() {
+                return;
+            }
+            sent += n as u64;
+        }
+        return;
+    }
+    let body = match &site.files {
+        Some(dir) => match std::fs::read(format!("{dir}{}", head.path.split('?').next().unwrap_or("/"))) {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                let _ = write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+                return;
+            }
+        },
+        None => format!("hello from {}:{} for {}\n", site.host, site.port, head.host).into_bytes(),
+    };
+    let _ = write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+    let _ = out.write_all(&body);
+}
+
+/// Accepts any certificate: the reachability probes ask whether a connection gets through, not
+/// whom it reaches; the tests of real verification use curl, Node and git with the test CA.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn client_config() -> Arc<rustls::ClientConfig> {
+    let provider = provider();
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    Arc::new(config)
+}
+
+/// A stream the client speaks HTTP over: plain, or TLS with `sni`.
+pub enum Client {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Client {
+    pub fn new(stream: TcpStream, sni: Option<&str>) -> std::io::Result<Client> {
+        // As curl, Node and Go do: without it a request waits for the delayed ACK of the
+        // handshake's last segment (40 ms), which would hide anything the sandbox adds.
+        stream.set_nodelay(true)?;
+        match sni {
+            None => Ok(Client::Plain(stream)),
+            Some(name) => {
+                let name = ServerName::try_from(name.to_string()).map_err(std::io::Error::other)?;
+                let conn =
+                    rustls::ClientConnection::new(client_config(), name).map_err(std::io::Error::other)?;
+                Ok(Client::Tls(Box::new(rustls::StreamOwned::new(conn, stream))))
+            }
+        }
+    }
+}
+
+impl Read for Client {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Client::Plain(s) => s.read(buf),
+            Client::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Client {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Client::Plain(s) => s.write(buf),
+            Client::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Client::Plain(s) => s.flush(),
+            Client::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// One GET over `client`: the body's first line, or with `sha256`, the size, digest and time of
+/// the whole body (a download, checked against [`pattern`] by the test).
+pub fn get(client: &mut Client, host: &str, path: &str) -> std::io::Result<(String, u64, String, f64)> {
+    use sha2::Digest as _;
+    write!(client, "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: sandbox-probe\r\n\r\n")?;
+    client.flush()?;
+    let started = Instant::now();
+    let mut reader = BufReader::with_capacity(256 * 1024, client);
+    let mut status = String::new();
+    reader.read_line(&mut status)?;
+    if !status.starts_with("HTTP/1.") {
+        return Err(std::io::Error::other(format!("not an HTTP response: {status:?}")));
+    }
+    let mut length: Option<u64> = None;
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header)? == 0 {
+            break;
+        }
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok();
+        }
+    }
+    let mut digest = sha2::Sha256::new();
+    let mut first_line = String::new();
+    let mut total = 0u64;
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let want = length.map_or(buf.len(), |l| buf.len().min((l - total) as usize));
+        if want == 0 {
+            break;
+        }
+        let n = match reader.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            // A server that ends TLS without close_notify after the whole body: what arrived counts.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && length.is_some_and(|l| total == l) => {
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        if total == 0 {
+            first_line = String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_string();
+        }
+        digest.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((first_line, total, format!("{:x}", digest.finalize()), started.elapsed().as_secs_f64()))
+}
