@@ -5,7 +5,10 @@
 //! - start to `sandbox ready` vs. the same image whose entrypoint only prints the line;
 //! - the same with a 10,000-entry policy;
 //! - DNS latency through the gate (cached and uncached allowed names) vs. asking the upstream
-//!   directly, and throughput of both.
+//!   directly, and throughput of both;
+//! - the name check: connect to first byte, bulk throughput, 1,000 concurrent connections and
+//!   the memory of PID 1 and the checker with them open, vs. the same sandbox with
+//!   `SANDBOX_NAME_CHECK=off`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -18,7 +21,7 @@ use sandbox_tests::images::image;
 use sandbox_tests::peers::Peer;
 use sandbox_tests::probe::PROBE;
 use sandbox_tests::probe::probe_binary;
-use sandbox_tests::sandbox::SandboxSpec;
+use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -144,6 +147,9 @@ async fn main() -> anyhow::Result<()> {
             .await?;
     let gate_rate = bench(vec!["cached.bench.test", "20000", "--concurrency", "8"], false).await?;
 
+    eprintln!("measuring the name check");
+    let names = NameCheckFigures::measure(&image, &net).await?;
+
     let us = |out: &str| field(out, "median_us");
     println!("sandbox-init benchmark ({runs} runs each for start times; medians)");
     println!();
@@ -178,5 +184,127 @@ async fn main() -> anyhow::Result<()> {
         field(&gate_rate, "qps"),
         field(&gate_rate, "qps") / field(&direct_rate, "qps")
     );
+    println!();
+    names.print();
     Ok(())
+}
+
+/// The name check's figures: each measured with the check on and, in the same run, off.
+struct NameCheckFigures {
+    /// `first-byte` reports over HTTP and TLS: (on, off).
+    http: (String, String),
+    tls: (String, String),
+    /// `fetch` of a gigabyte over HTTP: (on, off).
+    bulk: (String, String),
+    /// `concurrent` 1,000 over HTTP: (on, off).
+    many: (String, String),
+    /// KiB resident with 1,000 connections open: PID 1 on, the checker, PID 1 off.
+    rss: (f64, f64, f64),
+}
+
+const BULK: &str = "/bytes/1000000000";
+
+impl NameCheckFigures {
+    async fn measure(image: &str, net: &TestNet) -> anyhow::Result<NameCheckFigures> {
+        let spec =
+            SandboxSpec::of(image.to_string()).net_admin().on(net).drop_in("n.txt", "api.allowed.test\n");
+        let on = spec.clone().start().await?;
+        let off = spec.env("SANDBOX_NAME_CHECK", "off").start().await?;
+        let probe = |sb: &Sandbox, args: Vec<&str>| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            let sb = sb.id().to_string();
+            async move {
+                let mut cmd = vec!["sandbox-exec", "--", PROBE];
+                cmd.extend(args.iter().map(String::as_str));
+                let out = sandbox_tests::docker::exec(&sb, &cmd, None).await?;
+                let failed = field(&out.stdout, "failed");
+                let outcome_ok = !out.stdout.contains("outcome=") || out.stdout.contains("outcome=fetched");
+                anyhow::ensure!(
+                    out.code == 0 && (failed.is_nan() || failed == 0.0) && outcome_ok,
+                    "{cmd:?}: {out:?}"
+                );
+                Ok::<_, anyhow::Error>(out.stdout)
+            }
+        };
+        let both = |args: Vec<&'static str>| {
+            let (on, off) = (&on, &off);
+            async move { Ok::<_, anyhow::Error>((probe(on, args.clone()).await?, probe(off, args).await?)) }
+        };
+        both(vec!["first-byte", "api.allowed.test", "80", "20"]).await?; // warm-up: DNS, the sets
+        let http = both(vec!["first-byte", "api.allowed.test", "80", "500"]).await?;
+        let tls = both(vec!["first-byte", "api.allowed.test", "443", "300", "--tls"]).await?;
+        let bulk = both(vec!["fetch", "api.allowed.test", "80", BULK]).await?;
+        let many = both(vec!["concurrent", "api.allowed.test", "80", "1000", "--hold-ms", "500"]).await?;
+        let rss_on = Self::rss_with_1000_open(&on).await?;
+        let rss_off = Self::rss_with_1000_open(&off).await?;
+        Ok(NameCheckFigures { http, tls, bulk, many, rss: (rss_on.0, rss_on.1, rss_off.0) })
+    }
+
+    /// VmRSS of PID 1 and of the checker (0 without one), in KiB, while 1,000 connections are open.
+    async fn rss_with_1000_open(sb: &Sandbox) -> anyhow::Result<(f64, f64)> {
+        let held =
+            sb.probe_in_background(&["concurrent", "api.allowed.test", "80", "1000", "--hold-ms", "8000"]);
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let script = "for p in /proc/[0-9]*; do u=$(stat -c %u $p); r=$(awk '/^VmRSS/ {print $2}' $p/status); echo \"${p#/proc/} $u $r\"; done";
+        let out = sb.exec(&["sh", "-c", script]).await?;
+        let rss = |wanted: &dyn Fn(&str, &str) -> bool| {
+            out.stdout
+                .lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    (f.len() == 3 && wanted(f[0], f[1])).then(|| f[2].parse::<f64>().unwrap_or(0.0))
+                })
+                .sum::<f64>()
+        };
+        let pid1 = rss(&|pid, _| pid == "1");
+        let checker = rss(&|_, uid| uid == "65533");
+        let held = held.await??;
+        anyhow::ensure!(held.fields["completed"] == "1000", "{:?}", held.fields);
+        Ok((pid1, checker))
+    }
+
+    fn print(&self) {
+        let us = |out: &str, key: &str| field(out, key);
+        println!("name check, connect to first byte     off        on     added   target");
+        for (what, (on, off)) in [("HTTP, median", &self.http), ("TLS, median", &self.tls)] {
+            println!(
+                "  {what:<32} {:>7.0} µs {:>7.0} µs {:>7.0} µs   < 1000 µs",
+                us(off, "median_us"),
+                us(on, "median_us"),
+                us(on, "median_us") - us(off, "median_us")
+            );
+        }
+        for (what, (on, off)) in [("HTTP, p99", &self.http), ("TLS, p99", &self.tls)] {
+            println!(
+                "  {what:<32} {:>7.0} µs {:>7.0} µs {:>7.0} µs",
+                us(off, "p99_us"),
+                us(on, "p99_us"),
+                us(on, "p99_us") - us(off, "p99_us")
+            );
+        }
+        let (on, off) = (&self.bulk.0, &self.bulk.1);
+        println!(
+            "name check, 1 GB over HTTP          {:>6.0} MB/s {:>6.0} MB/s   ratio {:.2}   target >= 0.90",
+            field(off, "mbytes_per_s"),
+            field(on, "mbytes_per_s"),
+            field(on, "mbytes_per_s") / field(off, "mbytes_per_s")
+        );
+        let (on, off) = (&self.many.0, &self.many.1);
+        println!(
+            "name check, 1,000 concurrent        completed {}/{} off, {}/{} on; p99 to first byte {:.0} ms off, {:.0} ms on",
+            field(off, "completed"),
+            1000,
+            field(on, "completed"),
+            1000,
+            field(off, "p99_ms"),
+            field(on, "p99_ms")
+        );
+        let (pid1_on, checker, pid1_off) = self.rss;
+        println!(
+            "name check, RSS with 1,000 open     PID 1 {:.1} MB on ({:.1} MB off), checker {:.1} MB   target PID 1 < 64 MB",
+            pid1_on / 1024.0,
+            pid1_off / 1024.0,
+            checker / 1024.0
+        );
+    }
 }
