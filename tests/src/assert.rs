@@ -24,6 +24,10 @@ pub async fn processes(sb: &Sandbox) -> anyhow::Result<Vec<ProcStatus>> {
             .filter_map(|l| l.split_once(':'))
             .map(|(k, v)| (k.to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
             .collect();
+        // A process that ended between the listing and its read left nothing to check.
+        if !fields.contains_key("Uid") {
+            continue;
+        }
         let name = fields.get("Name").cloned().unwrap_or_default();
         list.push(ProcStatus { pid, name, fields });
     }
