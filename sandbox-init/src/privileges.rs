@@ -95,6 +95,19 @@ impl AgentPrivileges {
         Ok(command)
     }
 
+    /// A service of PID 1's own (the name checker) under this identity: named
+    /// `name` in its environment, outside the session, never on the terminal the agent's tmux
+    /// client shares.
+    pub fn service(&self, program: impl AsRef<OsStr>, name: &str) -> Result<Command, PrivilegeError> {
+        let mut command = self.command(program)?;
+        command
+            .env_remove("TMUX_SESSION")
+            .env("USER", name)
+            .env("LOGNAME", name)
+            .stdin(std::process::Stdio::null());
+        Ok(command)
+    }
+
     /// The drop itself, in the only order that works: capabilities are needed to drop the
     /// bounding set and to change ids, so the ids change last but one.
     fn drop_privileges(&self) -> std::io::Result<()> {

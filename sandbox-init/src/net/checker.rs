@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpStream, UnixDatagram};
 use tokio::sync::oneshot;
 
 use crate::net::check_protocol::{LISTENERS_ENV, Order, Report, VERDICT_FD, VERDICT_TIMEOUT};
-use crate::net::wire::{HttpRequests, MAX_FIRST_BYTES, Sniffed, sniff};
+use crate::net::wire::{ClientBytes, HttpRequests, MAX_FIRST_BYTES, Sniffed, TlsRetry, hello_retry, sniff};
 
 /// How long a client may take to say whom it wants.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
@@ -166,7 +166,7 @@ impl Checker {
         if !check {
             let ask = Report::Ask { id, dst, check, name: None, via: "address".into(), ech: false };
             if self.ask(id, ask).await {
-                self.relay(id, client, dst, Vec::new(), None).await;
+                self.relay(id, client, dst, Vec::new(), Later::Unchecked).await;
             } else {
                 reset(client);
             }
@@ -198,11 +198,11 @@ impl Checker {
                 }
             }
         };
-        let (name, via, ech, requests) = match sniffed {
-            Sniffed::Tls { name, ech } => (name, "tls", ech, None),
+        let (name, via, ech, later) = match sniffed {
+            Sniffed::Tls { name, ech } => (name.clone(), "tls", ech, Later::Tls(name)),
             Sniffed::Http { host } => {
                 let requests = HttpRequests::new(&host);
-                (host, "http", false, Some(requests))
+                (host, "http", false, Later::Http(requests))
             }
             Sniffed::Refused(reason) => {
                 let via = if first.first() == Some(&22) { "tls" } else { "unknown" };
@@ -214,23 +214,16 @@ impl Checker {
         };
         let ask = Report::Ask { id, dst, check, name: Some(name), via: via.into(), ech };
         if self.ask(id, ask).await {
-            self.relay(id, client, dst, first, requests).await;
+            self.relay(id, client, dst, first, later).await;
         } else {
             reset(client);
         }
     }
 
-    /// Joins the client to `dst`, sending `first` ahead, and reports the bytes when it ends. With
-    /// `requests` (plain HTTP), the client's bytes go through it: a later request that names
-    /// another host ends the connection before it reaches the server.
-    async fn relay(
-        &self,
-        id: u64,
-        client: TcpStream,
-        dst: SocketAddr,
-        first: Vec<u8>,
-        mut requests: Option<HttpRequests>,
-    ) {
+    /// Joins the client to `dst`, sending `first` ahead, and reports the bytes when it ends. The
+    /// client's later bytes go through `later`'s check: a later HTTP request, or a second TLS
+    /// ClientHello, that names another host ends the connection before it reaches the server.
+    async fn relay(&self, id: u64, client: TcpStream, dst: SocketAddr, first: Vec<u8>, later: Later) {
         let started = Instant::now();
         let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         let server = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(dst)).await {
@@ -245,34 +238,82 @@ impl Checker {
         let (mut client_read, mut client_write) = client.into_split();
         let (mut server_read, mut server_write) = server.into_split();
         // Cut by PID 1 (this task aborted), the counts so far are still reported.
-        let guard =
-            ClosedGuard { checker_socket: self.socket.as_raw_fd(), id, counts: counts.clone(), started };
+        let mut guard = ClosedGuard {
+            checker_socket: self.socket.as_raw_fd(),
+            id,
+            counts: counts.clone(),
+            started,
+            armed: true,
+        };
         // The client's bytes end at a request that breaks the rule: what came before it is
-        // answered, then the connection closes.
+        // answered, then the connection closes. Whether the server's first bytes asked a TLS client for a second ClientHello.
+        let (retry_tx, mut retry_rx) = tokio::sync::watch::channel(None::<bool>);
+        let via = if matches!(later, Later::Tls(_)) { "tls" } else { "http" };
         let up = async {
-            let (first, mut refused) = match requests.as_mut() {
-                Some(requests) => requests.feed(&first),
-                None => (first, None),
+            let (mut filter, tls_name): (Option<Box<dyn ClientBytes>>, _) = match later {
+                Later::Http(requests) => (Some(Box::new(requests)), None),
+                Later::Tls(name) => (None, Some(name)),
+                Later::Unchecked => (None, None),
+            };
+            let (first, mut refused) = match filter.as_mut() {
+                Some(filter) => filter.feed(&first),
+                None => (first.clone(), None),
             };
             if server_write.write_all(&first).await.is_ok() {
                 counts.0.fetch_add(first.len() as u64, Ordering::Relaxed);
+                if let Some(name) = tls_name {
+                    // The client says nothing more until the server answers its hello (early
+                    // data waits in the socket meanwhile): then it is known what may follow.
+                    let retry = retry_rx.wait_for(Option::is_some).await.ok().and_then(|r| *r);
+                    if retry == Some(true) {
+                        filter = Some(Box::new(TlsRetry::new(&name, &first)));
+                    }
+                }
                 if refused.is_none() {
-                    refused = copy(&mut client_read, &mut server_write, &counts.0, requests.as_mut()).await;
+                    refused =
+                        copy(&mut client_read, &mut server_write, &counts.0, filter.as_deref_mut()).await;
                 }
             }
-            let _ = server_write.shutdown().await;
-            refused
+            // A TLS client refused is cut without a word to the server, so that no answer of
+            // the server's to the end of its input can reach the client before the reset.
+            if refused.is_none() || via != "tls" {
+                let _ = server_write.shutdown().await;
+            }
+            refused.map(|reason| (reason, filter.and_then(|f| f.refused_host().map(str::to_string))))
         };
         let down = async {
+            first_reply(&mut server_read, &mut client_write, &counts.1, &retry_tx).await;
+            drop(retry_tx);
             copy(&mut server_read, &mut client_write, &counts.1, None).await;
             let _ = client_write.shutdown().await;
         };
-        let (refused, ()) = tokio::join!(up, down);
-        if let Some(reason) = refused {
-            let name = requests.as_ref().and_then(|r| r.refused_host().map(str::to_string));
-            self.report(&Report::Refused { id, dst, via: "http".into(), reason: reason.into(), name }).await;
+        let refused = {
+            tokio::pin!(up, down);
+            tokio::select! {
+                biased;
+                refused = &mut up => {
+                    // A TLS client refused mid-handshake is cut at once (a reset, as for a first
+                    // hello refused); an HTTP client first gets the answers to what it asked.
+                    if refused.is_none() || via != "tls" {
+                        (&mut down).await;
+                    }
+                    refused
+                }
+                () = &mut down => up.await,
+            }
+        };
+        if refused.is_some()
+            && via == "tls"
+            && let Ok(client) = client_read.reunite(client_write)
+        {
+            reset(client);
         }
-        drop(guard);
+        if let Some((reason, name)) = refused {
+            self.report(&Report::Refused { id, dst, via: via.into(), reason: reason.into(), name }).await;
+        }
+        // Ended, not cut: the report waits for room rather than being lost to a full queue.
+        guard.armed = false;
+        self.closed(id, &counts, started).await;
     }
 
     async fn closed(&self, id: u64, counts: &(AtomicU64, AtomicU64), started: Instant) {
@@ -297,10 +338,15 @@ struct ClosedGuard {
     id: u64,
     counts: Arc<(AtomicU64, AtomicU64)>,
     started: Instant,
+    /// Whether the drop still has to report (a relay that ends normally reports itself).
+    armed: bool,
 }
 
 impl Drop for ClosedGuard {
     fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
         if let Ok(bytes) = serde_json::to_vec(&closed_report(self.id, &self.counts, self.started)) {
             // SAFETY: send on the socket the checker owns for its whole life.
             unsafe {
@@ -310,13 +356,50 @@ impl Drop for ClosedGuard {
     }
 }
 
-/// Copies until either side ends; through `requests`, until the client's bytes break the rule
+/// What the client's bytes after its first request or hello go through.
+enum Later {
+    /// Plain HTTP: every later request names the same host.
+    Http(HttpRequests),
+    /// TLS allowed for this name: a second ClientHello, if the server asks for one, names it too.
+    Tls(String),
+    /// Passed on by address: nothing to check.
+    Unchecked,
+}
+
+/// Relays the server's first bytes until it is known whether they ask a TLS client for a
+/// second ClientHello, and says so on `retry` (nothing said: the server ended first).
+async fn first_reply(
+    from: &mut OwnedReadHalf,
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    count: &AtomicU64,
+    retry: &tokio::sync::watch::Sender<Option<bool>>,
+) {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        seen.extend_from_slice(&buf[..n.min(64)]);
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(answer) = hello_retry(&seen) {
+            let _ = retry.send(Some(answer));
+            return;
+        }
+    }
+}
+
+/// Copies until either side ends; through `filter`, until the client's bytes break the rule
 /// (then why, after what came before it).
 async fn copy(
     from: &mut OwnedReadHalf,
     to: &mut (impl tokio::io::AsyncWrite + Unpin),
     count: &AtomicU64,
-    mut requests: Option<&mut HttpRequests>,
+    mut requests: Option<&mut (dyn ClientBytes + 'static)>,
 ) -> Option<&'static str> {
     loop {
         // The buffer exists only while bytes flow: an idle connection (most of a thousand held

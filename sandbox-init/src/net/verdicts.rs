@@ -58,12 +58,26 @@ impl Verdicts {
     pub fn decide(&self, dst: SocketAddr, check: bool, name: Option<&str>) -> Result<Allowed, String> {
         let opened = self.sink.opened(dst.ip(), dst.port());
         if check {
-            if opened.is_none() {
+            let Some((_, entries)) = opened else {
                 return Err("the address is not open for an allowed name".into());
-            }
+            };
             let name = name.ok_or("no name")?;
             let port = dst.port();
             return match self.sink.allowlist().matches(name) {
+                // The name must be one the address was opened for (by an entry that allows it):
+                // an allowed name sent to another allowed name's address would reach whichever
+                // site that shared host serves under it, a site the name's DNS never chose.
+                Some(m)
+                    if m.access.allows(Protocol::Tcp, port)
+                        && !m.patterns.iter().any(|p| entries.contains(p)) =>
+                {
+                    let opened_for: Vec<String> = entries.iter().map(ToString::to_string).collect();
+                    Err(format!(
+                        "{name} is allowed, but {} was opened for {} only",
+                        dst.ip(),
+                        opened_for.join(", ")
+                    ))
+                }
                 Some(m) if m.access.allows(Protocol::Tcp, port) => {
                     Ok((Some(name.to_string()), format!("{name} is allowed on port {port}")))
                 }
@@ -222,52 +236,19 @@ impl CheckerProcess {
     /// user with no capability, and the verdict server on PID 1's end.
     pub fn start(&self, program: &std::path::Path) -> Result<i32, String> {
         use crate::net::check_protocol::{CHECKER_UID, LISTENERS_ENV, VERDICT_FD};
-        use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-        use std::os::unix::process::CommandExt as _;
+        use std::os::fd::AsRawFd as _;
         let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().map_err(|e| e.to_string())?;
-        // Copies above any descriptor the child's numbering uses, so that moving them into place
-        // (3, 4, …) cannot overwrite one not yet moved. Not far above: past the 64 descriptors a
-        // process starts with, the kernel grows the table, and in a process with threads that
-        // waits for an RCU grace period (7 to 14 ms measured, at every start).
-        let first_free = VERDICT_FD + 1 + self.listeners.len() as i32;
-        let high = |fd: i32| -> Result<OwnedFd, String> {
-            // SAFETY: fcntl duplicating a descriptor we own; the result is owned at once.
-            let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, first_free) };
-            if copy < 0 {
-                return Err(std::io::Error::last_os_error().to_string());
-            }
-            Ok(unsafe { OwnedFd::from_raw_fd(copy) })
-        };
-        let mut sources = vec![high(theirs.as_raw_fd())?];
+        let mut fds = vec![theirs.as_raw_fd()];
         let mut spec = Vec::new();
         for (i, (listener, check)) in self.listeners.iter().enumerate() {
-            sources.push(high(listener.as_raw_fd())?);
+            fds.push(listener.as_raw_fd());
             spec.push(format!("{}:{}", VERDICT_FD + 1 + i as i32, if *check { "check" } else { "pass" }));
         }
-        let raw: Vec<i32> = sources.iter().map(|fd| fd.as_raw_fd()).collect();
-        let identity = AgentPrivileges::system(CHECKER_UID);
-        let mut command = identity.command(program).map_err(|e| e.to_string())?;
-        command
-            .arg("checker")
-            .env(LISTENERS_ENV, spec.join(","))
-            .env_remove("TMUX_SESSION")
-            .env("USER", "sandbox-checker")
-            .env("LOGNAME", "sandbox-checker")
-            // Not the terminal: the agent's tmux client shares it.
-            .stdin(std::process::Stdio::null());
-        // SAFETY: only dup2 between fork and exec.
-        unsafe {
-            command.pre_exec(move || {
-                for (i, fd) in raw.iter().enumerate() {
-                    if libc::dup2(*fd, VERDICT_FD + i as i32) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-        let pid = crate::process::spawn(&mut command).map_err(|e| e.to_string())?;
-        drop(sources);
+        let mut command = AgentPrivileges::system(CHECKER_UID)
+            .service(program, "sandbox-checker")
+            .map_err(|e| e.to_string())?;
+        command.arg("checker").env(LISTENERS_ENV, spec.join(","));
+        let pid = crate::process::spawn_with_fds(&mut command, &fds).map_err(|e| e.to_string())?;
         drop(theirs);
         *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = pid;
         ours.set_nonblocking(true).map_err(|e| e.to_string())?;

@@ -302,20 +302,18 @@ fn request_head(bytes: &[u8]) -> Result<Option<RequestHead>, &'static str> {
     };
     let host = host.ok_or("an HTTP request without a Host header")?;
     let host = authority_host(&host).ok_or("a Host that is not a host name")?;
-    // An absolute URI names the host a server must use instead of Host (RFC 9112 §3.2.2).
-    for scheme in ["http://", "https://"] {
-        if let Some(rest) = target
-            .get(..scheme.len())
-            .filter(|s| s.eq_ignore_ascii_case(scheme))
-            .map(|_| &target[scheme.len()..])
-        {
-            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-            if authority_host(authority).as_deref() != Some(host.as_str()) {
-                return Err("an absolute URI naming another host than Host");
-            }
+    // An absolute URI names the host a server must use instead of Host (RFC 9112 §3.2.2),
+    // whatever its scheme (nginx and Go take the host of `ws://other/` too): only http and
+    // https are taken, and only naming the Host's host; a path or `*` otherwise.
+    let absolute = ["http://", "https://"].iter().find_map(|scheme| {
+        target.get(..scheme.len()).filter(|s| s.eq_ignore_ascii_case(scheme)).map(|_| &target[scheme.len()..])
+    });
+    if let Some(rest) = absolute {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        if authority_host(authority).as_deref() != Some(host.as_str()) {
+            return Err("an absolute URI naming another host than Host");
         }
-    }
-    if !target.starts_with('/') && !target.contains("://") && target != "*" {
+    } else if (!target.starts_with('/') || target.starts_with("//")) && target != "*" {
         return Err("an HTTP request target of another form");
     }
     let mut head = kept.join("\r\n").into_bytes();
@@ -427,7 +425,7 @@ impl HttpRequests {
                 let Some(end) = line_end(rest, MAX_CHUNK_LINE)? else { return Ok(None) };
                 let line = std::str::from_utf8(&rest[..end]).map_err(|_| "a malformed chunk size")?;
                 let digits = line.split(';').next().unwrap_or_default().trim_matches([' ', '\t']);
-                if digits.is_empty() || digits.len() > 15 {
+                if digits.is_empty() || digits.len() > 15 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
                     return Err("a malformed chunk size");
                 }
                 let size = u64::from_str_radix(digits, 16).map_err(|_| "a malformed chunk size")?;
@@ -458,14 +456,200 @@ impl HttpRequests {
     }
 }
 
-/// Where the CRLF ending the line at the start of `bytes` is; None while it is not there yet.
-fn line_end(bytes: &[u8], max: usize) -> Result<Option<usize>, &'static str> {
-    match bytes.windows(2).position(|w| w == b"\r\n") {
-        Some(end) if end <= max => Ok(Some(end)),
-        Some(_) => Err("a line too long in a chunked body"),
-        None if bytes.len() > max => Err("a line too long in a chunked body"),
-        None => Ok(None),
+/// What the checker passes a client's later bytes through once its first request or
+/// ClientHello was allowed: those to send on, and why the connection ends, once they break the
+/// rule (what came before still goes on; nothing after).
+pub trait ClientBytes: Send {
+    fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, Option<&'static str>);
+    /// The host the bytes that broke the rule named, if they named one.
+    fn refused_host(&self) -> Option<&str>;
+}
+
+impl ClientBytes for HttpRequests {
+    fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, Option<&'static str>) {
+        HttpRequests::feed(self, bytes)
     }
+    fn refused_host(&self) -> Option<&str> {
+        HttpRequests::refused_host(self)
+    }
+}
+
+/// The random of a ServerHello that is a HelloRetryRequest (RFC 8446 §4.1.3).
+const HELLO_RETRY_RANDOM: [u8; 32] = [
+    0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91, 0xc2,
+    0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
+];
+const CONTENT_CHANGE_CIPHER_SPEC: u8 = 20;
+const CONTENT_ALERT: u8 = 21;
+
+/// Whether the server's first bytes are a HelloRetryRequest, which lets the client send a
+/// second ClientHello; None while too few have come to tell.
+pub fn hello_retry(server: &[u8]) -> Option<bool> {
+    match server.first() {
+        None => None,
+        Some(&CONTENT_HANDSHAKE) if server.len() < 43 => None,
+        // Record header (5), handshake header (4), legacy version (2), then the random.
+        Some(&CONTENT_HANDSHAKE) => Some(server[5] == 2 && server[11..43] == HELLO_RETRY_RANDOM),
+        Some(_) => Some(false),
+    }
+}
+
+/// A TLS client's bytes after a HelloRetryRequest: the second ClientHello (after an optional
+/// change_cipher_spec) must name the host the first did. A server would otherwise pick its site
+/// by the second name (OpenSSL asks its name callback again), a name nobody checked.
+#[derive(Debug)]
+pub struct TlsRetry {
+    name: String,
+    /// Bytes of a record already sent on, to pass without looking at them.
+    skip: usize,
+    /// Bytes not yet judged (of which the first `held_sent` were sent on already).
+    held: Vec<u8>,
+    held_sent: usize,
+    done: bool,
+    refused: Option<&'static str>,
+    refused_host: Option<String>,
+}
+
+impl TlsRetry {
+    /// After `first` (the first ClientHello's records, and whatever came with them, all sent on
+    /// already), for a connection allowed for `name`.
+    pub fn new(name: &str, first: &[u8]) -> TlsRetry {
+        let mut at = 0;
+        while first.len() >= at + 5 {
+            at += 5 + usize::from(u16::from_be_bytes([first[at + 3], first[at + 4]]));
+        }
+        let (skip, held) =
+            if at >= first.len() { (at - first.len(), Vec::new()) } else { (0, first[at..].to_vec()) };
+        TlsRetry {
+            name: name.to_ascii_lowercase(),
+            skip,
+            held_sent: held.len(),
+            held,
+            done: false,
+            refused: None,
+            refused_host: None,
+        }
+    }
+
+    /// Sends on the first `n` held bytes (those not already sent).
+    fn release(&mut self, n: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.held[self.held_sent.min(n)..n]);
+        self.held_sent = self.held_sent.saturating_sub(n);
+        self.held.drain(..n);
+    }
+
+    /// Judges the held bytes: a change_cipher_spec is held with the hello after it, so that
+    /// nothing of a refused retry reaches the server (which could answer it first).
+    fn judge(&mut self, out: &mut Vec<u8>) -> Result<(), &'static str> {
+        let mut at = 0;
+        while self.held.len() >= at + 5 {
+            let rest = &self.held[at..];
+            let len = 5 + usize::from(u16::from_be_bytes([rest[3], rest[4]]));
+            match rest[0] {
+                CONTENT_CHANGE_CIPHER_SPEC if rest.len() >= len => at += len,
+                CONTENT_CHANGE_CIPHER_SPEC => return Ok(()),
+                CONTENT_HANDSHAKE => {
+                    let prefix = handshake_prefix(rest);
+                    return match sniff(&rest[..prefix]) {
+                        // More handshake records may come, unless another record came after them.
+                        Sniffed::NeedMore
+                            if self.held.len() < MAX_FIRST_BYTES
+                                && rest.get(prefix).is_none_or(|&t| t == CONTENT_HANDSHAKE) =>
+                        {
+                            Ok(())
+                        }
+                        Sniffed::Tls { name, .. } if name.eq_ignore_ascii_case(&self.name) => {
+                            self.done = true;
+                            self.release(self.held.len(), out);
+                            Ok(())
+                        }
+                        Sniffed::Tls { name, .. } => {
+                            self.refused_host = Some(name);
+                            Err("a second ClientHello names another host")
+                        }
+                        Sniffed::Refused(why) => Err(why),
+                        _ => Err("no second ClientHello within the first bytes"),
+                    };
+                }
+                // The client gives up: its alert goes on, and nothing is left to check.
+                CONTENT_ALERT => {
+                    self.done = true;
+                    self.release(self.held.len(), out);
+                    return Ok(());
+                }
+                _ => return Err("a record other than the second ClientHello the server asked for"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How far `bytes` are complete handshake records, and the start of one not yet complete.
+fn handshake_prefix(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    while bytes.get(at) == Some(&CONTENT_HANDSHAKE) {
+        let Some(len) = bytes.get(at + 3..at + 5) else { return bytes.len() };
+        let end = at + 5 + usize::from(u16::from_be_bytes([len[0], len[1]]));
+        if end > bytes.len() {
+            return bytes.len();
+        }
+        at = end;
+    }
+    at
+}
+
+impl ClientBytes for TlsRetry {
+    fn feed(&mut self, mut bytes: &[u8]) -> (Vec<u8>, Option<&'static str>) {
+        if let Some(reason) = self.refused {
+            return (Vec::new(), Some(reason));
+        }
+        if self.done {
+            return (bytes.to_vec(), None);
+        }
+        let mut out = Vec::new();
+        let skipped = self.skip.min(bytes.len());
+        out.extend_from_slice(&bytes[..skipped]);
+        self.skip -= skipped;
+        bytes = &bytes[skipped..];
+        self.held.extend_from_slice(bytes);
+        if let Err(reason) = self.judge(&mut out) {
+            self.refused = Some(reason);
+            self.held.clear();
+            return (out, Some(reason));
+        }
+        if self.done {
+            let rest = std::mem::take(&mut self.held);
+            out.extend_from_slice(&rest[self.held_sent.min(rest.len())..]);
+        }
+        (out, None)
+    }
+    fn refused_host(&self) -> Option<&str> {
+        self.refused_host.as_deref()
+    }
+}
+
+/// Where the CRLF ending the line at the start of `bytes` is; None while it is not there yet.
+/// A bare CR or LF, or another control byte, is refused: a server that ends the line there
+/// (Go's did, CVE-2025-22871) would read a request the checker took for body.
+fn line_end(bytes: &[u8], max: usize) -> Result<Option<usize>, &'static str> {
+    for (i, &b) in bytes.iter().enumerate() {
+        if i > max {
+            return Err("a line too long in a chunked body");
+        }
+        match b {
+            b'\r' => {
+                return match bytes.get(i + 1) {
+                    Some(b'\n') => Ok(Some(i)),
+                    Some(_) => Err("a bare CR in a chunked body's line"),
+                    None => Ok(None),
+                };
+            }
+            b'\t' => {}
+            0..=0x1f | 0x7f => return Err("a control character in a chunked body's line"),
+            _ => {}
+        }
+    }
+    Ok(None)
 }
 
 /// The host of `host[:port]`, lower-cased; None for an address literal or anything else.

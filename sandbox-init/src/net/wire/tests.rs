@@ -179,6 +179,20 @@ fn a_request_hidden_in_a_body_is_body_and_the_one_after_it_is_checked() {
     let overlong =
         "POST / HTTP/1.1\r\nHost: a.example.com\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n";
     assert!(through("a.example.com", overlong, 4096).is_err());
+    // A chunk line a server could end elsewhere than the checker: at a bare LF or CR (a request
+    // would hide in what the checker reads as chunk data), or a size `+a` that some parse.
+    let head = "POST / HTTP/1.1\r\nHost: a.example.com\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for body in [
+        "2;x\nGET / HTTP/1.1\r\n",
+        "2\rx\r\nab\r\n",
+        "+2\r\nab\r\n",
+        "2\x00\r\nab\r\n",
+        "0\r\nX: a\nb\r\n\r\n",
+    ] {
+        for step in [1, 4096] {
+            assert!(through("a.example.com", &format!("{head}{body}"), step).is_err(), "{body:?}");
+        }
+    }
     for head in [
         "POST / HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
         "POST / HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
@@ -206,6 +220,11 @@ fn an_http_request_that_could_name_another_host_is_refused() {
         "GET / HTTP/1.1\nHost: b.example.com\r\nHost2: a.example.com\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: a.example.com\x00\r\n\r\n",
         "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        // Any scheme's host wins over Host at nginx and Go, not only http's.
+        "GET ws://other.example.com/ HTTP/1.1\r\nHost: a.example.com\r\n\r\n",
+        "GET git+ssh://other.example.com/x HTTP/1.1\r\nHost: a.example.com\r\n\r\n",
+        "GET //other.example.com/x HTTP/1.1\r\nHost: a.example.com\r\n\r\n",
+        "GET other.example.com:80 HTTP/1.1\r\nHost: a.example.com\r\n\r\n",
     ] {
         assert!(matches!(http(request), Sniffed::Refused(_)), "{request:?}: {:?}", http(request));
     }
@@ -217,4 +236,62 @@ fn a_partial_request_waits_and_an_endless_one_is_refused() {
     assert_eq!(http("GET / HTTP/1.1\r\nHost: a.example.com\r\n"), Sniffed::NeedMore);
     let endless = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(MAX_HEAD));
     assert!(matches!(http(&endless), Sniffed::Refused(_)));
+}
+
+/// A server's first record: a ServerHello with `random`.
+fn server_hello(random: [u8; 32]) -> Vec<u8> {
+    let mut body = vec![3, 3];
+    body.extend(random);
+    body.extend([0, 0x13, 0x01, 0]);
+    let mut message = vec![2];
+    message.extend(&(body.len() as u32).to_be_bytes()[1..]);
+    message.extend(body);
+    records(&message, &[])
+}
+
+#[test]
+fn a_hello_retry_request_is_told_from_a_server_hello() {
+    let retry = server_hello(HELLO_RETRY_RANDOM);
+    assert_eq!(hello_retry(&retry), Some(true));
+    assert_eq!(hello_retry(&retry[..20]), None, "too few bytes to tell");
+    assert_eq!(hello_retry(&server_hello([9; 32])), Some(false));
+    assert_eq!(hello_retry(&[21, 3, 3, 0, 2, 2, 40]), Some(false), "an alert");
+}
+
+#[test]
+fn after_a_retry_the_second_hello_must_name_the_same_host() {
+    let first = records(&hello(&["a.example.com"], &[]), &[]);
+    let ccs = [20u8, 3, 3, 0, 1, 1];
+    let same = records(&hello(&["A.example.com"], &[]), &[10]);
+    let other = records(&hello(&["other.example.com"], &[]), &[]);
+    let after = [23u8, 3, 3, 0, 3, 1, 2, 3];
+    for step in [1, 4, 4096] {
+        let run = |second: &[u8]| {
+            let mut retry = TlsRetry::new("a.example.com", &first);
+            let stream: Vec<u8> = [&ccs[..], second, &after[..]].concat();
+            let mut out = Vec::new();
+            for piece in stream.chunks(step) {
+                let (pass, refused) = retry.feed(piece);
+                out.extend(pass);
+                if let Some(reason) = refused {
+                    return (out, Some(reason), retry.refused_host().map(str::to_string));
+                }
+            }
+            (out, None, None)
+        };
+        let stream: Vec<u8> = [&ccs[..], &same, &after[..]].concat();
+        assert_eq!(run(&same), (stream, None, None), "step {step}");
+        let (out, refused, host) = run(&other);
+        assert_eq!(refused, Some("a second ClientHello names another host"), "step {step}");
+        assert_eq!(host.as_deref(), Some("other.example.com"));
+        assert!(out.is_empty(), "no byte of the refused retry went on: {out:?}");
+        assert!(run(&after).1.is_some(), "application data where the second hello belongs");
+    }
+    // The first bytes ended inside a record: its rest passes unjudged, then the check starts.
+    let mut retry = TlsRetry::new("a.example.com", &first[..first.len() - 3]);
+    let (pass, refused) = retry.feed(&[&first[first.len() - 3..], &other[..]].concat());
+    assert_eq!(
+        (pass, refused),
+        (first[first.len() - 3..].to_vec(), Some("a second ClientHello names another host"))
+    );
 }
