@@ -8,7 +8,8 @@ pub enum Refusal {
     Usage = 64,
     /// A policy file is invalid (the message names file, line and column).
     PolicyInvalid = 65,
-    /// A policy file cannot be read (the baked policy is missing, a drop-in is unreadable).
+    /// A policy file cannot be read (the baked policy is missing, a drop-in is unreadable), or a
+    /// secret file (an API key) cannot.
     PolicyUnreadable = 66,
     /// The network cannot be sandboxed: the container shares the host's network namespace, or
     /// its resolver is on loopback inside the container, where the agent could pose as it.
@@ -23,8 +24,9 @@ pub enum Refusal {
     /// A capability sandbox-init needs is missing: NET_ADMIN on a container with a network (the
     /// firewall), or one of those it starts the agent with (CHOWN, SETUID, SETGID, SETPCAP, KILL).
     MissingCapability = 77,
-    /// A setting has an invalid value: SANDBOX_FIREWALL other than on, off or open, or
-    /// SANDBOX_MAX_ADDRESSES not a number in range.
+    /// A setting has an invalid value: SANDBOX_FIREWALL other than on, off or open,
+    /// SANDBOX_MAX_ADDRESSES not a number in range, a key's secret file the agent could read,
+    /// or a base URL for a held key that is not `https://HOST/PATH`.
     BadSetting = 78,
 }
 

@@ -13,6 +13,7 @@ use crate::connections::{CONNECTION_LOG, ConnectionLog};
 use crate::console;
 use crate::denials::{DENIAL_LOG, DenialLog};
 use crate::exit::{Fatal, Refusal};
+use crate::keys::{self, Forwarder};
 use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, PASS_PORT};
 use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
 use crate::net::firewall::{
@@ -181,6 +182,7 @@ pub fn run() -> Result<u8, Fatal> {
             summary
         }
     };
+    let forwarder = hold_keys(&agent)?;
     let upstreams = enforcer.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
 
@@ -210,7 +212,34 @@ pub fn run() -> Result<u8, Fatal> {
         std::thread::sleep(TTY_READY_GRACE);
         session::attach_terminal(&agent).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     }
-    Ok(runtime.block_on(supervise(&agent, server, mode, enforcer)))
+    Ok(runtime.block_on(supervise(&agent, server, mode, enforcer, forwarder)))
+}
+
+/// Takes the API keys given to the container (keys.rs) and starts the forwarder that holds
+/// them; writes the variables the agent's processes get instead, an empty list without keys.
+fn hold_keys(agent: &AgentPrivileges) -> Result<Option<Arc<Forwarder>>, Fatal> {
+    let secrets = Path::new(keys::SECRETS_DIR);
+    let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
+    let env = keys::session_env(&held);
+    crate::apis::write_session_env(&env).map_err(|e| {
+        Fatal::new(Refusal::SetupFailed, format!("cannot write {}: {e}", crate::apis::SESSION_ENV))
+    })?;
+    if held.is_empty() {
+        return Ok(None);
+    }
+    let extra_ca = keys::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
+    let forwarder = Forwarder::bind(&held, extra_ca)
+        .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot listen for the key forwarder: {e}")))?;
+    let pid = forwarder
+        .start(&sandbox_init_exe())
+        .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the key forwarder: {e}")))?;
+    for key in &held {
+        console::err(format!(
+            "sandbox-init: the {} key ({}) is held by the forwarder (pid {pid}): 127.0.0.1:{} sends to https://{}",
+            key.api.name, key.from, key.api.port, key.host
+        ));
+    }
+    Ok(Some(Arc::new(forwarder)))
 }
 
 fn prepare_run_dir(agent: &AgentPrivileges) -> std::io::Result<()> {
@@ -442,6 +471,7 @@ async fn supervise(
     server: i32,
     mode: FirewallMode,
     enforcer: Option<Enforcer>,
+    forwarder: Option<Arc<Forwarder>>,
 ) -> u8 {
     let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut child)) = (
         signal(SignalKind::terminate()),
@@ -476,6 +506,20 @@ async fn supervise(
                         match checker.start(&sandbox_init_exe()) {
                             Ok(pid) => console::err(format!("sandbox-init: the name check runs again (pid {pid})")),
                             Err(e) => console::err(format!("sandbox-init: cannot start the name check again: {e}; connections wait")),
+                        }
+                    });
+                }
+                if let Some(forwarder) = forwarder.clone()
+                    && let Some((pid, status)) = reaped.iter().find(|(pid, _)| *pid == forwarder.pid())
+                {
+                    console::err(format!(
+                        "sandbox-init: the key forwarder (pid {pid}) ended with status {}; starting it again",
+                        process::exit_code(*status)
+                    ));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(CHECKER_RESTART).await;
+                        if let Err(e) = forwarder.start(&sandbox_init_exe()) {
+                            console::err(format!("sandbox-init: cannot start the key forwarder again: {e}"));
                         }
                     });
                 }

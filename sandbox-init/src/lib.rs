@@ -1,11 +1,13 @@
 //! sandbox-init as a library: the parts the binary is made of, unit-tested without root.
 
+pub mod apis;
 pub mod connections;
 pub mod console;
 pub mod denials;
 pub mod exit;
 pub mod init;
 pub mod jsonlog;
+pub mod keys;
 pub mod net;
 /// The policy types live in their own crate, which the build system shares.
 pub use sandbox_policy as policy;

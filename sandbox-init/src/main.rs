@@ -73,6 +73,7 @@ fn main() -> ExitCode {
         "probe" => init::probe(rest.first().map_or("", String::as_str)),
         "probe-checked" => init::probe_checked(rest.first().map_or("", String::as_str)),
         "checker" => sandbox_init::net::checker::run(),
+        "forwarder" => sandbox_init::net::forwarder::run(),
         "--version" | "-V" | "version" => {
             println!("sandbox-init {}", env!("CARGO_PKG_VERSION"));
             0

@@ -7,6 +7,7 @@ pub mod checker;
 pub mod conntrack;
 pub mod dns;
 pub mod firewall;
+pub mod forwarder;
 pub mod interfaces;
 pub mod netlink;
 pub mod nflog;

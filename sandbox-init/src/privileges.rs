@@ -83,6 +83,12 @@ impl AgentPrivileges {
             return Err(PrivilegeError::NotRoot);
         }
         let mut command = Command::new(program);
+        // No key reaches any process started this way: the forwarder holds them (keys.rs).
+        for var in crate::apis::key_vars() {
+            command.env_remove(var);
+        }
+        // The forwarder's address and the placeholders, where PID 1 holds keys.
+        command.envs(crate::apis::read_session_env());
         command
             .env("HOME", &self.home)
             .env("USER", AGENT_USER)
@@ -95,7 +101,7 @@ impl AgentPrivileges {
         Ok(command)
     }
 
-    /// A service of PID 1's own (the name checker) under this identity: named
+    /// A service of PID 1's own (the name checker, the key forwarder) under this identity: named
     /// `name` in its environment, outside the session, never on the terminal the agent's tmux
     /// client shares.
     pub fn service(&self, program: impl AsRef<OsStr>, name: &str) -> Result<Command, PrivilegeError> {

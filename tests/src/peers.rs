@@ -219,7 +219,7 @@ impl Peer {
     }
 
     /// The peer's log: `conn PORT from=ADDR bytes=N` for every connection (when it ends), `tls
-    /// PORT sni=NAME` for every handshake, `http PORT host=NAME path=P` for every request.
+    /// PORT sni=NAME` for every handshake, `http PORT host=NAME path=P [auth=HEADER:VALUE…]` for every request.
     pub async fn log(&self) -> anyhow::Result<Vec<String>> {
         let out = exec(&self.id, &["sh", "-c", &format!("cat {PEER_LOG} 2>/dev/null || true")], None).await?;
         Ok(out.stdout.lines().map(str::to_string).collect())

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::exit::{Fatal, Refusal};
+use crate::net::forwarder::FORWARDER_UID;
 use crate::policy::{Access, Opening, Policy, Ports};
 use crate::process;
 
@@ -183,6 +184,15 @@ impl Ruleset<'_> {
             "meta skuid != 0 meta l4proto { tcp, udp } th sport 53 drop".to_string(),
             "ct state established,related accept".to_string(),
             "ct state invalid drop".to_string(),
+            // The key forwarder speaks HTTPS to its API and asks the DNS gate; nothing else, on
+            // any address (its connections are name-checked like every other). By the original
+            // port: a connection redirected to the checker shows the checker's port here.
+            format!(
+                "meta skuid {FORWARDER_UID} meta l4proto tcp ct original proto-dst != {{ 53, 443 }} reject with tcp reset"
+            ),
+            format!(
+                "meta skuid {FORWARDER_UID} meta l4proto != tcp th dport != 53 reject with icmpx admin-prohibited"
+            ),
             // IPv6 needs neighbour discovery to reach even allowed hosts on the local network
             // (duplicate address detection sends from `::`, so this comes before the next rule).
             "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept".into(),

@@ -739,3 +739,55 @@ pub fn tls_hello(args: &Args) {
     ]);
 }
 
+/// `find-string HEX ROOT…`: every file under the ROOTs this process can read that holds
+/// the bytes HEX spells (hex, so that no command line holds them), as the agent would hunt for a key: regular files (up to 64 MiB, symbolic links not
+/// followed), and of /proc every process's environment, command line and open memory files
+/// (`/proc/PID/fd/N` of a memfd). `found=PATH,…` (empty if none), `read=N` files read and
+/// `denied=N` refused.
+pub fn find_string(args: &Args) {
+    let hex = args.arg(1);
+    let needle: Vec<u8> =
+        (0..hex.len() / 2).filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()).collect();
+    let (mut found, mut read, mut denied) = (Vec::new(), 0u64, 0u64);
+    let check = |path: &std::path::Path, found: &mut Vec<String>, read: &mut u64, denied: &mut u64| {
+        match std::fs::read(path) {
+            Ok(bytes) => {
+                *read += 1;
+                if !needle.is_empty() && bytes.windows(needle.len()).any(|w| w == needle.as_slice()) {
+                    found.push(path.display().to_string());
+                }
+            }
+            Err(_) => *denied += 1,
+        }
+    };
+    let mut stack: Vec<std::path::PathBuf> = args.rest().iter().skip(1).map(Into::into).collect();
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() {
+            if path.starts_with("/proc") || path.starts_with("/sys") {
+                continue;
+            }
+            match std::fs::read_dir(&path) {
+                Ok(entries) => stack.extend(entries.flatten().map(|e| e.path())),
+                Err(_) => denied += 1,
+            }
+        } else if meta.is_file() && meta.len() <= 64 << 20 {
+            check(&path, &mut found, &mut read, &mut denied);
+        }
+    }
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.path();
+        if !pid.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        for file in ["environ", "cmdline"] {
+            check(&pid.join(file), &mut found, &mut read, &mut denied);
+        }
+        for fd in std::fs::read_dir(pid.join("fd")).into_iter().flatten().flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:")) {
+                check(&fd.path(), &mut found, &mut read, &mut denied);
+            }
+        }
+    }
+    report(&[("found", found.join(",")), ("read", read.to_string()), ("denied", denied.to_string())]);
+}

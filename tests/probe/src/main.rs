@@ -99,6 +99,7 @@ fn main() {
         "tty-stop" => attacks::tty_stop(&args),
         "dns-crafted" => attacks::dns_crafted(&args),
         "deep" => attacks::deep(&args),
+        "find-string" => attacks::find_string(&args),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(64);

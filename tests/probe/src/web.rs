@@ -140,13 +140,18 @@ struct Head {
     host: String,
     /// The body's Content-Length.
     length: u64,
+    /// The credentials the request carried (`x-api-key: …`, `authorization: …`), as sent.
+    auth: Vec<String>,
 }
+
+/// The headers API keys travel in.
+const CREDENTIALS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
 
 fn read_head(reader: &mut impl BufRead) -> Option<Head> {
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
     let path = line.split_whitespace().nth(1)?.to_string();
-    let (mut host, mut length) = (String::new(), 0);
+    let (mut host, mut length, mut auth) = (String::new(), 0, Vec::new());
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).ok()? == 0 {
@@ -161,14 +166,18 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
             Some((name, value)) if name.eq_ignore_ascii_case("content-length") => {
                 length = value.trim().parse().unwrap_or(0);
             }
+            Some((name, value)) if CREDENTIALS.iter().any(|c| name.eq_ignore_ascii_case(c)) => {
+                auth.push(format!("{}:{}", name.to_ascii_lowercase(), value.trim()));
+            }
             _ => {}
         }
     }
-    Some(Head { path, host, length })
+    Some(Head { path, host, length, auth })
 }
 
 fn respond(site: &Site, head: &Head, out: &mut impl Write) {
-    log(&site.log, &format!("http {} host={} path={}", site.port, head.host, head.path));
+    let auth: String = head.auth.iter().map(|a| format!(" auth={a}")).collect();
+    log(&site.log, &format!("http {} host={} path={}{auth}", site.port, head.host, head.path));
     if let Some(size) = head.path.strip_prefix("/bytes/").and_then(|n| n.parse::<u64>().ok()) {
         let _ = write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
         let mut buf = vec![0u8; 256 * 1024];

@@ -5,6 +5,7 @@ mod build;
 mod contract;
 mod examples;
 mod firewall;
+mod keys;
 mod names;
 mod os;
 mod privileges;

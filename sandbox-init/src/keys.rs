@@ -1,0 +1,287 @@
+//! Keys the agent never holds. For each API of apis.rs, sandbox-init takes a key from a secret
+//! file the agent cannot read (`/run/secrets/<var>`, as Docker and compose mount secrets) or,
+//! failing that, from its own environment, and hands it to the forwarder (net/forwarder.rs)
+//! only. The agent's processes get a placeholder and the forwarder's address in the CLI's own
+//! variables (apis::SESSION_ENV, which sandbox-exec reads too).
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::sync::Mutex;
+
+use crate::apis::{Api, KeyVar};
+use crate::exit::{Fatal, Refusal};
+use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, Route};
+use crate::privileges::AgentPrivileges;
+
+pub const SECRETS_DIR: &str = "/run/secrets";
+/// An extra CA the forwarder trusts besides the system's (a corporate proxy's, or a test's):
+/// a secret file like the keys.
+pub const EXTRA_CA_SECRET: &str = "sandbox_api_ca.pem";
+
+/// A key sandbox-init holds, and where it came from (for the start's line; never the key).
+pub struct HeldKey {
+    pub api: &'static Api,
+    pub var: &'static KeyVar,
+    pub key: String,
+    pub from: String,
+    /// Where the forwarder sends: the API's host, or the one the user's base URL names.
+    pub host: String,
+    /// The path of the user's base URL, which the CLI's requests start with; None: the API's.
+    pub base_path: Option<String>,
+}
+
+impl HeldKey {
+    fn new(api: &'static Api, var: &'static KeyVar, key: String, from: String) -> HeldKey {
+        HeldKey { api, var, key, from, host: api.host.to_string(), base_path: None }
+    }
+}
+
+/// The host and path of `https://HOST[:443][/PATH]`, the path without its trailing slash.
+fn https_endpoint(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("https://")?;
+    let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let host = authority.strip_suffix(":443").unwrap_or(authority).to_ascii_lowercase();
+    let valid = !host.is_empty()
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        && !path.contains(['?', '#']);
+    valid.then(|| (host, format!("/{}", path.trim_end_matches('/')).replace("//", "/")))
+}
+
+impl std::fmt::Debug for HeldKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeldKey({} {} from {}, {} bytes)", self.api.name, self.var.var, self.from, self.key.len())
+    }
+}
+
+/// A secret file, if it exists: its contents trimmed. One the agent could read is refused (the
+/// key would be the agent's), and so is an empty one.
+pub fn read_secret(path: &Path, agent: &AgentPrivileges) -> Result<Option<String>, Fatal> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Fatal::new(Refusal::PolicyUnreadable, format!("{}: {e}", path.display()))),
+    };
+    if readable_by(&meta, agent.uid, agent.gid) {
+        return Err(Fatal::new(
+            Refusal::BadSetting,
+            format!(
+                "{} is readable by the agent (owner {}, mode {:o}): the key would be the agent's; \
+                 give it to root alone (chmod 600 on the host, or `mode: 0400` for a compose secret)",
+                path.display(),
+                meta.uid(),
+                meta.mode() & 0o777
+            ),
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Fatal::new(Refusal::PolicyUnreadable, format!("{}: {e}", path.display())))?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(Fatal::new(Refusal::BadSetting, format!("{} is empty", path.display())));
+    }
+    Ok(Some(text.to_string()))
+}
+
+/// Whether `uid:gid` (no supplementary groups: the agent has none) may read a file. The
+/// directory's search permission aside: /run/secrets is searchable by all.
+fn readable_by(meta: &std::fs::Metadata, uid: u32, gid: u32) -> bool {
+    let mode = meta.mode();
+    if meta.uid() == uid {
+        mode & 0o400 != 0
+    } else if meta.gid() == gid {
+        mode & 0o040 != 0
+    } else {
+        mode & 0o004 != 0
+    }
+}
+
+/// The secret files a variable's key may be in: `/run/secrets/anthropic_api_key`, then the
+/// variable's own spelling.
+fn secret_paths(dir: &Path, var: &str) -> [PathBuf; 2] {
+    [dir.join(var.to_ascii_lowercase()), dir.join(var)]
+}
+
+/// The keys for `apis`: per API the first of its variables with a secret file, else the first
+/// set in the environment. An API without a key gets no forwarder (its CLI may sign in instead).
+/// A base URL the user set for the API (`OPENAI_BASE_URL=https://dashscope…/v1`) moves the
+/// forwarder there; one that is not `https://HOST/PATH` is refused.
+pub fn load(apis: &[&'static Api], agent: &AgentPrivileges, secrets: &Path) -> Result<Vec<HeldKey>, Fatal> {
+    let mut held = Vec::new();
+    for api in apis {
+        let mut found = None;
+        'files: for var in api.keys {
+            for path in secret_paths(secrets, var.var) {
+                if let Some(key) = read_secret(&path, agent)? {
+                    found = Some(HeldKey::new(api, var, key, path.display().to_string()));
+                    break 'files;
+                }
+            }
+        }
+        if found.is_none() {
+            found = api.keys.iter().find_map(|var| {
+                let key = std::env::var(var.var).ok().filter(|k| !k.trim().is_empty())?;
+                Some(HeldKey::new(api, var, key.trim().to_string(), format!("${}", var.var)))
+            });
+        }
+        if let Some(key) = found.as_mut()
+            && let Some((var, value)) =
+                api.base_urls.iter().find_map(|(var, _)| Some((*var, std::env::var(var).ok()?)))
+        {
+            // The user points the CLI at another endpoint of this API (DashScope's for Qwen, a
+            // gateway): the forwarder sends there instead, and there only.
+            let (host, path) = https_endpoint(&value).ok_or_else(|| {
+                Fatal::new(
+                    Refusal::BadSetting,
+                    format!(
+                        "{var}={value}: the key for {} ({}) is held by sandbox-init, whose forwarder sends \
+                         to one HTTPS host: give {var} as https://HOST/PATH (port 443)",
+                        api.name, key.from
+                    ),
+                )
+            })?;
+            key.host = host;
+            key.base_path = Some(path);
+        }
+        held.extend(found);
+    }
+    Ok(held)
+}
+
+/// What every agent process gets for the held keys: the CLI's base-URL variables pointing at
+/// the forwarder, and the placeholder in the key's variable.
+pub fn session_env(held: &[HeldKey]) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for key in held {
+        for (var, path) in key.api.base_urls {
+            let path = key.base_path.as_deref().unwrap_or(path).trim_end_matches('/');
+            env.push((var.to_string(), format!("http://127.0.0.1:{}{path}", key.api.port)));
+        }
+        env.push((key.var.var.to_string(), key.var.placeholder.to_string()));
+    }
+    env
+}
+
+/// The forwarder as PID 1 runs it: the listeners (bound before the agent starts, so no process
+/// of the agent's can take the ports first) and the child, started again when it dies.
+pub struct Forwarder {
+    listeners: Vec<std::net::TcpListener>,
+    config: String,
+    pid: Mutex<i32>,
+}
+
+impl Forwarder {
+    /// Binds one loopback port per held key's API.
+    pub fn bind(held: &[HeldKey], extra_ca: Option<String>) -> std::io::Result<Forwarder> {
+        let mut listeners = Vec::new();
+        let mut routes = Vec::new();
+        for (i, key) in held.iter().enumerate() {
+            let listener = std::net::TcpListener::bind(("127.0.0.1", key.api.port))?;
+            listeners.push(listener);
+            routes.push(Route {
+                fd: CONFIG_FD + 1 + i as i32,
+                host: key.host.clone(),
+                header: key.var.header.to_string(),
+                value: format!("{}{}", key.var.prefix, key.key),
+                strip: key.api.keys.iter().map(|k| k.header.to_string()).collect(),
+            });
+        }
+        let config = serde_json::to_string(&Config { routes, extra_ca }).map_err(std::io::Error::other)?;
+        Ok(Forwarder { listeners, config, pid: Mutex::new(0) })
+    }
+
+    pub fn pid(&self) -> i32 {
+        *self.pid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the forwarder as its own user with no capability; the configuration (keys
+    /// included) travels in a memory file at descriptor 3, never in an argument or variable.
+    pub fn start(&self, program: &Path) -> Result<i32, String> {
+        // SAFETY: memfd_create with a static name; the descriptor is owned at once.
+        let raw = unsafe { libc::memfd_create(c"forwarder-config".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh descriptor, ours alone.
+        let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut file = std::fs::File::from(memfd);
+        std::io::Write::write_all(&mut file, self.config.as_bytes()).map_err(|e| e.to_string())?;
+        std::io::Seek::rewind(&mut file).map_err(|e| e.to_string())?;
+        let mut fds = vec![file.as_raw_fd()];
+        fds.extend(self.listeners.iter().map(|l| l.as_raw_fd()));
+        let mut command = AgentPrivileges::system(FORWARDER_UID)
+            .service(program, "sandbox-forwarder")
+            .map_err(|e| e.to_string())?;
+        command.arg("forwarder");
+        let pid = crate::process::spawn_with_fds(&mut command, &fds).map_err(|e| e.to_string())?;
+        *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = pid;
+        Ok(pid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn agent() -> AgentPrivileges {
+        let mut agent = AgentPrivileges::system(4242);
+        agent.gid = 4243;
+        agent
+    }
+
+    #[test]
+    fn a_secret_the_agent_could_read_is_refused_and_one_it_cannot_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("anthropic_api_key");
+        std::fs::write(&path, "sk-ant-real\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let refused = read_secret(&path, &agent()).unwrap_err();
+        assert_eq!(refused.refusal, Refusal::BadSetting);
+        assert!(
+            refused.message.contains("readable by the agent") && refused.message.contains("mode 444"),
+            "{}",
+            refused.message
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_secret(&path, &agent()).unwrap().as_deref(), Some("sk-ant-real"));
+        assert_eq!(read_secret(&dir.path().join("none"), &agent()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_base_url_is_an_https_host_and_path() {
+        assert_eq!(
+            https_endpoint("https://DashScope.aliyuncs.com:443/compatible-mode/v1/"),
+            Some(("dashscope.aliyuncs.com".into(), "/compatible-mode/v1".into()))
+        );
+        assert_eq!(https_endpoint("https://api.example.com"), Some(("api.example.com".into(), "/".into())));
+        for bad in [
+            "http://api.example.com/v1",
+            "https://user@x/v1",
+            "https://x:8443/v1",
+            "https:///v1",
+            "https://x/v1?a",
+        ] {
+            assert_eq!(https_endpoint(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_file_wins_over_the_environment_and_the_session_gets_placeholders() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("openai_api_key");
+        std::fs::write(&path, "sk-from-file").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let apis = [crate::apis::api("openai").unwrap(), crate::apis::api("anthropic").unwrap()];
+        let held = load(&apis, &agent(), dir.path()).unwrap();
+        // anthropic: no file, and (in this test process) presumably no variable either.
+        let openai = held.iter().find(|k| k.api.name == "openai").unwrap();
+        assert_eq!(openai.key, "sk-from-file");
+        assert!(!format!("{held:?}").contains("sk-from-file"), "the key in a debug string");
+        let env = session_env(&held[..1]);
+        assert!(env.contains(&("OPENAI_BASE_URL".into(), "http://127.0.0.1:15102/v1".into())), "{env:?}");
+        assert!(env.contains(&("OPENAI_API_KEY".into(), "sk-held-by-agent-sandbox".into())), "{env:?}");
+        assert!(!env.iter().any(|(_, v)| v.contains("sk-from-file")));
+    }
+}

@@ -1,0 +1,412 @@
+//! The key forwarder: `sandbox-init forwarder`, a process of its own user (no capability, no
+//! key in its environment or arguments) that holds the API keys for the agent. Per API it
+//! serves plain HTTP/1.1 on a loopback port PID 1 bound; each request is sent on over TLS to
+//! that API's host and to no other, with the agent's placeholder swapped for the real key, and
+//! the answer streams back as it comes.
+//!
+//! What a request may not do: name another host (an absolute target, a `Host` header, a
+//! `CONNECT`), carry more than one request (the upstream is told `Connection: close`), or take
+//! the key anywhere (no header the agent sent survives under the key's name). Redirects are not
+//! followed: they go back to the agent's CLI, with no key in them.
+
+use std::os::fd::{FromRawFd as _, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The forwarder's own user: not the agent's, not root, not the checker's.
+pub const FORWARDER_UID: u32 = 65532;
+/// The descriptor the configuration arrives on (a memfd PID 1 wrote); listeners follow it.
+pub const CONFIG_FD: RawFd = 3;
+/// The largest request head the forwarder reads.
+const MAX_HEAD: usize = 64 * 1024;
+const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// The system's trust store, as Debian's ca-certificates writes it.
+pub const SYSTEM_CAS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// What PID 1 hands the forwarder, over [`CONFIG_FD`].
+#[derive(Serialize, Deserialize)]
+pub struct Config {
+    pub routes: Vec<Route>,
+    /// PEM certificates trusted besides the system's (a root-only secret), if any.
+    pub extra_ca: Option<String>,
+}
+
+/// One API: the listener at descriptor `fd` forwards to `host`:443 with `header: value`.
+#[derive(Serialize, Deserialize)]
+pub struct Route {
+    pub fd: RawFd,
+    pub host: String,
+    pub header: String,
+    /// The header's whole value: prefix and key.
+    pub value: String,
+    /// Headers the agent's request loses (every header any key of this API travels in).
+    pub strip: Vec<String>,
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Route(fd {} to {} with {})", self.fd, self.host, self.header)
+    }
+}
+
+/// Why a request was not forwarded: the status the agent's CLI gets, and the reason.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refused(pub u16, pub String);
+
+/// The agent's request head (without its blank line) as it goes upstream.
+pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Vec<u8>, Refused> {
+    let bad = |why: &str| Refused(400, why.to_string());
+    let text = std::str::from_utf8(raw).map_err(|_| bad("the request head is not UTF-8"))?;
+    let mut lines = text.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    if text.bytes().any(|b| (b < 0x20 && b != b'\r' && b != b'\n' && b != b'\t') || b == 0x7f)
+        || text.replace("\r\n", "").contains(['\r', '\n'])
+    {
+        return Err(bad("control characters or a bare CR or LF in the request head"));
+    }
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad("a malformed request line"));
+    };
+    if !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
+        return Err(bad("only HTTP/1.1 is forwarded"));
+    }
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) || method == "CONNECT" {
+        return Err(Refused(405, format!("the method `{method}` is not forwarded")));
+    }
+    if !target.starts_with('/') || target.starts_with("//") {
+        return Err(bad(&format!(
+            "only a path is forwarded, to {} alone: `{target}` names a host",
+            route.host
+        )));
+    }
+    let target = drop_query_key(target);
+    let mut headers: Vec<(&str, &str)> = Vec::new();
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':').ok_or_else(|| bad("a header line without a colon"))?;
+        if name.is_empty()
+            || name.bytes().any(|b| !(b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)))
+        {
+            return Err(bad("a malformed header name"));
+        }
+        headers.push((name, value.trim()));
+    }
+    // Headers that Connection names are the agent's hop-by-hop ones: not passed on.
+    let named: Vec<String> = headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, v)| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
+        .collect();
+    let dropped = |name: &str| {
+        let name = name.to_ascii_lowercase();
+        HOP_BY_HOP.contains(&name.as_str()) || route.strip.contains(&name) || named.contains(&name)
+    };
+    let mut out = format!("{method} {target} HTTP/1.1\r\nhost: {}\r\n", route.host);
+    for (name, value) in headers.iter().filter(|(n, _)| !dropped(n)) {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    out.push_str(&format!("{}: {}\r\nconnection: close\r\n\r\n", route.header, route.value));
+    Ok(out.into_bytes())
+}
+
+/// Headers that concern one hop, or name a host: never passed on.
+const HOP_BY_HOP: &[&str] = &[
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+];
+
+/// A key in the query (`?key=`, as Google's APIs also take it) is the agent's placeholder:
+/// the real one goes in the header.
+fn drop_query_key(target: &str) -> String {
+    let Some((path, query)) = target.split_once('?') else { return target.to_string() };
+    let kept: Vec<&str> = query.split('&').filter(|p| !p.starts_with("key=") && *p != "key").collect();
+    if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) }
+}
+
+/// `sandbox-init forwarder`: serves every route until killed.
+pub fn run() -> u8 {
+    match serve() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("sandbox-init forwarder: {e}");
+            crate::exit::Refusal::SetupFailed.code()
+        }
+    }
+}
+
+fn serve() -> Result<(), String> {
+    // SAFETY: PID 1 passed this descriptor for us alone.
+    let mut file = unsafe { std::fs::File::from_raw_fd(CONFIG_FD) };
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut file, &mut text).map_err(|e| format!("the configuration: {e}"))?;
+    drop(file);
+    let config: Config = serde_json::from_str(&text).map_err(|e| format!("the configuration: {e}"))?;
+    let tls = Arc::new(client_config(config.extra_ca.as_deref())?);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(async move {
+        let mut tasks = Vec::new();
+        for route in config.routes {
+            // SAFETY: a listener PID 1 bound and passed at this descriptor.
+            let listener = unsafe { std::net::TcpListener::from_raw_fd(route.fd) };
+            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+            tasks.push(tokio::spawn(accept(listener, Arc::new(route), tls.clone())));
+        }
+        for task in tasks {
+            let _ = task.await;
+        }
+        Ok(())
+    })
+}
+
+/// The trust the forwarder verifies the API with: the system's store and the extra CA.
+pub fn client_config(extra: Option<&str>) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    let system = std::fs::read(SYSTEM_CAS).unwrap_or_default();
+    let (added, _) = roots.add_parsable_certificates(CertificateDer::pem_slice_iter(&system).flatten());
+    let mut extra_added = 0;
+    if let Some(pem) = extra {
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let cert = cert.map_err(|e| format!("the extra CA: {e}"))?;
+            roots.add(cert).map_err(|e| format!("the extra CA: {e}"))?;
+            extra_added += 1;
+        }
+    }
+    if added + extra_added == 0 {
+        return Err(format!(
+            "no CA to verify the APIs with: {SYSTEM_CAS} is missing or empty and no extra CA"
+        ));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config)
+}
+
+async fn accept(listener: TcpListener, route: Arc<Route>, tls: Arc<rustls::ClientConfig>) {
+    loop {
+        match listener.accept().await {
+            Ok((client, _)) => {
+                tokio::spawn(handle(client, route.clone(), tls.clone()));
+            }
+            // Out of descriptors, for one: the next accept may work.
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::ClientConfig>) {
+    let result = async {
+        let (head, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
+            Ok(read) => read?,
+            Err(_) => return Err(Refused(408, "no request head in time".into())),
+        };
+        let head = rewrite_head(&head, &route)?;
+        let mut upstream = connect(&route.host, tls).await.map_err(|e| Refused(502, e))?;
+        upstream.write_all(&head).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
+        upstream.write_all(&rest).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
+        // Both ways as the bytes come: a streamed answer is never held back.
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        Ok(())
+    }
+    .await;
+    if let Err(Refused(status, why)) = result {
+        let body = format!("agent-sandbox forwarder: {why}\n");
+        let answer = format!(
+            "HTTP/1.1 {status} Refused\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = client.write_all(answer.as_bytes()).await;
+        let _ = client.shutdown().await;
+    }
+}
+
+/// The head up to and with its blank line, and whatever came after it in the same reads.
+async fn read_head(client: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), Refused> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            buf.truncate(end);
+            return Ok((buf, rest));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(Refused(431, format!("a request head over {MAX_HEAD} bytes")));
+        }
+        let n = client.read(&mut chunk).await.map_err(|e| Refused(400, e.to_string()))?;
+        if n == 0 {
+            return Err(Refused(400, "the connection ended inside the request head".into()));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// TLS to `host`:443, the address asked of the DNS gate like any process's.
+async fn connect(
+    host: &str,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    let name =
+        rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
+    let attempt = async {
+        let addrs = resolve(host).await?;
+        let mut last = format!("{host} resolved to no address");
+        for addr in addrs.into_iter().map(|ip| std::net::SocketAddr::new(ip, 443)) {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    return tokio_rustls::TlsConnector::from(tls.clone())
+                        .connect(name.clone(), stream)
+                        .await
+                        .map_err(|e| format!("TLS with {host} ({addr}): {e}"));
+                }
+                Err(e) => last = format!("cannot connect to {host} ({addr}): {e}"),
+            }
+        }
+        Err(last)
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+        .await
+        .map_err(|_| format!("{host} did not answer in time"))?
+}
+
+/// The addresses of `host`, asked of resolv.conf's first resolver (the DNS gate, which opens
+/// them in the firewall as for any process): A first, then AAAA.
+async fn resolve(host: &str) -> Result<Vec<std::net::IpAddr>, String> {
+    use hickory_proto::op::{Message, Query};
+    use hickory_proto::rr::{Name, RData, RecordType};
+    use std::str::FromStr as _;
+    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let server: std::net::IpAddr = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("nameserver").and_then(|a| a.trim().parse().ok()))
+        .ok_or("/etc/resolv.conf names no resolver")?;
+    let name = Name::from_str(&format!("{host}.")).map_err(|e| format!("{host}: {e}"))?;
+    let mut last = format!("cannot resolve {host}");
+    for kind in [RecordType::A, RecordType::AAAA] {
+        let mut query = Message::new();
+        query.set_id(rand_id()).set_recursion_desired(true).add_query(Query::query(name.clone(), kind));
+        let packet = query.to_vec().map_err(|e| e.to_string())?;
+        let local = if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+        let socket = tokio::net::UdpSocket::bind(local).await.map_err(|e| e.to_string())?;
+        socket.connect((server, 53)).await.map_err(|e| e.to_string())?;
+        socket.send(&packet).await.map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 4096];
+        let Ok(Ok(len)) = tokio::time::timeout(Duration::from_secs(5), socket.recv(&mut buf)).await else {
+            last = format!("cannot resolve {host}: the resolver did not answer");
+            continue;
+        };
+        let Ok(reply) = Message::from_vec(&buf[..len]) else { continue };
+        if reply.id() != query.id() {
+            continue;
+        }
+        let addrs: Vec<std::net::IpAddr> = reply
+            .answers()
+            .iter()
+            .filter_map(|r| match r.data() {
+                RData::A(a) => Some(std::net::IpAddr::V4(a.0)),
+                RData::AAAA(a) => Some(std::net::IpAddr::V6(a.0)),
+                _ => None,
+            })
+            .collect();
+        if !addrs.is_empty() {
+            return Ok(addrs);
+        }
+        last = format!("cannot resolve {host}: {}", reply.response_code());
+    }
+    Err(last)
+}
+
+fn rand_id() -> u16 {
+    let mut id = [0u8; 2];
+    // SAFETY: getrandom into a local buffer of that length.
+    unsafe { libc::getrandom(id.as_mut_ptr().cast(), 2, 0) };
+    u16::from_ne_bytes(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route() -> Route {
+        Route {
+            fd: 4,
+            host: "api.anthropic.com".into(),
+            header: "x-api-key".into(),
+            value: "sk-real".into(),
+            strip: vec!["x-api-key".into(), "authorization".into()],
+        }
+    }
+
+    fn rewrite(head: &str) -> Result<String, Refused> {
+        rewrite_head(head.as_bytes(), &route()).map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn the_placeholder_is_swapped_and_the_host_is_the_apis() {
+        let out = rewrite(
+            "POST /v1/messages?beta=true HTTP/1.1\r\nHost: evil.test\r\nx-api-key: sk-placeholder\r\n\
+             Authorization: Bearer x\r\nContent-Length: 2\r\nConnection: keep-alive, x-trace\r\nx-trace: 1\r\n\
+             anthropic-version: 2023-06-01",
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "POST /v1/messages?beta=true HTTP/1.1\r\nhost: api.anthropic.com\r\nContent-Length: 2\r\n\
+             anthropic-version: 2023-06-01\r\nx-api-key: sk-real\r\nconnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_request_naming_another_host_is_refused() {
+        for head in [
+            "GET http://evil.test/ HTTP/1.1\r\nHost: evil.test",
+            "GET //evil.test/ HTTP/1.1",
+            "CONNECT evil.test:443 HTTP/1.1",
+            "GET evil.test HTTP/1.1",
+            "GET / HTTP/2.0",
+            "GET / HTTP/1.1\r\nHost: a\nX: b",
+            "GET / HTTP/1.1\r\nBad Name: b",
+            "GET / HTTP/1.1 extra",
+        ] {
+            let refused = rewrite(head).unwrap_err();
+            assert!(refused.0 == 400 || refused.0 == 405, "{head:?}: {refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_in_the_query_is_dropped() {
+        assert_eq!(
+            drop_query_key("/v1beta/models/m:generate?key=abc&alt=sse"),
+            "/v1beta/models/m:generate?alt=sse"
+        );
+        assert_eq!(drop_query_key("/x?key=abc"), "/x");
+        assert_eq!(drop_query_key("/x?monkey=1"), "/x?monkey=1");
+    }
+}
