@@ -1,5 +1,6 @@
 //! Generates the contract suite's list of images from images/: one module per image folder, so
-//! adding an image adds its contract tests with no list to edit.
+//! adding an image adds its contract tests with no list to edit; and the agents suite's, one
+//! module per image folder with a `turn.yaml`.
 
 use std::path::Path;
 
@@ -18,6 +19,17 @@ fn main() {
         .iter()
         .map(|name| format!("mod {} {{ contract_tests!(\"{name}\"); }}\n", name.replace('-', "_")))
         .collect();
-    let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("contract_images.rs");
-    std::fs::write(out, modules).expect("OUT_DIR is writable");
+    let out_dir = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
+    std::fs::write(Path::new(&out_dir).join("contract_images.rs"), modules).expect("OUT_DIR is writable");
+    // The agents suite: one module per image whose folder says how to run one headless turn.
+    let turns: String = names
+        .iter()
+        .filter(|name| {
+            let turn = images.join(name).join("turn.yaml");
+            println!("cargo:rerun-if-changed={}", turn.display());
+            turn.is_file()
+        })
+        .map(|name| format!("mod {} {{ agent_tests!(\"{name}\"); }}\n", name.replace('-', "_")))
+        .collect();
+    std::fs::write(Path::new(&out_dir).join("agent_turns.rs"), turns).expect("OUT_DIR is writable");
 }

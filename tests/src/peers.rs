@@ -61,6 +61,12 @@ impl Peer {
         Self::start_with_files(net, aliases, false, Some(dir)).await
     }
 
+    /// A peer whose HTTPS port is the mock model API (the probe's mock.rs), under `aliases`
+    /// (the real API host names): it logs every request with its credentials and the turn.
+    pub async fn start_mock_api(net: &TestNet, aliases: &[&str]) -> anyhow::Result<Peer> {
+        Self::start_with_options(net, aliases, false, None, &["--mock-api"]).await
+    }
+
     async fn start_with(net: &TestNet, aliases: &[&str], dns: bool) -> anyhow::Result<Peer> {
         Self::start_with_files(net, aliases, dns, None).await
     }
@@ -70,6 +76,16 @@ impl Peer {
         aliases: &[&str],
         dns: bool,
         files: Option<&std::path::Path>,
+    ) -> anyhow::Result<Peer> {
+        Self::start_with_options(net, aliases, dns, files, &[]).await
+    }
+
+    async fn start_with_options(
+        net: &TestNet,
+        aliases: &[&str],
+        dns: bool,
+        files: Option<&std::path::Path>,
+        options: &[&str],
     ) -> anyhow::Result<Peer> {
         let image = peer_image().await?;
         let docker = docker().await?;
@@ -109,6 +125,7 @@ impl Peer {
         if dns {
             cmd.extend(["--dns".into(), ZONE.into(), QUERIES.into()]);
         }
+        cmd.extend(options.iter().map(|o| o.to_string()));
         let endpoint = EndpointSettings {
             aliases: Some(aliases.iter().map(|a| a.to_string()).collect()),
             ..Default::default()

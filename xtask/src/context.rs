@@ -7,6 +7,10 @@ use std::path::Path;
 use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
+/// Files of an image's folder that are the tests', not the build's: a change to them rebuilds
+/// nothing. `turn.yaml`: the agent CLI's headless turn (the agents:: suite).
+pub const TEST_ONLY: &[&str] = &["turn.yaml"];
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextFile {
     pub mode: u32,
@@ -20,8 +24,8 @@ pub struct BuildContext {
 }
 
 impl BuildContext {
-    /// Reads every file under `dir`. Symbolic links are refused: the engine would not follow
-    /// them, and the hash would not see what they point to.
+    /// Reads every file under `dir` but [`TEST_ONLY`]. Symbolic links are refused: the engine
+    /// would not follow them, and the hash would not see what they point to.
     pub fn from_dir(dir: &Path) -> anyhow::Result<BuildContext> {
         let mut ctx = BuildContext::default();
         let mut pending = vec![dir.to_path_buf()];
@@ -38,6 +42,9 @@ impl BuildContext {
                 } else if meta.is_file() {
                     let rel = path.strip_prefix(dir).expect("walked from dir");
                     let rel = rel.to_string_lossy().replace('\\', "/");
+                    if TEST_ONLY.contains(&rel.as_str()) {
+                        continue;
+                    }
                     let data =
                         std::fs::read(&path).with_context(|| format!("cannot read '{}'", path.display()))?;
                     ctx.files.insert(rel, ContextFile { mode: file_mode(&meta), data });
@@ -165,6 +172,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("Dockerfile"), "FROM x\n").unwrap();
         std::fs::write(dir.path().join("sub/run.sh"), "echo\n").unwrap();
+        std::fs::write(dir.path().join("turn.yaml"), "api: x\n").unwrap();
         std::fs::set_permissions(dir.path().join("sub/run.sh"), std::fs::Permissions::from_mode(0o700))
             .unwrap();
         let c = BuildContext::from_dir(dir.path()).unwrap();

@@ -9,6 +9,7 @@
 //! attacks a hostile agent would try are probes too (attacks.rs): they are never in an image.
 
 mod attacks;
+mod mock;
 mod peer;
 mod probes;
 mod web;

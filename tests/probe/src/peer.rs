@@ -33,6 +33,7 @@ pub fn serve(args: &[String]) {
     while i < args.len() {
         match args[i].as_str() {
             "--log" | "--files" | "--cert" | "--key" => i += 2,
+            "--mock-api" => i += 1,
             "--http" | "--tls" => {
                 let tls = (args[i] == "--tls").then(|| {
                     let (cert, key) = (
@@ -49,6 +50,7 @@ pub fn serve(args: &[String]) {
                         tls: tls.clone(),
                         files: files.clone(),
                         log: log.clone(),
+                        mock: args.iter().any(|a| a == "--mock-api"),
                     };
                     threads.push(std::thread::spawn(move || crate::web::serve(listener, site)));
                 }

@@ -77,6 +77,8 @@ pub struct Site {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub files: Option<String>,
     pub log: String,
+    /// Answer as the mock model API (mock.rs) instead of with a greeting.
+    pub mock: bool,
 }
 
 pub fn tls_server_config(cert: &str, key: &str) -> Arc<rustls::ServerConfig> {
@@ -111,7 +113,13 @@ pub fn serve(listener: TcpListener, site: Site) {
                     let head = read_head(&mut request);
                     let sni = request.get_ref().conn.server_name().unwrap_or("-").to_string();
                     log(&site.log, &format!("tls {} sni={sni}", site.port));
-                    if let Some(head) = head {
+                    if let Some(head) = head.as_ref()
+                        && site.mock
+                    {
+                        mock_respond(&site, head, &mut request);
+                        request.get_mut().conn.send_close_notify();
+                        let _ = request.get_mut().flush();
+                    } else if let Some(head) = head {
                         respond(&site, &head, request.get_mut());
                         request.get_mut().conn.send_close_notify();
                         let _ = request.get_mut().flush();
@@ -140,6 +148,8 @@ struct Head {
     host: String,
     /// The body's Content-Length.
     length: u64,
+    method: String,
+    chunked: bool,
     /// The credentials the request carried (`x-api-key: …`, `authorization: …`), as sent.
     auth: Vec<String>,
 }
@@ -150,8 +160,9 @@ const CREDENTIALS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
 fn read_head(reader: &mut impl BufRead) -> Option<Head> {
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
+    let method = line.split_whitespace().next()?.to_string();
     let path = line.split_whitespace().nth(1)?.to_string();
-    let (mut host, mut length, mut auth) = (String::new(), 0, Vec::new());
+    let (mut host, mut length, mut auth, mut chunked) = (String::new(), 0, Vec::new(), false);
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).ok()? == 0 {
@@ -166,18 +177,81 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
             Some((name, value)) if name.eq_ignore_ascii_case("content-length") => {
                 length = value.trim().parse().unwrap_or(0);
             }
+            Some((name, value)) if name.eq_ignore_ascii_case("transfer-encoding") => {
+                chunked = value.to_ascii_lowercase().contains("chunked");
+            }
             Some((name, value)) if CREDENTIALS.iter().any(|c| name.eq_ignore_ascii_case(c)) => {
                 auth.push(format!("{}:{}", name.to_ascii_lowercase(), value.trim()));
             }
             _ => {}
         }
     }
-    Some(Head { path, host, length, auth })
+    Some(Head { path, host, length, method, chunked, auth })
+}
+
+/// The request's body, by Content-Length or chunked.
+fn read_body(reader: &mut impl BufRead, head: &Head) -> Vec<u8> {
+    let mut body = Vec::new();
+    if !head.chunked {
+        let _ = reader.take(head.length.min(64 << 20)).read_to_end(&mut body);
+        return body;
+    }
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return body;
+        }
+        let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16).unwrap_or(0);
+        if size == 0 {
+            // The trailers, to the blank line.
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && !line.trim().is_empty() {
+                line.clear();
+            }
+            return body;
+        }
+        let mut chunk = vec![0u8; size + 2];
+        if reader.read_exact(&mut chunk).is_err() {
+            return body;
+        }
+        body.extend_from_slice(&chunk[..size]);
+    }
+}
+
+/// One request to the mock model API: answered, and logged with its credentials and turn.
+fn mock_respond<W: Read + Write>(site: &Site, head: &Head, reader: &mut BufReader<W>) {
+    let body = read_body(reader, head);
+    let stream = reader.get_mut();
+    let answer = crate::mock::answer(&head.method, &head.path, &body);
+    let auth: String = head.auth.iter().map(|a| format!(" auth={a}")).collect();
+    log(
+        &site.log,
+        &format!(
+            "http {} host={} path={}{auth} mock={} bytes={}",
+            site.port,
+            head.host,
+            head.path,
+            answer.turn,
+            body.len()
+        ),
+    );
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {} Mock\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        answer.status,
+        answer.content_type,
+        answer.body.len(),
+        answer.body
+    );
 }
 
 fn respond(site: &Site, head: &Head, out: &mut impl Write) {
     let auth: String = head.auth.iter().map(|a| format!(" auth={a}")).collect();
     log(&site.log, &format!("http {} host={} path={}{auth}", site.port, head.host, head.path));
+    // `/redirect?to=URL`: a redirect, for the forwarder that must not follow it.
+    if let Some(to) = head.path.strip_prefix("/redirect?to=") {
+        let _ = write!(out, "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n");
+        return;
+    }
     if let Some(size) = head.path.strip_prefix("/bytes/").and_then(|n| n.parse::<u64>().ok()) {
         let _ = write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
         let mut buf = vec![0u8; 256 * 1024];

@@ -150,11 +150,15 @@ async fn runs_as_written(run: Run) -> anyhow::Result<()> {
         .as_agent(&["sh", "-c", "cat /workspace/README.md && test -O /home/agent/.claude && echo ok"])
         .await?;
     assert_eq!(out.stdout, "the user's project\nok\n", "{out:?}");
-    // The key reached the agent's session, from the run-time environment.
+    // The key from the run-time environment is sandbox-init's: the agent's session has the
+    // forwarder's address and a placeholder, never the key.
     let pane = sb.as_agent(&["tmux", "list-panes", "-t", "agent", "-F", "#{pane_pid}"]).await?;
     let pid = pane.stdout.trim();
     let environ = sb.as_agent(&["cat", &format!("/proc/{pid}/environ")]).await?;
-    assert!(environ.stdout.split('\0').any(|e| e == format!("ANTHROPIC_API_KEY={KEY}")), "{environ:?}");
+    let vars: Vec<&str> = environ.stdout.split('\0').collect();
+    assert!(vars.contains(&"ANTHROPIC_BASE_URL=http://127.0.0.1:15101"), "{environ:?}");
+    assert!(vars.contains(&"ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
+    assert!(!environ.stdout.contains(KEY), "{environ:?}");
     Ok(())
 }
 

@@ -109,6 +109,9 @@ async fn the_api_gets_the_key_and_the_agent_finds_it_nowhere() -> anyhow::Result
         let answer = ask(&sb, 15101, request).await?;
         assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "{request}: {answer}");
     }
+    // The API answers with a redirect elsewhere: it goes back to the agent, unfollowed.
+    let redirect = ask(&sb, 15101, "GET /redirect?to=https://evil.test/steal HTTP/1.1\\r\\n\\r\\n").await?;
+    assert!(redirect.starts_with("HTTP/1.1 302"), "{redirect}");
     assert!(_elsewhere.log().await?.iter().all(|l| !l.starts_with("http")), "a request reached evil.test");
 
     // The session's scrollback, after it printed its environment.

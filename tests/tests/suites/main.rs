@@ -1,5 +1,6 @@
 //! The container suites: one test binary, one module per area.
 
+mod agents;
 mod attacks;
 mod build;
 mod contract;

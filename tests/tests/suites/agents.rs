@@ -1,0 +1,130 @@
+//! Every agent CLI completes a real turn in its sandbox (generated from images/*/turn.yaml by
+//! tests/build.rs): the image's own policy plus only the mock model API's names, the API key
+//! as a root-only secret that sandbox-init's forwarder holds, and the mock (tests/probe's
+//! mock.rs, under the real API host names, with the test CA as the forwarder's extra CA)
+//! answering the CLI's first request with a tool call that writes a file. The test asserts the
+//! mock got the real key, the file is there, the CLI exited 0, and the agent can find the key
+//! nowhere, before the turn and after it (the same key is in the container's environment too). DNS comes from a peer that knows only the API names, so a CLI's other hosts
+//! (telemetry, updates) resolve to nothing and are listed. NET_ADMIN, private networks.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt as _;
+
+use sandbox_tests::docker::TestNet;
+use sandbox_tests::peers::Peer;
+use sandbox_tests::sandbox::SandboxSpec;
+
+/// The mock's names: the real API hosts.
+const API_HOSTS: &[&str] = &["api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"];
+/// What the mock's tool call writes (tests/probe/src/mock.rs).
+const FILE: &str = "/workspace/agent-turn.txt";
+const CONTENT: &str = "written by the mock API's tool call\n";
+
+/// images/<name>/turn.yaml.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Turn {
+    /// The API whose key the turn needs: anthropic, openai or gemini.
+    api: String,
+    /// A shell command, run as the agent in /workspace.
+    run: String,
+    /// Files written under the agent's home first.
+    #[serde(default)]
+    files: BTreeMap<String, String>,
+}
+
+macro_rules! agent_tests {
+    ($name:literal) => {
+        #[tokio::test]
+        async fn completes_a_turn_with_a_sandbox_held_key() -> anyhow::Result<()> {
+            super::completes_a_turn($name).await
+        }
+    };
+}
+
+include!(concat!(env!("OUT_DIR"), "/agent_turns.rs"));
+
+async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
+    let path = sandbox_tests::root().join("images").join(name).join("turn.yaml");
+    let turn: Turn = yaml_serde::from_str(&std::fs::read_to_string(&path)?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let image = sandbox_tests::images::image(name).await?;
+    let net = TestNet::create(&format!("agent-{name}")).await?;
+    let dns = Peer::start_dns(&net).await?;
+    let mock = Peer::start_mock_api(&net, API_HOSTS).await?;
+    for host in API_HOSTS {
+        dns.set_dns(host, mock.ipv4, 300).await?;
+    }
+    let key = format!("sk-REAL-{name}-key-of-the-agents-suite-5e1f");
+    let dir = tempfile::tempdir()?;
+    let secret = |file: &str, contents: &str| -> anyhow::Result<String> {
+        let path = dir.path().join(file);
+        std::fs::write(&path, contents)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(path.display().to_string())
+    };
+    let key_file = secret("key", &key)?;
+    let ca_file = secret("ca.pem", &std::fs::read_to_string(sandbox_tests::tls::ca_file()?)?)?;
+    let names: String = API_HOSTS.iter().map(|h| format!("  - {h}\n")).collect();
+    let sb = SandboxSpec::of(image)
+        .net_admin()
+        .on(&net)
+        .dns(&dns)
+        .drop_in("mock-api.yaml", &format!("version: 1\ndomains:\n{names}"))
+        .mount(&key_file, &format!("/run/secrets/{}_api_key", turn.api))
+        .mount(&ca_file, "/run/secrets/sandbox_api_ca.pem")
+        // The same key in the container's environment too, as `-e` passed keys before: no
+        // process of the agent's may see it there either.
+        .env(&format!("{}_API_KEY", turn.api.to_uppercase()), &key)
+        .start()
+        .await?;
+    let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+    let hunt = sb.probe(&["find-string", &hex, "/"]).await?;
+    assert_eq!(hunt.fields["found"], "", "before the turn, the agent found the key: {:?}", hunt.fields);
+    for (file, contents) in &turn.files {
+        let write = r#"mkdir -p "$(dirname "$HOME/$F")" && printf %s "$C" > "$HOME/$F""#;
+        let out =
+            sb.as_agent(&["env", &format!("F={file}"), &format!("C={contents}"), "sh", "-c", write]).await?;
+        anyhow::ensure!(out.code == 0, "writing {file}: {out:?}");
+    }
+    let run = format!("cd /workspace && {} < /dev/null", turn.run);
+    let started = std::time::Instant::now();
+    let out =
+        tokio::time::timeout(std::time::Duration::from_secs(300), sb.as_agent(&["sh", "-c", &run])).await??;
+    let seconds = started.elapsed().as_secs_f64();
+    let log = mock.log().await?;
+    let asked: Vec<String> = dns.dns_log().await?.into_iter().map(|q| q.name).collect();
+    let others: std::collections::BTreeSet<&str> =
+        asked.iter().map(|n| n.trim_end_matches('.')).filter(|n| !API_HOSTS.contains(n)).collect();
+    let denials =
+        sb.exec(&["sh", "-c", "cat /run/agent-sandbox/denials.jsonl 2>/dev/null || true"]).await?.stdout;
+    let refused: std::collections::BTreeSet<String> = denials
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|d| Some(d.get("name")?.as_str()?.to_string()))
+        .collect();
+    // For the README's per-agent rows: what the CLI asked for beyond its API, allowed by its
+    // policy (and answered by no one here) or refused by it.
+    eprintln!(
+        "{name}: turn in {seconds:.1} s; its policy's other names asked: {others:?}; refused: {refused:?}"
+    );
+    let context =
+        format!("exit {:?}\nstdout: {}\nstderr: {}\nmock: {log:#?}", out.code, out.stdout, out.stderr);
+    assert_eq!(out.code, 0, "{context}");
+    let written = sb.exec(&["cat", FILE]).await?;
+    assert_eq!(written.stdout, CONTENT, "the tool call's file: {written:?}\n{context}");
+    // Every request reached the mock with the real key, in the CLI's own header, and one was
+    // the turn's tool call.
+    let requests: Vec<&String> = log.iter().filter(|l| l.starts_with("http 443 ")).collect();
+    assert!(log.iter().any(|l| l.contains(" mock=tool ") && l.contains(&key)), "{context}");
+    for request in &requests {
+        assert!(request.contains(&key), "a request without the real key: {request}\n{context}");
+    }
+    // The key, hunted as the agent again (the CLI wrote its files): every readable file, every
+    // process's environment, command line and memory file; and the session's scrollback.
+    let hunt = sb.probe(&["find-string", &hex, "/"]).await?;
+    assert_eq!(hunt.fields["found"], "", "the agent found the key: {:?}", hunt.fields);
+    let scrollback = sb.as_agent(&["tmux", "capture-pane", "-p", "-S", "-", "-t", "agent"]).await?.stdout;
+    assert!(!scrollback.contains(&key), "the key in the scrollback");
+    Ok(())
+}
