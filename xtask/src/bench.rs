@@ -21,7 +21,7 @@ async fn run(root: &Path, flags: BenchFlags) -> anyhow::Result<()> {
         BenchTarget::Build { runs, common } => {
             let mut opts = BuildOptions::new(root);
             common.apply(&mut opts);
-            bench_build(opts, runs.max(1)).await
+            bench_build(opts, runs.max(1)).await.map(|_| ())
         }
         BenchTarget::Sandbox { runs, common } => {
             let mut opts = BuildOptions::new(root);
@@ -46,8 +46,9 @@ async fn bench_sandbox(root: &Path, mut opts: BuildOptions, runs: usize) -> anyh
 }
 
 /// No-op rebuild of the whole graph vs. a `docker build` (classic builder, warm layer cache) of
-/// every image with the same contexts, build args and labels.
-async fn bench_build(mut opts: BuildOptions, runs: usize) -> anyhow::Result<()> {
+/// every image with the same contexts, build args and labels. Returns how many images each
+/// `docker build` round built.
+pub async fn bench_build(mut opts: BuildOptions, runs: usize) -> anyhow::Result<usize> {
     eprintln!("warming up: building the whole graph once");
     let report = build::build(&opts).await?;
     report.ensure_success()?;
@@ -69,17 +70,45 @@ async fn bench_build(mut opts: BuildOptions, runs: usize) -> anyhow::Result<()> 
     }
     let mut docker = Vec::with_capacity(runs);
     let mut each: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); report.plans.len()];
-    for _ in 0..runs {
-        let started = Instant::now();
-        for (plan, samples) in report.plans.iter().zip(&mut each) {
-            let one = Instant::now();
-            let tag = format!("agent-sandbox-bench/{}:latest", plan.name);
-            crate::engine::cli_build(&sh, &dir.path().join(&plan.name), &plan.build_args, &plan.labels, &tag)
+    let tags: Vec<String> = report
+        .plans
+        .iter()
+        .map(|plan| format!("{}/{}:latest", crate::project::BENCH_REPOSITORY, plan.name))
+        .collect();
+    let measured = (|| {
+        for _ in 0..runs {
+            let started = Instant::now();
+            for ((plan, samples), tag) in report.plans.iter().zip(&mut each).zip(&tags) {
+                let one = Instant::now();
+                crate::engine::cli_build(
+                    &sh,
+                    &dir.path().join(&plan.name),
+                    &plan.build_args,
+                    &plan.labels,
+                    tag,
+                )
                 .with_context(|| format!("docker build of '{}' failed", plan.name))?;
-            samples.push(one.elapsed());
+                samples.push(one.elapsed());
+            }
+            docker.push(started.elapsed());
         }
-        docker.push(started.elapsed());
+        Ok::<_, anyhow::Error>(())
+    })();
+    // The copies go, measured or not: they are the benchmark's, not the user's images.
+    let existing: Vec<&String> = tags
+        .iter()
+        .filter(|t| {
+            cmd!(sh, "docker image inspect {t}").quiet().ignore_stdout().ignore_stderr().run().is_ok()
+        })
+        .collect();
+    if !existing.is_empty() {
+        cmd!(sh, "docker image rm {existing...}")
+            .quiet()
+            .ignore_stdout()
+            .run()
+            .context("cannot remove the benchmark's tags")?;
     }
+    measured?;
 
     let (noop, docker) = (median(noop), median(docker));
     println!("images in the graph:                          {images}");
@@ -94,7 +123,7 @@ async fn bench_build(mut opts: BuildOptions, runs: usize) -> anyhow::Result<()> 
     for (plan, samples) in report.plans.iter().zip(each) {
         println!("  {:<12} {:>8.3} s", plan.name, median(samples).as_secs_f64());
     }
-    Ok(())
+    Ok(report.plans.len())
 }
 
 fn materialize(plan: &BuildPlan, dir: &Path) -> anyhow::Result<()> {

@@ -132,6 +132,9 @@ pub struct ListFlags {
     /// Every image of the project, not only the agent images
     #[arg(long)]
     pub all: bool,
+    /// One JSON object per image (name, id, every tag, size, CLI version), as an array
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -26,6 +26,9 @@ pub const OS_SOURCE_ENV: &str = "AGENT_SANDBOX_OS_SOURCE";
 /// Every built image is also tagged `<INPUTS_REPOSITORY>:<name>-<input hash>`: the index by
 /// which a later build finds it, whatever prefix either build used.
 pub const INPUTS_REPOSITORY: &str = "localhost/agent-sandbox/inputs";
+/// Where `cargo xtask bench build` tags its `docker build` copies (`<BENCH_REPOSITORY>/<name>`):
+/// it removes them when done, and `prune` takes any it left.
+pub const BENCH_REPOSITORY: &str = "agent-sandbox-bench";
 
 pub fn inputs_tag(name: &str, inputs: &str) -> String {
     format!("{INPUTS_REPOSITORY}:{name}-{}", inputs.strip_prefix("sha256:").unwrap_or(inputs))

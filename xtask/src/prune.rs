@@ -80,14 +80,35 @@ pub fn plan(
     let latest = |image: &ListedImage| {
         image.tags.iter().any(|t| t.starts_with(&prefix_repo) && t.ends_with(&version_tag))
     };
+    let bench_repo = format!("{}/", project::BENCH_REPOSITORY);
+    // What `bench build` left behind: its tags go from any image of ours, kept or not.
+    let bench_only =
+        images.iter().filter(|image| image.labels.contains_key(labels::INPUTS)).filter_map(|image| {
+            let (bench, others): (Vec<&String>, Vec<&String>) =
+                image.tags.iter().partition(|t| t.starts_with(&bench_repo));
+            let kept = keep.contains(&image.id)
+                || latest(image)
+                || others.iter().any(|t| !t.starts_with(&inputs_repo));
+            (!bench.is_empty() && kept).then(|| Superseded {
+                id: image.id.clone(),
+                name: image.labels.get(labels::IMAGE).cloned().unwrap_or_else(|| "-".into()),
+                ours: bench.into_iter().cloned().collect(),
+                others: others.into_iter().cloned().collect(),
+                size: image.size,
+                created: image.created,
+            })
+        });
     let mut out: Vec<Superseded> = images
         .iter()
         .filter(|image| {
             image.labels.contains_key(labels::INPUTS) && !keep.contains(&image.id) && !latest(image)
         })
         .filter_map(|image| {
+            let (bench, tags): (Vec<&String>, Vec<&String>) =
+                image.tags.iter().partition(|t| t.starts_with(&bench_repo));
             let (prefixed, rest): (Vec<&String>, Vec<&String>) =
-                image.tags.iter().partition(|t| t.starts_with(&prefix_repo));
+                tags.into_iter().partition(|t| t.starts_with(&prefix_repo));
+            let prefixed: Vec<&String> = prefixed.into_iter().chain(bench).collect();
             let (inputs, others): (Vec<&String>, Vec<&String>) =
                 rest.into_iter().partition(|t| t.starts_with(&inputs_repo));
             if prefixed.is_empty() {
@@ -114,6 +135,8 @@ pub fn plan(
             })
         })
         .collect();
+    let listed: HashSet<String> = out.iter().map(|s| s.id.clone()).collect();
+    out.extend(bench_only.filter(|s| !listed.contains(&s.id)));
     out.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.id.cmp(&b.id)));
     out
 }
@@ -343,6 +366,35 @@ mod tests {
         assert_eq!(
             run(&images, &[]),
             vec![("old".into(), vec!["localhost/agent-sandbox/agent-claude:sha-0a8f9309fb64".into()], false)]
+        );
+    }
+
+    #[test]
+    fn the_benchmarks_tags_go_from_kept_and_superseded_images_alike() {
+        let images = [
+            image(
+                "latest",
+                "shell",
+                &["localhost/agent-sandbox/agent-shell:0.1.0", "agent-sandbox-bench/shell:latest"],
+                10_000,
+            ),
+            image(
+                "copy",
+                "claude",
+                &["agent-sandbox-bench/claude:latest", "localhost/agent-sandbox/inputs:claude-b"],
+                10_000,
+            ),
+        ];
+        let planned = run(&images, &[]);
+        assert!(
+            planned.contains(&("latest".into(), vec!["agent-sandbox-bench/shell:latest".into()], false)),
+            "the latest keeps its version tag and loses the bench's: {planned:?}"
+        );
+        assert!(
+            planned.iter().any(|(id, ours, goes)| id == "copy"
+                && ours.contains(&"agent-sandbox-bench/claude:latest".to_string())
+                && *goes),
+            "{planned:?}"
         );
     }
 

@@ -247,3 +247,21 @@ async fn no_image_keeps_a_key_passed_at_build() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `bench build` tags a `docker build` copy of every image it measures: it leaves none behind.
+#[tokio::test]
+async fn the_build_benchmark_leaves_no_tag_behind() -> anyhow::Result<()> {
+    let scratch = ScratchImages::copy("bench", &["os", "base", "shell"])?;
+    let opts = scratch.options()?;
+    let bench_tags = || async {
+        let images = Engine::connect().await?.images_with_label(labels::IMAGE).await?;
+        let repo = format!("{}/", xtask::project::BENCH_REPOSITORY);
+        Ok::<_, anyhow::Error>(
+            images.into_iter().flat_map(|i| i.tags).filter(|t| t.starts_with(&repo)).collect::<Vec<_>>(),
+        )
+    };
+    let measured = xtask::bench::bench_build(opts, 1).await?;
+    assert_eq!(measured, 3, "os, base and shell were built with docker build");
+    assert_eq!(bench_tags().await?, Vec::<String>::new(), "the benchmark's copies stayed");
+    Ok(())
+}
