@@ -55,28 +55,46 @@ impl std::fmt::Debug for HeldKey {
     }
 }
 
-/// A secret file, if it exists: its contents trimmed. One the agent could read is refused (the
-/// key would be the agent's), and so is an empty one.
+/// A secret file, if it exists: its contents trimmed. Refused (the key would be the agent's, or
+/// the agent could choose it): a file or folder the agent owns (an owner may chmod at will), one
+/// whose mode lets the agent read or write it, one with an access control list (whose entries
+/// the mode does not show), a link, anything but a regular file; and an empty one.
 pub fn read_secret(path: &Path, agent: &AgentPrivileges) -> Result<Option<String>, Fatal> {
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let unreadable =
+        |e: &dyn std::fmt::Display| Fatal::new(Refusal::PolicyUnreadable, format!("{}: {e}", path.display()));
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Fatal::new(Refusal::PolicyUnreadable, format!("{}: {e}", path.display()))),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(refused(path, "is a symbolic link"));
+        }
+        Err(e) => return Err(unreadable(&e)),
     };
-    if readable_by(&meta, agent.uid, agent.gid) {
-        return Err(Fatal::new(
-            Refusal::BadSetting,
-            format!(
-                "{} is readable by the agent (owner {}, mode {:o}): the key would be the agent's; \
-                 give it to root alone (chmod 600 on the host, or `mode: 0400` for a compose secret)",
-                path.display(),
-                meta.uid(),
-                meta.mode() & 0o777
-            ),
-        ));
+    let meta = file.metadata().map_err(|e| unreadable(&e))?;
+    if !meta.is_file() {
+        return Err(refused(path, "is not a regular file"));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Fatal::new(Refusal::PolicyUnreadable, format!("{}: {e}", path.display())))?;
+    if let Some(why) = agents_to_choose(&meta, agent) {
+        return Err(refused(path, &why));
+    }
+    if has_acl(&file) {
+        return Err(refused(path, "carries an access control list, whose entries may let the agent read it"));
+    }
+    // The folder: one the agent could write would let it swap or plant a secret for the next start.
+    if let Some(dir) = path.parent()
+        && let Ok(dir_meta) = std::fs::symlink_metadata(dir)
+        && let Some(why) = agents_to_change(&dir_meta, agent)
+    {
+        return Err(refused(dir, &why));
+    }
+    let mut text = String::new();
+    (&file).take(1 << 20).read_to_string(&mut text).map_err(|e| unreadable(&e))?;
     let text = text.trim();
     if text.is_empty() {
         return Err(Fatal::new(Refusal::BadSetting, format!("{} is empty", path.display())));
@@ -84,17 +102,51 @@ pub fn read_secret(path: &Path, agent: &AgentPrivileges) -> Result<Option<String
     Ok(Some(text.to_string()))
 }
 
-/// Whether `uid:gid` (no supplementary groups: the agent has none) may read a file. The
-/// directory's search permission aside: /run/secrets is searchable by all.
-fn readable_by(meta: &std::fs::Metadata, uid: u32, gid: u32) -> bool {
-    let mode = meta.mode();
-    if meta.uid() == uid {
-        mode & 0o400 != 0
-    } else if meta.gid() == gid {
-        mode & 0o040 != 0
+fn refused(path: &Path, why: &str) -> Fatal {
+    Fatal::new(
+        Refusal::BadSetting,
+        format!(
+            "{} {why}: a secret must be root's alone (owned by root, mode 600 or 400, in a folder only \
+             root may write; `mode: 0400` for a compose secret)",
+            path.display()
+        ),
+    )
+}
+
+/// Why the agent could read or choose this file's contents, if it could.
+fn agents_to_choose(meta: &std::fs::Metadata, agent: &AgentPrivileges) -> Option<String> {
+    let (mode, uid, gid) = (meta.mode() & 0o7777, meta.uid(), meta.gid());
+    let by_mode = if gid == agent.gid { 0o066 } else { 0o006 };
+    if uid == agent.uid {
+        Some(format!("is owned by the agent's uid {uid}, which may change its mode"))
+    } else if mode & by_mode != 0 {
+        Some(format!("lets the agent read or write it (owner {uid}, group {gid}, mode {mode:o})"))
     } else {
-        mode & 0o004 != 0
+        None
     }
+}
+
+/// Why the agent could change what this folder holds, if it could.
+fn agents_to_change(meta: &std::fs::Metadata, agent: &AgentPrivileges) -> Option<String> {
+    let (mode, uid, gid) = (meta.mode() & 0o7777, meta.uid(), meta.gid());
+    let writable = if gid == agent.gid { 0o022 } else { 0o002 };
+    if uid == agent.uid {
+        Some(format!("is owned by the agent's uid {uid}"))
+    } else if mode & writable != 0 {
+        Some(format!("is writable by the agent (owner {uid}, group {gid}, mode {mode:o})"))
+    } else {
+        None
+    }
+}
+
+/// Whether the file carries a POSIX access control list.
+fn has_acl(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: fgetxattr asking only for the size (a null buffer of length 0).
+    let size = unsafe {
+        libc::fgetxattr(file.as_raw_fd(), c"system.posix_acl_access".as_ptr(), std::ptr::null_mut(), 0)
+    };
+    size > 0
 }
 
 /// The secret files a variable's key may be in: `/run/secrets/anthropic_api_key`, then the
@@ -185,6 +237,7 @@ impl Forwarder {
                 header: key.var.header.to_string(),
                 value: format!("{}{}", key.var.prefix, key.key),
                 strip: key.api.keys.iter().map(|k| k.header.to_string()).collect(),
+                path: key.base_path.clone(),
             });
         }
         let config = serde_json::to_string(&Config { routes, extra_ca }).map_err(std::io::Error::other)?;
@@ -240,11 +293,24 @@ mod tests {
         let refused = read_secret(&path, &agent()).unwrap_err();
         assert_eq!(refused.refusal, Refusal::BadSetting);
         assert!(
-            refused.message.contains("readable by the agent") && refused.message.contains("mode 444"),
+            refused.message.contains("lets the agent read") && refused.message.contains("mode 444"),
             "{}",
             refused.message
         );
+        // Owned by the agent: refused whatever the mode, since the owner may chmod it.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let mut owner = agent();
+        owner.uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&path).unwrap());
+        let refused = read_secret(&path, &owner).unwrap_err();
+        assert!(refused.message.contains("owned by the agent"), "{}", refused.message);
+        // A link, even to a good file, and a folder the agent may write.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(read_secret(&link, &agent()).unwrap_err().message.contains("symbolic link"));
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(read_secret(&path, &agent()).unwrap_err().message.contains("is writable by the agent"));
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(read_secret(&path, &agent()).unwrap().as_deref(), Some("sk-ant-real"));
         assert_eq!(read_secret(&dir.path().join("none"), &agent()).unwrap(), None);
     }

@@ -46,6 +46,10 @@ pub struct Route {
     pub value: String,
     /// Headers the agent's request loses (every header any key of this API travels in).
     pub strip: Vec<String>,
+    /// The path every request must be under: that of the base URL the user gave (a gateway's
+    /// `/compatible-mode/v1`), so that the key goes to no other service on that host.
+    #[serde(default)]
+    pub path: Option<String>,
 }
 
 impl std::fmt::Debug for Route {
@@ -78,7 +82,11 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Vec<u8>, Refused> {
     if !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
         return Err(bad("only HTTP/1.1 is forwarded"));
     }
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) || method == "CONNECT" {
+    // TRACE echoes the request, key included, at a front end that answers it.
+    if method.is_empty()
+        || !method.bytes().all(|b| b.is_ascii_uppercase())
+        || matches!(method, "CONNECT" | "TRACE" | "TRACK")
+    {
         return Err(Refused(405, format!("the method `{method}` is not forwarded")));
     }
     if !target.starts_with('/') || target.starts_with("//") {
@@ -86,6 +94,15 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Vec<u8>, Refused> {
             "only a path is forwarded, to {} alone: `{target}` names a host",
             route.host
         )));
+    }
+    if let Some(prefix) = route.path.as_deref().filter(|p| *p != "/") {
+        let rest = target.strip_prefix(prefix).unwrap_or("x");
+        if !(rest.is_empty() || rest.starts_with('/') || rest.starts_with('?'))
+            || target.contains("/../")
+            || target.ends_with("/..")
+        {
+            return Err(Refused(403, format!("only paths under {prefix} are forwarded to {}", route.host)));
+        }
     }
     let target = drop_query_key(target);
     let mut headers: Vec<(&str, &str)> = Vec::new();
@@ -208,11 +225,21 @@ pub fn client_config(extra: Option<&str>) -> Result<rustls::ClientConfig, String
     Ok(config)
 }
 
+/// The most requests the forwarder serves at once, per API: past it, connections wait in the
+/// listener's backlog (the agent's flood costs it time, not the forwarder's memory).
+const MAX_CONNECTIONS: usize = 256;
+
 async fn accept(listener: TcpListener, route: Arc<Route>, tls: Arc<rustls::ClientConfig>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
         match listener.accept().await {
             Ok((client, _)) => {
-                tokio::spawn(handle(client, route.clone(), tls.clone()));
+                let (route, tls) = (route.clone(), tls.clone());
+                tokio::spawn(async move {
+                    handle(client, route, tls).await;
+                    drop(slot);
+                });
             }
             // Out of descriptors, for one: the next accept may work.
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -361,6 +388,7 @@ mod tests {
             header: "x-api-key".into(),
             value: "sk-real".into(),
             strip: vec!["x-api-key".into(), "authorization".into()],
+            path: None,
         }
     }
 
@@ -394,9 +422,23 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: a\nX: b",
             "GET / HTTP/1.1\r\nBad Name: b",
             "GET / HTTP/1.1 extra",
+            "TRACE / HTTP/1.1",
         ] {
             let refused = rewrite(head).unwrap_err();
             assert!(refused.0 == 400 || refused.0 == 405, "{head:?}: {refused:?}");
+        }
+    }
+
+    #[test]
+    fn with_a_base_path_only_paths_under_it_go() {
+        let route = Route { path: Some("/compatible-mode/v1".into()), ..route() };
+        let rewrite =
+            |target: &str| rewrite_head(format!("POST {target} HTTP/1.1").as_bytes(), &route).map(|_| ());
+        assert!(rewrite("/compatible-mode/v1/chat/completions").is_ok());
+        assert!(rewrite("/compatible-mode/v1?x=1").is_ok());
+        for other in ["/other-tenant/v1/chat", "/compatible-mode/v10", "/compatible-mode/v1/../../admin", "/"]
+        {
+            assert_eq!(rewrite(other).unwrap_err().0, 403, "{other}");
         }
     }
 

@@ -194,3 +194,68 @@ async fn a_deep_tree_in_the_agents_directory_cannot_stop_the_next_start() -> any
     assert_eq!(left.stdout.trim(), "0", "{left:?}");
     Ok(())
 }
+
+/// A root-only file for a secret, in `dir`: its path.
+fn secret_file(dir: &std::path::Path, name: &str, owner: u32, mode: u32) -> anyhow::Result<String> {
+    let path = dir.join(name);
+    std::fs::write(&path, "sk-ant-api03-the-secret-of-the-attack-test\n")?;
+    std::os::unix::fs::chown(&path, Some(owner), Some(owner))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    Ok(path.display().to_string())
+}
+
+/// Gives `path` the access control list `user::rw-, user:1000:r--, group::---, mask::r--,
+/// other::---`, as `setfacl -m u:1000:r` would (no setfacl on these hosts).
+fn grant_agent_by_acl(path: &str) -> anyhow::Result<()> {
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in
+        [(1u16, 6u16, u32::MAX), (2, 4, 1000), (4, 0, u32::MAX), (0x10, 4, u32::MAX), (0x20, 0, u32::MAX)]
+    {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    let path = std::ffi::CString::new(path)?;
+    // SAFETY: setxattr with a NUL-terminated path and name and a buffer of the given length.
+    let set = unsafe {
+        libc::setxattr(path.as_ptr(), c"system.posix_acl_access".as_ptr(), acl.as_ptr().cast(), acl.len(), 0)
+    };
+    anyhow::ensure!(set == 0, "setxattr: {}", std::io::Error::last_os_error());
+    Ok(())
+}
+
+/// A key file the agent could read after all, or choose: owned by the agent's uid (whose owner
+/// may chmod it back, whatever its mode), readable through an access control list the mode does
+/// not show, or in a folder the agent owns (where it could swap one API's key for another's, or
+/// plant a CA for the next start). Each is refused at start, exit 78, naming the file; the
+/// control, a root-only file, starts and stays out of the agent's reach.
+#[tokio::test]
+async fn a_secret_the_agent_could_read_or_swap_is_refused_at_start() -> anyhow::Result<()> {
+    const SECRET: &str = "/run/secrets/anthropic_api_key";
+    let dir = tempfile::tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+    let owned = secret_file(dir.path(), "owned", 1000, 0o000)?;
+    let acl = secret_file(dir.path(), "acl", 0, 0o640)?;
+    grant_agent_by_acl(&acl)?;
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder)?;
+    secret_file(&folder, "anthropic_api_key", 0, 0o600)?;
+    std::os::unix::fs::chown(&folder, Some(1000), Some(1000))?;
+    let folder = folder.display().to_string();
+    for (source, target, why) in [
+        (&owned, SECRET, "owned by the agent's uid"),
+        (&acl, SECRET, "access control list"),
+        (&folder, "/run/secrets", "/run/secrets is owned by the agent's uid"),
+    ] {
+        let exited = SandboxSpec::smallest().await?.offline().mount(source, target).run_to_exit().await?;
+        assert_eq!(exited.code, 78, "{why}: {exited:?}");
+        assert!(exited.stderr.contains(why), "{why}: {exited:?}");
+    }
+    let good = secret_file(dir.path(), "good", 0, 0o600)?;
+    let sb = SandboxSpec::smallest().await?.offline().mount(&good, SECRET).start().await?;
+    let read = sb.as_agent(&["sh", "-c", &format!("chmod 644 {SECRET}; cat {SECRET}")]).await?;
+    assert!(read.code != 0 && !read.stdout.contains("sk-ant"), "{read:?}");
+    let env = sb.as_agent(&["sh", "-c", "echo $ANTHROPIC_API_KEY"]).await?;
+    assert_eq!(env.stdout.trim(), "sk-ant-api03-held-by-agent-sandbox", "the key is held: {env:?}");
+    Ok(())
+}
