@@ -150,6 +150,9 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("measuring the name check");
     let names = NameCheckFigures::measure(&image, &net).await?;
 
+    eprintln!("measuring the key forwarder");
+    let (direct_api, forwarded_api) = forwarder_first_byte(&image, &net).await?;
+
     let us = |out: &str| field(out, "median_us");
     println!("sandbox-init benchmark ({runs} runs each for start times; medians)");
     println!();
@@ -186,7 +189,60 @@ async fn main() -> anyhow::Result<()> {
     );
     println!();
     names.print();
+    println!();
+    println!("key forwarder, streamed answer, connect to first byte   direct  forwarded     added   target");
+    for (what, key) in [("median", "median_us"), ("p99", "p99_us")] {
+        println!(
+            "  {what:<51} {:>7.0} µs {:>7.0} µs {:>7.0} µs   {}",
+            field(&direct_api, key),
+            field(&forwarded_api, key),
+            field(&forwarded_api, key) - field(&direct_api, key),
+            if key == "median_us" { "< 2000 µs" } else { "" }
+        );
+    }
     Ok(())
+}
+
+/// The mock Messages API answering a streamed request, as the agent calls it: straight over TLS
+/// (with the name check, as any connection), and through the forwarder that holds the key (plain
+/// HTTP on loopback, then its own TLS to the same mock). `api-first-byte` reports of each.
+async fn forwarder_first_byte(image: &str, net: &TestNet) -> anyhow::Result<(String, String)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let _mock = Peer::start_mock_api(net, &["api.anthropic.com"]).await?;
+    let dir = tempfile::tempdir()?;
+    let secret = |name: &str, contents: &str| -> anyhow::Result<String> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, contents)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(path.display().to_string())
+    };
+    let key = secret("key", "sk-ant-api03-bench-key")?;
+    let ca = secret("ca.pem", &std::fs::read_to_string(sandbox_tests::tls::ca_file()?)?)?;
+    let sb = SandboxSpec::of(image.to_string())
+        .net_admin()
+        .on(net)
+        .drop_in("api.txt", "api.anthropic.com\n")
+        .mount(&key, "/run/secrets/anthropic_api_key")
+        .mount(&ca, "/run/secrets/sandbox_api_ca.pem")
+        .start()
+        .await?;
+    let run = |args: &[&str]| {
+        let mut cmd = vec![PROBE, "api-first-byte"];
+        cmd.extend_from_slice(args);
+        let cmd: Vec<String> = cmd.iter().map(|a| a.to_string()).collect();
+        let sb = &sb;
+        async move {
+            let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            let out = sb.as_agent(&cmd).await?;
+            anyhow::ensure!(out.code == 0 && field(&out.stdout, "failed") == 0.0, "{cmd:?}: {out:?}");
+            Ok::<_, anyhow::Error>(out.stdout)
+        }
+    };
+    run(&["api.anthropic.com", "443", "20", "--tls"]).await?; // warm-up: DNS, the sets
+    run(&["127.0.0.1", "15101", "20"]).await?;
+    let direct = run(&["api.anthropic.com", "443", "300", "--tls"]).await?;
+    let forwarded = run(&["127.0.0.1", "15101", "300"]).await?;
+    Ok((direct, forwarded))
 }
 
 /// The name check's figures: each measured with the check on and, in the same run, off.

@@ -75,6 +75,7 @@ fn main() {
         "tcp" => probes::tcp(&args),
         "http-pipeline" => probes::http_pipeline(&args),
         "first-byte" => probes::first_byte(&args),
+        "api-first-byte" => probes::api_first_byte(&args),
         "pattern-sha" => report(&[("sha256", web::pattern_sha(args.arg(1).parse().unwrap_or(0)))]),
         "fetch" => probes::fetch(&args),
         "concurrent" => probes::concurrent(&args),
