@@ -42,8 +42,41 @@ fn example(path: &str) -> anyhow::Result<String> {
 }
 
 fn compose() -> anyhow::Result<Run> {
-    let file: Value = yaml_serde::from_str(&example("compose.yaml")?)?;
+    compose_from(&example("compose.yaml")?)
+}
+
+/// The keys the translation knows, at the top, in the service and in its logging: any other
+/// is an error (compose would act on it; the suite would not).
+const COMPOSE_TOP: &[&str] = &["name", "services", "volumes"];
+const COMPOSE_SERVICE: &[&str] = &[
+    "image",
+    "cap_add",
+    "pids_limit",
+    "mem_limit",
+    "logging",
+    "stdin_open",
+    "tty",
+    "environment",
+    "volumes",
+];
+const COMPOSE_LOGGING: &[&str] = &["driver", "options"];
+
+fn known_keys(value: &Value, known: &[&str], at: &str) -> anyhow::Result<()> {
+    let map = value.as_object().ok_or_else(|| anyhow::anyhow!("{at}: not a mapping"))?;
+    for key in map.keys() {
+        anyhow::ensure!(known.contains(&key.as_str()), "{at}.{key}: a key this suite does not translate");
+    }
+    Ok(())
+}
+
+fn compose_from(text: &str) -> anyhow::Result<Run> {
+    let file: Value = yaml_serde::from_str(text)?;
+    known_keys(&file, COMPOSE_TOP, "compose")?;
+    let services = file["services"].as_object().ok_or_else(|| anyhow::anyhow!("compose: no services"))?;
+    anyhow::ensure!(services.keys().collect::<Vec<_>>() == ["claude"], "compose: one service, claude");
     let service = &file["services"]["claude"];
+    known_keys(service, COMPOSE_SERVICE, "services.claude")?;
+    known_keys(&service["logging"], COMPOSE_LOGGING, "services.claude.logging")?;
     let strings = |v: &Value| -> Vec<String> {
         v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_string)).collect()
     };
@@ -75,8 +108,23 @@ fn compose() -> anyhow::Result<Run> {
     Ok(run)
 }
 
+/// The devcontainer.json keys the translation knows.
+const DEVCONTAINER: &[&str] = &[
+    "name",
+    "image",
+    "runArgs",
+    "overrideCommand",
+    "workspaceMount",
+    "workspaceFolder",
+    "mounts",
+    "containerEnv",
+    "remoteUser",
+    "updateRemoteUserUID",
+];
+
 fn devcontainer() -> anyhow::Result<Run> {
     let file: Value = serde_json::from_str(&example("devcontainer/devcontainer.json")?)?;
+    known_keys(&file, DEVCONTAINER, "devcontainer")?;
     assert_eq!(file["overrideCommand"], Value::Bool(false), "sandbox-init must stay the command");
     let mut run = Run { image: file["image"].as_str().unwrap_or_default().to_string(), ..Default::default() };
     for arg in file["runArgs"].as_array().into_iter().flatten() {
@@ -170,4 +218,140 @@ async fn the_compose_example_runs_as_written() -> anyhow::Result<()> {
 #[tokio::test]
 async fn the_devcontainer_example_runs_as_written() -> anyhow::Result<()> {
     runs_as_written(devcontainer()?).await
+}
+
+/// The translation refuses what it does not know, so that a key compose would act on can never
+/// pass unnoticed: a fixture with a misspelt `environment`.
+#[test]
+fn the_compose_translation_refuses_a_key_it_does_not_know() {
+    let fixture =
+        std::fs::read_to_string(sandbox_tests::root().join("tests/tests/fixtures/compose-unknown-key.yaml"))
+            .expect("the fixture");
+    let refused = compose_from(&fixture).expect_err("an unknown key is refused");
+    assert!(refused.to_string().contains("services.claude.enviroment"), "{refused}");
+    // The example itself passes the same check.
+    compose().expect("the example's keys are all known");
+}
+
+/// The Dev Containers CLI (`@devcontainers/cli`): `AGENT_SANDBOX_DEVCONTAINER_CLI`, or
+/// `devcontainer` on the PATH.
+fn devcontainer_cli() -> anyhow::Result<String> {
+    if let Ok(path) = std::env::var("AGENT_SANDBOX_DEVCONTAINER_CLI") {
+        return Ok(path);
+    }
+    let found = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| format!("{d}/devcontainer"))
+        .find(|p| std::path::Path::new(p).is_file());
+    found.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the Dev Containers CLI is not installed: `npm install --global @devcontainers/cli@0.89.0`, \
+             or set AGENT_SANDBOX_DEVCONTAINER_CLI to its `devcontainer` (.ci/run does)"
+        )
+    })
+}
+
+/// The devcontainer example, copied to a project's `.devcontainer/` and run with the real Dev
+/// Containers CLI as an editor would: `devcontainer up`, then `devcontainer exec` as the user
+/// the editor uses. The one change: the state volume is a test volume, not the user's. The CLI
+/// is kept off the network: its control manifest (containers.dev) is pre-seeded, fresh.
+#[tokio::test]
+async fn the_devcontainer_example_runs_with_the_devcontainer_cli() -> anyhow::Result<()> {
+    let cli = devcontainer_cli()?;
+    let example = example("devcontainer/devcontainer.json")?;
+    let mut config: Value = serde_json::from_str(&example)?;
+    assert_eq!(config["image"].as_str(), Some(image("claude").await?.as_str()), "the image the build tags");
+    let volume = TestVolume::create("devcontainer-cli").await?;
+    let state = "source=agent-sandbox-claude-state,target=/home/agent/.claude,type=volume";
+    assert_eq!(config["mounts"], serde_json::json!([state]), "the example's state volume");
+    config["mounts"] = serde_json::json!([state.replace("agent-sandbox-claude-state", &volume.name)]);
+    let project = tempfile::tempdir()?;
+    std::fs::create_dir(project.path().join(".devcontainer"))?;
+    std::fs::write(
+        project.path().join(".devcontainer/devcontainer.json"),
+        serde_json::to_string_pretty(&config)?,
+    )?;
+    std::fs::write(project.path().join("README.md"), "the user's project\n")?;
+    let tmp = tempfile::tempdir()?;
+    for user in ["root".to_string(), std::env::var("USER").unwrap_or_default()] {
+        let cache = tmp.path().join(format!("devcontainercli-{user}"));
+        std::fs::create_dir_all(&cache)?;
+        std::fs::write(
+            cache.join("control-manifest.json"),
+            r#"{"disallowedFeatures":[],"featureAdvisories":[]}"#,
+        )?;
+    }
+    let folder = project.path().display().to_string();
+    let id_label = format!("{}=devcontainer-cli-{}", sandbox_tests::docker::TEST_LABEL, std::process::id());
+    let run = |args: Vec<String>| {
+        let (cli, tmp) = (cli.clone(), tmp.path().to_path_buf());
+        async move {
+            let out = tokio::process::Command::new(&cli)
+                .args(&args)
+                .env("ANTHROPIC_API_KEY", KEY)
+                .env("TMPDIR", &tmp)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .await?;
+            Ok::<_, anyhow::Error>((
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ))
+        }
+    };
+    let common = |verb: &str| -> Vec<String> {
+        [verb, "--workspace-folder", &folder, "--id-label", &id_label].iter().map(|s| s.to_string()).collect()
+    };
+    let (code, stdout, stderr) = run(common("up")).await?;
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap_or(Value::Null);
+    assert_eq!((code, last["outcome"].as_str()), (Some(0), Some("success")), "up: {stdout}\n{stderr}");
+    let id = last["containerId"].as_str().unwrap_or_default().to_string();
+    let _remove = RemoveOnDrop(id.clone());
+    let mut logs = String::new();
+    for _ in 0..100 {
+        logs = sandbox_tests::docker::container_logs(&id).await?.0;
+        if logs.contains("sandbox ready") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(logs.contains("sandbox ready: ") && !logs.contains("firewall off"), "{logs}");
+    let script = r#"id -u
+cat /workspace/README.md
+test -O /home/agent/.claude && echo state-is-the-agents
+getent hosts example.com >/dev/null; echo blocked-lookup=$?
+pane=$(tmux -S /run/agent-sandbox/tmux/tmux-1000/default list-panes -t agent -F '#{pane_pid}')
+tr '\0' '\n' < /proc/$pane/environ | grep '^ANTHROPIC_' | sort"#;
+    let mut exec = common("exec");
+    exec.extend(["sh".into(), "-c".into(), script.into()]);
+    let (code, stdout, stderr) = run(exec).await?;
+    assert_eq!(code, Some(0), "exec: {stdout}\n{stderr}");
+    assert_eq!(
+        stdout.lines().filter(|l| !l.is_empty()).collect::<Vec<_>>(),
+        [
+            "1000",
+            "the user's project",
+            "state-is-the-agents",
+            "blocked-lookup=2",
+            "ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox",
+            "ANTHROPIC_BASE_URL=http://127.0.0.1:15101",
+        ],
+        "{stderr}"
+    );
+    let denials =
+        sandbox_tests::docker::exec(&id, &["cat", "/run/agent-sandbox/denials.jsonl"], None).await?;
+    assert!(denials.stdout.contains("\"name\":\"example.com\""), "the gate refused it: {denials:?}");
+    Ok(())
+}
+
+/// Force-removes the devcontainer CLI's container when the test ends.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let id = self.0.clone();
+        sandbox_tests::docker::drop_async(move || sandbox_tests::docker::force_remove(id));
+    }
 }
