@@ -111,7 +111,10 @@ pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
         // `cargo xtask list` finds it by its label.
         let listed = xtask::list::render(&engine.images_with_label(xtask::labels::IMAGE).await?, false);
         let row = listed.lines().find(|l| l.starts_with(&format!("{name} ")) && l.contains(&facts.tag));
-        assert!(row.is_some_and(|r| r.ends_with(version.as_str())), "{name} is not listed:\n{listed}");
+        assert!(
+            row.is_some_and(|r| r.split_whitespace().any(|cell| cell == version)),
+            "{name} is not listed with its tag and version {version}:\n{listed}"
+        );
     }
     Ok(())
 }
@@ -231,3 +234,4 @@ pub async fn reaches_its_policy_and_not_example_com(subject: &Subject) -> anyhow
     );
     Ok(())
 }
+
