@@ -106,6 +106,7 @@ pub fn run() -> Result<u8, Fatal> {
     let set_size = max_addresses()?;
     let name_check = name_check_wanted()?;
     let policy = load_policy()?;
+    let unattended = crate::session::unattended().map_err(|e| Fatal::new(Refusal::BadSetting, e))?;
     // Read once: PID 1's capabilities do not change until it restricts itself.
     let caps = Capabilities::of("self").unwrap_or_default();
     let needs = crate::privileges::INIT_NEEDS;
@@ -196,6 +197,22 @@ pub fn run() -> Result<u8, Fatal> {
     if let Err(e) = crate::privileges::restrict_self(crate::privileges::INIT_KEEPS) {
         session::stop_server(server, &agent, libc::SIGKILL);
         return Err(Fatal::new(Refusal::SetupFailed, format!("cannot drop PID 1's own capabilities: {e}")));
+    }
+    // SAFETY: isatty on fd 0.
+    // Only an image that declares something to turn on has a prompt to wait at.
+    let declared = ["SANDBOX_UNATTENDED_ARGS", "SANDBOX_UNATTENDED_ENV"]
+        .iter()
+        .any(|var| std::env::var(var).is_ok_and(|v| !v.trim().is_empty()));
+    if !unattended && declared && unsafe { libc::isatty(0) } != 1 {
+        let (command, _) = crate::session::agent_command(false);
+        let (with, _) = crate::session::agent_command(true);
+        let hint = if with == command { String::new() } else { format!(" (`{with}`)") };
+        console::err(format!(
+            "sandbox-init: no terminal and {} unset: `{command}` will wait at its first permission prompt \
+             until someone attaches (sandbox-attach); {}=1 starts it unattended{hint}",
+            crate::session::UNATTENDED_ENV,
+            crate::session::UNATTENDED_ENV
+        ));
     }
     // The one line tests and users wait for: the firewall holds and the session runs.
     console::out(format!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis()));

@@ -36,6 +36,8 @@ Environment:
                                 (default 65536); past it, a new name is refused
   SANDBOX_NAME_CHECK=on|off     off lets TCP to an allowed address through whatever name the
                                 client sends (for measurements; warned)
+  SANDBOX_UNATTENDED=1|0        1 starts the agent command with the image's
+                                SANDBOX_UNATTENDED_ARGS and _ENV: it acts without asking
   ASSISTANT_CMD                 the agent command (set by each image)
   TMUX_SESSION                  the session name (default: agent)
 

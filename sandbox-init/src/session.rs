@@ -34,6 +34,54 @@ pub fn assistant_cmd() -> String {
     std::env::var("ASSISTANT_CMD").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "bash".into())
 }
 
+/// `SANDBOX_UNATTENDED`: whether the agent command starts with the image's unattended
+/// arguments and variables (`SANDBOX_UNATTENDED_ARGS`, `SANDBOX_UNATTENDED_ENV`).
+pub const UNATTENDED_ENV: &str = "SANDBOX_UNATTENDED";
+
+/// Whether unattended mode is asked for: `1`/`on`/`true`, or `0`/`off`/`false`/unset.
+pub fn unattended() -> Result<bool, String> {
+    parse_unattended(std::env::var(UNATTENDED_ENV).ok().as_deref())
+}
+
+fn parse_unattended(value: Option<&str>) -> Result<bool, String> {
+    match value.map(str::trim) {
+        None | Some("" | "0" | "off" | "false") => Ok(false),
+        Some("1" | "on" | "true") => Ok(true),
+        Some(other) => Err(format!("{UNATTENDED_ENV}={other}: write 1 (the agent acts without asking) or 0")),
+    }
+}
+
+/// The agent command and the variables it gets: with unattended mode, the image's unattended
+/// arguments appended and its variables (`NAME=value;…`) set.
+pub fn agent_command(unattended: bool) -> (String, Vec<(String, String)>) {
+    compose_agent_command(
+        &assistant_cmd(),
+        unattended,
+        &std::env::var("SANDBOX_UNATTENDED_ARGS").unwrap_or_default(),
+        &std::env::var("SANDBOX_UNATTENDED_ENV").unwrap_or_default(),
+    )
+}
+
+fn compose_agent_command(
+    command: &str,
+    unattended: bool,
+    args: &str,
+    env: &str,
+) -> (String, Vec<(String, String)>) {
+    if !unattended {
+        return (command.to_string(), Vec::new());
+    }
+    let command =
+        if args.trim().is_empty() { command.to_string() } else { format!("{command} {}", args.trim()) };
+    let env = env
+        .split(';')
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(name, _)| !name.trim().is_empty())
+        .map(|(name, value)| (name.trim().to_string(), value.to_string()))
+        .collect();
+    (command, env)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error(transparent)]
@@ -179,7 +227,8 @@ extern "C" fn forward_to_child(signal: libc::c_int) {
 /// The pane: `$ASSISTANT_CMD`, then (unless the container is stopping) an interactive shell.
 /// Runs as the agent inside tmux. Writes the exit status of the last command for PID 1.
 pub fn pane() -> u8 {
-    let command = assistant_cmd();
+    // PID 1 checked the setting before the session started.
+    let (command, env) = agent_command(unattended().unwrap_or(false));
     // SAFETY: installing handlers that only call kill, or nothing.
     unsafe {
         libc::signal(libc::SIGTERM, forward_to_child as *const () as libc::sighandler_t);
@@ -187,7 +236,7 @@ pub fn pane() -> u8 {
         libc::signal(libc::SIGINT, ignore as *const () as libc::sighandler_t);
         libc::signal(libc::SIGQUIT, ignore as *const () as libc::sighandler_t);
     }
-    let mut status = run_in_pane(Command::new("bash").arg("-c").arg(&command));
+    let mut status = run_in_pane(Command::new("bash").arg("-c").arg(&command).envs(env));
     // A status from an earlier command of this session is not this one's.
     let _ = std::fs::OpenOptions::new().write(true).truncate(true).open(status_file());
     if !Path::new(STOPPING).exists() {
@@ -214,4 +263,27 @@ fn run_in_pane(command: &mut Command) -> u8 {
     }
     CHILD.store(0, Ordering::SeqCst);
     process::exit_code(wait_status)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn unattended_mode_adds_the_images_arguments_and_variables() {
+        use super::{compose_agent_command, parse_unattended};
+        assert_eq!(parse_unattended(None), Ok(false));
+        assert_eq!(parse_unattended(Some("1")), Ok(true));
+        assert!(parse_unattended(Some("yes please")).unwrap_err().contains("SANDBOX_UNATTENDED=yes please"));
+        let (command, env) = compose_agent_command(
+            "gemini",
+            true,
+            " --yolo ",
+            "GEMINI_CLI_TRUST_WORKSPACE=true;X={\"a\":\"b\"}",
+        );
+        assert_eq!(command, "gemini --yolo");
+        assert_eq!(
+            env,
+            [("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()), ("X".into(), "{\"a\":\"b\"}".into())]
+        );
+        assert_eq!(compose_agent_command("gemini", false, "--yolo", "A=b"), ("gemini".into(), vec![]));
+    }
 }

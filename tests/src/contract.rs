@@ -235,3 +235,61 @@ pub async fn reaches_its_policy_and_not_example_com(subject: &Subject) -> anyhow
     Ok(())
 }
 
+/// An agent image declares how its CLI runs unattended (`SANDBOX_UNATTENDED_ARGS` and `_ENV`),
+/// or why there is nothing to turn off (`SANDBOX_UNATTENDED_NONE`); an image that is no agent
+/// declares nothing. With `SANDBOX_UNATTENDED=1`, sandbox-init starts the session's command
+/// with those arguments and variables (seen by a recorder put in place of the CLI); without
+/// it, with neither, and it says at start that the agent will wait at its prompt.
+pub async fn unattended_mode_is_declared_and_applied(subject: &Subject) -> anyhow::Result<()> {
+    let name = subject.name.as_str();
+    let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
+    let (args, env, none) = (
+        facts.env("SANDBOX_UNATTENDED_ARGS").unwrap_or_default().to_string(),
+        facts.env("SANDBOX_UNATTENDED_ENV").unwrap_or_default().to_string(),
+        facts.env("SANDBOX_UNATTENDED_NONE").unwrap_or_default().to_string(),
+    );
+    if !facts.labels.contains_key(xtask::labels::AGENT_NAME) {
+        assert!(
+            args.is_empty() && env.is_empty() && none.is_empty(),
+            "{name} is no agent image: {args:?} {env:?} {none:?}"
+        );
+        return Ok(());
+    }
+    assert!(
+        !args.trim().is_empty() || !env.trim().is_empty() || !none.trim().is_empty(),
+        "{name} declares no unattended mode, and not why there is none (SANDBOX_UNATTENDED_NONE)"
+    );
+    // The recorder: the words after its command line are the arguments it was given.
+    let recorder = r#"sh -c 'printf "arg:%s\n" "$@" > /tmp/args; env > /tmp/env; exec sleep 600' recorder"#;
+    for unattended in [true, false] {
+        let mut spec = facts.offline().env("ASSISTANT_CMD", recorder);
+        if unattended {
+            spec = spec.env("SANDBOX_UNATTENDED", "1");
+        }
+        let sb = spec.start().await?;
+        let mut recorded = String::new();
+        for _ in 0..150 {
+            recorded = sb.exec(&["sh", "-c", "cat /tmp/args /tmp/env 2>/dev/null || true"]).await?.stdout;
+            if recorded.contains("HOME=") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let given: Vec<&str> =
+            recorded.lines().filter_map(|l| l.strip_prefix("arg:")).filter(|a| !a.is_empty()).collect();
+        let expected: Vec<&str> = if unattended { args.split_whitespace().collect() } else { Vec::new() };
+        assert_eq!(given, expected, "{name}, unattended {unattended}: {recorded}");
+        for pair in env.split(';').filter(|p| p.contains('=')) {
+            assert_eq!(
+                recorded.lines().any(|l| l == pair),
+                unattended,
+                "{name}, unattended {unattended}: {pair}"
+            );
+        }
+        let (_, stderr) = sb.logs().await?;
+        let noted = stderr.contains("will wait at its first permission prompt");
+        let declared = !args.trim().is_empty() || !env.trim().is_empty();
+        assert_eq!(noted, !unattended && declared, "{name}, unattended {unattended}: {stderr}");
+    }
+    Ok(())
+}

@@ -87,6 +87,12 @@ pub fn files(agent: &NewAgent) -> Vec<(PathBuf, String)> {
          # (`:`-separated, inside /home/agent; sandbox-init makes them the agent's).\n\
          ENV ASSISTANT_CMD=\"{cmd}\" \\\n    \
          SANDBOX_STATE_DIRS=\"/home/agent/.{name}\"\n\n\
+         # Unattended mode (SANDBOX_UNATTENDED=1): the arguments sandbox-init adds to ASSISTANT_CMD\n\
+         # and the variables (`;`-separated NAME=value) it sets, so that the CLI acts without\n\
+         # asking (e.g. --yolo). TODO: the CLI's own, checked against the pinned version; or, if it\n\
+         # asks nothing, replace both with SANDBOX_UNATTENDED_NONE=\"why\".\n\
+         ENV SANDBOX_UNATTENDED_ARGS=\"\" \\\n    \
+         SANDBOX_UNATTENDED_ENV=\"\"\n\n\
          COPY policy.yaml /etc/agent-sandbox/policy.yaml\n",
         sep = if install.is_empty() { "" } else { "\n" },
     );
@@ -162,7 +168,8 @@ pub fn next_steps(agent: &NewAgent) -> String {
         steps.push_str(&format!("  1. Add what the agent needs to images/{name}/Dockerfile.\n"));
     }
     steps.push_str(&format!(
-        "  2. Set SANDBOX_STATE_DIRS in images/{name}/Dockerfile to the directories the CLI keeps its sign-in in.\n  \
+        "  2. Set SANDBOX_STATE_DIRS in images/{name}/Dockerfile to the directories the CLI keeps its sign-in in,\n     \
+         and SANDBOX_UNATTENDED_ARGS/_ENV to what makes it act without asking (the contract checks it).\n  \
          3. List the domains it needs in policies/{name}.yaml (check: cargo run -p sandbox-init -- check policies/{name}.yaml).\n  \
          4. cargo xtask build {name}\n  \
          5. cargo xtask test -- contract::{}::\n",

@@ -31,6 +31,10 @@ struct Turn {
     /// Files written under the agent's home first.
     #[serde(default)]
     files: BTreeMap<String, String>,
+    /// Why the CLI writes the file even without its unattended arguments, where it does (the
+    /// test then asserts that it does, so that a change of the CLI's is noticed).
+    #[serde(default)]
+    acts_without_unattended: Option<String>,
 }
 
 macro_rules! agent_tests {
@@ -87,10 +91,35 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
             sb.as_agent(&["env", &format!("F={file}"), &format!("C={contents}"), "sh", "-c", write]).await?;
         anyhow::ensure!(out.code == 0, "writing {file}: {out:?}");
     }
-    let run = format!("cd /workspace && {} < /dev/null", turn.run);
+    // As written: the CLI must not act on the tool call by itself. Given a minute, it refuses
+    // the tool, or waits at a prompt no one answers (the run is then cut: 124).
+    let asked = format!("cd /workspace && timeout 60 sh -c {} < /dev/null", shell_quote(&turn.run));
+    let refused = sb.as_agent(&["sh", "-c", &asked]).await?;
+    let acted = sb.exec(&["test", "-e", FILE]).await?.code == 0;
+    eprintln!("{name}: without unattended mode: exit {:?}, file written: {acted}", refused.code);
+    assert_eq!(
+        acted,
+        turn.acts_without_unattended.is_some(),
+        "without its unattended arguments (turn.yaml: acts_without_unattended {:?}): exit {:?}\n{}\n{}",
+        turn.acts_without_unattended,
+        refused.code,
+        refused.stdout,
+        refused.stderr
+    );
+    if acted {
+        sb.exec(&["rm", FILE]).await?;
+    }
+    // Unattended, as SANDBOX_UNATTENDED=1 starts the session's command: the image's arguments
+    // appended, its variables set.
+    let unattended = format!(
+        "cd /workspace && set -f && IFS=';' && for kv in $SANDBOX_UNATTENDED_ENV; do export \"$kv\"; done; \
+         unset IFS; set +f; {} $SANDBOX_UNATTENDED_ARGS < /dev/null",
+        turn.run
+    );
     let started = std::time::Instant::now();
     let out =
-        tokio::time::timeout(std::time::Duration::from_secs(300), sb.as_agent(&["sh", "-c", &run])).await??;
+        tokio::time::timeout(std::time::Duration::from_secs(300), sb.as_agent(&["sh", "-c", &unattended]))
+            .await??;
     let seconds = started.elapsed().as_secs_f64();
     let log = mock.log().await?;
     let asked: Vec<String> = dns.dns_log().await?.into_iter().map(|q| q.name).collect();
@@ -127,4 +156,9 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
     let scrollback = sb.as_agent(&["tmux", "capture-pane", "-p", "-S", "-", "-t", "agent"]).await?.stdout;
     assert!(!scrollback.contains(&key), "the key in the scrollback");
     Ok(())
+}
+
+/// `text` as one word for sh.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
 }

@@ -28,6 +28,14 @@ macro_rules! contract_tests {
         }
 
         #[tokio::test]
+        async fn unattended_mode_is_declared_and_applied() -> anyhow::Result<()> {
+            super::contract::unattended_mode_is_declared_and_applied(
+                &super::Subject::of_repository($name).await?,
+            )
+            .await
+        }
+
+        #[tokio::test]
         async fn state_dirs_are_the_agents_and_outlive_the_container() -> anyhow::Result<()> {
             super::contract::state_dirs_are_the_agents_and_outlive_the_container(
                 &super::Subject::of_repository($name).await?,
