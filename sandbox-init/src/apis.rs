@@ -29,6 +29,9 @@ pub struct Api {
     pub keys: &'static [KeyVar],
     /// Variables that point a CLI at the forwarder: (variable, path after `http://127.0.0.1:PORT`).
     pub base_urls: &'static [(&'static str, &'static str)],
+    /// More variables the agent's processes get while the key is held: what a CLI needs besides
+    /// the base URL to use it.
+    pub session: &'static [(&'static str, &'static str)],
 }
 
 pub const APIS: &[Api] = &[
@@ -51,6 +54,7 @@ pub const APIS: &[Api] = &[
             },
         ],
         base_urls: &[("ANTHROPIC_BASE_URL", "")],
+        session: &[],
     },
     Api {
         name: "openai",
@@ -63,6 +67,7 @@ pub const APIS: &[Api] = &[
             placeholder: "sk-held-by-agent-sandbox",
         }],
         base_urls: &[("OPENAI_BASE_URL", "/v1"), ("OPENAI_API_BASE", "/v1")],
+        session: &[],
     },
     Api {
         name: "gemini",
@@ -75,6 +80,9 @@ pub const APIS: &[Api] = &[
             placeholder: "held-by-agent-sandbox",
         }],
         base_urls: &[("GOOGLE_GEMINI_BASE_URL", "")],
+        // Gemini CLI takes its base-URL variable only with the API-key sign-in selected: the
+        // gemini image's system defaults select it (a user's own settings still win).
+        session: &[("GEMINI_CLI_SYSTEM_DEFAULTS_PATH", "/etc/agent-sandbox/gemini-cli-defaults.json")],
     },
 ];
 

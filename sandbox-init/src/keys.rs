@@ -211,6 +211,7 @@ pub fn session_env(held: &[HeldKey]) -> Vec<(String, String)> {
             env.push((var.to_string(), format!("http://127.0.0.1:{}{path}", key.api.port)));
         }
         env.push((key.var.var.to_string(), key.var.placeholder.to_string()));
+        env.extend(key.api.session.iter().map(|(var, value)| (var.to_string(), value.to_string())));
     }
     env
 }
