@@ -293,3 +293,43 @@ pub async fn unattended_mode_is_declared_and_applied(subject: &Subject) -> anyho
     }
     Ok(())
 }
+
+/// No file over 10 MB is stored twice in the image (a copy where a link would do: Claude
+/// Code's native binary once was, 400 MB). Files of one size on different inodes are compared
+/// by their sha256.
+pub async fn no_large_file_is_stored_twice(subject: &Subject) -> anyhow::Result<()> {
+    let name = subject.name.as_str();
+    let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
+    let sb = facts.offline().start().await?;
+    let listing =
+        sb.exec(&["find", "/", "-xdev", "-type", "f", "-size", "+10M", "-printf", "%s %i %p\\n"]).await?;
+    assert_eq!(listing.code, 0, "{listing:?}");
+    let mut by_size: std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, String>> =
+        Default::default();
+    for line in listing.stdout.lines() {
+        let mut fields = line.splitn(3, ' ');
+        let (Some(size), Some(inode), Some(path)) = (fields.next(), fields.next(), fields.next()) else {
+            continue;
+        };
+        by_size.entry(size.parse()?).or_default().entry(inode.parse()?).or_insert_with(|| path.to_string());
+    }
+    let mut copies = Vec::new();
+    for files in by_size.values().filter(|inodes| inodes.len() > 1) {
+        let mut cmd = vec!["sha256sum"];
+        cmd.extend(files.values().map(String::as_str));
+        let sums = sb.exec(&cmd).await?;
+        let mut seen: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for line in sums.stdout.lines() {
+            let Some((sum, path)) = line.split_once("  ") else { continue };
+            if let Some(first) = seen.insert(sum, path) {
+                copies.push(format!("{first} = {path}"));
+            }
+        }
+    }
+    assert!(copies.is_empty(), "{name} stores files over 10 MB twice: {copies:?}");
+    assert!(
+        !listing.stdout.is_empty() || name == "shell" || name == "base",
+        "{name}: no file over 10 MB at all?"
+    );
+    Ok(())
+}

@@ -28,6 +28,11 @@ macro_rules! contract_tests {
         }
 
         #[tokio::test]
+        async fn no_large_file_is_stored_twice() -> anyhow::Result<()> {
+            super::contract::no_large_file_is_stored_twice(&super::Subject::of_repository($name).await?).await
+        }
+
+        #[tokio::test]
         async fn unattended_mode_is_declared_and_applied() -> anyhow::Result<()> {
             super::contract::unattended_mode_is_declared_and_applied(
                 &super::Subject::of_repository($name).await?,
