@@ -25,16 +25,17 @@ use crate::net::verdicts::{CheckerProcess, Verdicts};
 use crate::net::{conntrack, nflog};
 use crate::policy::{Allowlist, BAKED_POLICY, DROP_IN_DIR, Policy, Protocol};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
+use crate::process::{self, Service};
 use crate::session::{self, RUN_DIR, SESSION_DIR, TMUX_TMPDIR};
-use crate::{process, status};
+use crate::status;
 
 const RESOLV_CONF: &str = "/etc/resolv.conf";
 const GATE_ADDR: &str = "127.0.0.1:53";
 /// How long the session's foreground processes get to end after SIGTERM before the tmux server
 /// is closed, which hangs up the rest (an interactive shell ignores SIGTERM, not SIGHUP).
 const STOP_GRACE: Duration = Duration::from_secs(2);
-/// How long PID 1 waits before it starts a checker that died again.
-const CHECKER_RESTART: Duration = Duration::from_secs(1);
+/// How long PID 1 waits before it starts a service of its own (checker, forwarder) that died.
+const SERVICE_RESTART: Duration = Duration::from_secs(1);
 /// With a terminal: how long the ready line has to reach the engine before tmux starts.
 const TTY_READY_GRACE: Duration = Duration::from_millis(100);
 
@@ -511,34 +512,11 @@ async fn supervise(
                 if let Some((_, status)) = reaped.iter().find(|(pid, _)| *pid == server) {
                     return session_status(stop_signal, *status);
                 }
-                if let Some(checker) = enforcer.as_ref().and_then(|e| e.checker.clone())
-                    && let Some((pid, status)) = reaped.iter().find(|(pid, _)| *pid == checker.pid())
-                {
-                    console::err(format!(
-                        "sandbox-init: the name check (pid {pid}) ended with status {}; connections wait until it is back",
-                        process::exit_code(*status)
-                    ));
-                    tokio::spawn(async move {
-                        tokio::time::sleep(CHECKER_RESTART).await;
-                        match checker.start(&sandbox_init_exe()) {
-                            Ok(pid) => console::err(format!("sandbox-init: the name check runs again (pid {pid})")),
-                            Err(e) => console::err(format!("sandbox-init: cannot start the name check again: {e}; connections wait")),
-                        }
-                    });
+                if let Some(checker) = enforcer.as_ref().and_then(|e| e.checker.clone()) {
+                    restart_if_reaped(checker, &reaped, "the name check", "connections wait until it is back");
                 }
-                if let Some(forwarder) = forwarder.clone()
-                    && let Some((pid, status)) = reaped.iter().find(|(pid, _)| *pid == forwarder.pid())
-                {
-                    console::err(format!(
-                        "sandbox-init: the key forwarder (pid {pid}) ended with status {}; starting it again",
-                        process::exit_code(*status)
-                    ));
-                    tokio::spawn(async move {
-                        tokio::time::sleep(CHECKER_RESTART).await;
-                        if let Err(e) = forwarder.start(&sandbox_init_exe()) {
-                            console::err(format!("sandbox-init: cannot start the key forwarder again: {e}"));
-                        }
-                    });
+                if let Some(forwarder) = forwarder.clone() {
+                    restart_if_reaped(forwarder, &reaped, "the key forwarder", "requests wait until it is back");
                 }
             }
             _ = poll.tick() => {
@@ -565,6 +543,28 @@ async fn supervise(
             }
         }
     }
+}
+
+/// Starts `service` again, after a pause, if it is among the `reaped`; says so, and what waits
+/// (its listeners stay open in PID 1) while it is down.
+fn restart_if_reaped(
+    service: Arc<dyn Service>,
+    reaped: &[(i32, i32)],
+    what: &'static str,
+    meanwhile: &'static str,
+) {
+    let Some((pid, status)) = reaped.iter().find(|(pid, _)| *pid == service.pid()) else { return };
+    console::err(format!(
+        "sandbox-init: {what} (pid {pid}) ended with status {}; {meanwhile}",
+        process::exit_code(*status)
+    ));
+    tokio::spawn(async move {
+        tokio::time::sleep(SERVICE_RESTART).await;
+        match service.start(&sandbox_init_exe()) {
+            Ok(pid) => console::err(format!("sandbox-init: {what} runs again (pid {pid})")),
+            Err(e) => console::err(format!("sandbox-init: cannot start {what} again: {e}; {meanwhile}")),
+        }
+    });
 }
 
 fn stop(agent: &AgentPrivileges, server: i32, signal: libc::c_int) -> tokio::time::Instant {

@@ -88,6 +88,13 @@ pub fn spawn_with_fds(command: &mut Command, fds: &[RawFd]) -> std::io::Result<i
     spawn(command)
 }
 
+/// A process of PID 1's own that PID 1 starts again when it dies (the name checker, the key
+/// forwarder): its current pid, and how to start it.
+pub trait Service: Send + Sync {
+    fn pid(&self) -> i32;
+    fn start(&self, program: &std::path::Path) -> Result<i32, String>;
+}
+
 /// Waits for every child that has exited, returning each pid with its wait status.
 pub fn reap() -> Vec<(i32, i32)> {
     let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());

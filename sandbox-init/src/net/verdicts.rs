@@ -227,14 +227,16 @@ impl CheckerProcess {
         }
         Ok(CheckerProcess { listeners, verdicts, pid: Mutex::new(0), serving: Mutex::new(None) })
     }
+}
 
-    pub fn pid(&self) -> i32 {
+impl crate::process::Service for CheckerProcess {
+    fn pid(&self) -> i32 {
         *self.pid.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Starts a checker: a new socketpair, the child with it and the listeners, as the checker's
     /// user with no capability, and the verdict server on PID 1's end.
-    pub fn start(&self, program: &std::path::Path) -> Result<i32, String> {
+    fn start(&self, program: &std::path::Path) -> Result<i32, String> {
         use crate::net::check_protocol::{CHECKER_UID, LISTENERS_ENV, VERDICT_FD};
         use std::os::fd::AsRawFd as _;
         let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().map_err(|e| e.to_string())?;
