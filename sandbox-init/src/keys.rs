@@ -80,7 +80,7 @@ pub fn read_secret(path: &Path, agent: &AgentPrivileges) -> Result<Option<String
     if !meta.is_file() {
         return Err(refused(path, "is not a regular file"));
     }
-    if let Some(why) = agents_to_choose(&meta, agent) {
+    if let Some(why) = agent_reach(&meta, agent, 0o6, "lets the agent read or write it") {
         return Err(refused(path, &why));
     }
     if has_acl(&file) {
@@ -89,7 +89,7 @@ pub fn read_secret(path: &Path, agent: &AgentPrivileges) -> Result<Option<String
     // The folder: one the agent could write would let it swap or plant a secret for the next start.
     if let Some(dir) = path.parent()
         && let Ok(dir_meta) = std::fs::symlink_metadata(dir)
-        && let Some(why) = agents_to_change(&dir_meta, agent)
+        && let Some(why) = agent_reach(&dir_meta, agent, 0o2, "is writable by the agent")
     {
         return Err(refused(dir, &why));
     }
@@ -113,27 +113,16 @@ fn refused(path: &Path, why: &str) -> Fatal {
     )
 }
 
-/// Why the agent could read or choose this file's contents, if it could.
-fn agents_to_choose(meta: &std::fs::Metadata, agent: &AgentPrivileges) -> Option<String> {
+/// Why the agent could reach this file or folder with `access` (the "other" bits: 0o6 to read
+/// or write it, 0o2 to write it), if it could: as its owner (who may chmod it at will), or by
+/// the mode's bits for its group or for others. `how` says what those bits let it do.
+fn agent_reach(meta: &std::fs::Metadata, agent: &AgentPrivileges, access: u32, how: &str) -> Option<String> {
     let (mode, uid, gid) = (meta.mode() & 0o7777, meta.uid(), meta.gid());
-    let by_mode = if gid == agent.gid { 0o066 } else { 0o006 };
+    let bits = if gid == agent.gid { access << 3 | access } else { access };
     if uid == agent.uid {
         Some(format!("is owned by the agent's uid {uid}, which may change its mode"))
-    } else if mode & by_mode != 0 {
-        Some(format!("lets the agent read or write it (owner {uid}, group {gid}, mode {mode:o})"))
-    } else {
-        None
-    }
-}
-
-/// Why the agent could change what this folder holds, if it could.
-fn agents_to_change(meta: &std::fs::Metadata, agent: &AgentPrivileges) -> Option<String> {
-    let (mode, uid, gid) = (meta.mode() & 0o7777, meta.uid(), meta.gid());
-    let writable = if gid == agent.gid { 0o022 } else { 0o002 };
-    if uid == agent.uid {
-        Some(format!("is owned by the agent's uid {uid}"))
-    } else if mode & writable != 0 {
-        Some(format!("is writable by the agent (owner {uid}, group {gid}, mode {mode:o})"))
+    } else if mode & bits != 0 {
+        Some(format!("{how} (owner {uid}, group {gid}, mode {mode:o})"))
     } else {
         None
     }
@@ -244,14 +233,16 @@ impl Forwarder {
         let config = serde_json::to_string(&Config { routes, extra_ca }).map_err(std::io::Error::other)?;
         Ok(Forwarder { listeners, config, pid: Mutex::new(0) })
     }
+}
 
-    pub fn pid(&self) -> i32 {
+impl crate::process::Service for Forwarder {
+    fn pid(&self) -> i32 {
         *self.pid.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Starts the forwarder as its own user with no capability; the configuration (keys
     /// included) travels in a memory file at descriptor 3, never in an argument or variable.
-    pub fn start(&self, program: &Path) -> Result<i32, String> {
+    fn start(&self, program: &Path) -> Result<i32, String> {
         // SAFETY: memfd_create with a static name; the descriptor is owned at once.
         let raw = unsafe { libc::memfd_create(c"forwarder-config".as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {
