@@ -257,7 +257,7 @@ impl Checker {
             };
             let (first, mut refused) = match filter.as_mut() {
                 Some(filter) => filter.feed(&first),
-                None => (first.clone(), None),
+                None => (first, None),
             };
             if server_write.write_all(&first).await.is_ok() {
                 counts.0.fetch_add(first.len() as u64, Ordering::Relaxed);
