@@ -207,17 +207,10 @@ async fn main() -> anyhow::Result<()> {
 /// (with the name check, as any connection), and through the forwarder that holds the key (plain
 /// HTTP on loopback, then its own TLS to the same mock). `api-first-byte` reports of each.
 async fn forwarder_first_byte(image: &str, net: &TestNet) -> anyhow::Result<(String, String)> {
-    use std::os::unix::fs::PermissionsExt as _;
     let _mock = Peer::start_mock_api(net, &["api.anthropic.com"]).await?;
     let dir = tempfile::tempdir()?;
-    let secret = |name: &str, contents: &str| -> anyhow::Result<String> {
-        let path = dir.path().join(name);
-        std::fs::write(&path, contents)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        Ok(path.display().to_string())
-    };
-    let key = secret("key", "sk-ant-api03-bench-key")?;
-    let ca = secret("ca.pem", &std::fs::read_to_string(sandbox_tests::tls::ca_file()?)?)?;
+    let key = sandbox_tests::sandbox::secret_file(dir.path(), "key", "sk-ant-api03-bench-key")?;
+    let ca = sandbox_tests::sandbox::ca_secret_file(dir.path())?;
     let sb = SandboxSpec::of(image.to_string())
         .net_admin()
         .on(net)

@@ -452,3 +452,18 @@ impl Sandbox {
         anyhow::bail!("`{needle}` did not appear {count} times; stdout:\n{stdout}\nstderr:\n{stderr}")
     }
 }
+
+/// A root-only file (mode 600) in `dir` holding `contents`: a secret to mount under
+/// /run/secrets (an API key, the forwarder's extra CA). Its path.
+pub fn secret_file(dir: &std::path::Path, name: &str, contents: &str) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    std::fs::write(&path, contents)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(path.display().to_string())
+}
+
+/// The test CA as a secret file in `dir`, for the forwarder's /run/secrets/sandbox_api_ca.pem.
+pub fn ca_secret_file(dir: &std::path::Path) -> anyhow::Result<String> {
+    secret_file(dir, "ca.pem", &std::fs::read_to_string(crate::tls::ca_file()?)?)
+}

@@ -8,11 +8,10 @@
 //! (telemetry, updates) resolve to nothing and are listed. NET_ADMIN, private networks.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt as _;
 
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::Peer;
-use sandbox_tests::sandbox::SandboxSpec;
+use sandbox_tests::sandbox::{SandboxSpec, ca_secret_file, secret_file};
 
 /// The mock's names: the real API hosts.
 const API_HOSTS: &[&str] = &["api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"];
@@ -61,14 +60,8 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
     }
     let key = format!("sk-REAL-{name}-key-of-the-agents-suite-5e1f");
     let dir = tempfile::tempdir()?;
-    let secret = |file: &str, contents: &str| -> anyhow::Result<String> {
-        let path = dir.path().join(file);
-        std::fs::write(&path, contents)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        Ok(path.display().to_string())
-    };
-    let key_file = secret("key", &key)?;
-    let ca_file = secret("ca.pem", &std::fs::read_to_string(sandbox_tests::tls::ca_file()?)?)?;
+    let key_file = secret_file(dir.path(), "key", &key)?;
+    let ca_file = ca_secret_file(dir.path())?;
     let names: String = API_HOSTS.iter().map(|h| format!("  - {h}\n")).collect();
     let sb = SandboxSpec::of(image)
         .net_admin()

@@ -308,7 +308,7 @@ async fn the_devcontainer_example_runs_with_the_devcontainer_cli() -> anyhow::Re
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap_or(Value::Null);
     assert_eq!((code, last["outcome"].as_str()), (Some(0), Some("success")), "up: {stdout}\n{stderr}");
     let id = last["containerId"].as_str().unwrap_or_default().to_string();
-    let _remove = RemoveOnDrop(id.clone());
+    let _remove = sandbox_tests::docker::RemoveOnDrop(id.clone());
     let mut logs = String::new();
     for _ in 0..100 {
         logs = sandbox_tests::docker::container_logs(&id).await?.0;
@@ -344,14 +344,4 @@ tr '\0' '\n' < /proc/$pane/environ | grep '^ANTHROPIC_' | sort"#;
         sandbox_tests::docker::exec(&id, &["cat", "/run/agent-sandbox/denials.jsonl"], None).await?;
     assert!(denials.stdout.contains("\"name\":\"example.com\""), "the gate refused it: {denials:?}");
     Ok(())
-}
-
-/// Force-removes the devcontainer CLI's container when the test ends.
-struct RemoveOnDrop(String);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let id = self.0.clone();
-        sandbox_tests::docker::drop_async(move || sandbox_tests::docker::force_remove(id));
-    }
 }

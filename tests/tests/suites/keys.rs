@@ -4,22 +4,12 @@
 //! forwarder's extra CA) receives the real key. The agent, hunting for the key as a hostile
 //! program would, finds it nowhere. NET_ADMIN, private networks.
 
-use std::os::unix::fs::PermissionsExt as _;
-
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::Peer;
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+use sandbox_tests::sandbox::{Sandbox, SandboxSpec, ca_secret_file, secret_file};
 
 const ANTHROPIC_KEY: &str = "sk-ant-api03-REAL-key-of-the-test-7f3a9c";
 const OPENAI_KEY: &str = "sk-proj-REAL-openai-key-of-the-test-41d2";
-
-/// A root-only file holding `contents`, in `dir`.
-fn secret(dir: &tempfile::TempDir, name: &str, contents: &str) -> anyhow::Result<String> {
-    let path = dir.path().join(name);
-    std::fs::write(&path, contents)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(path.display().to_string())
-}
 
 /// The key as the hunt takes it: in hex, so that its own command line does not hold it.
 fn hex(key: &str) -> String {
@@ -43,9 +33,8 @@ async fn the_api_gets_the_key_and_the_agent_finds_it_nowhere() -> anyhow::Result
     let api = Peer::start(&net, &["api.anthropic.com", "api.openai.com"]).await?;
     let _elsewhere = Peer::start(&net, &["evil.test"]).await?;
     let dir = tempfile::tempdir()?;
-    let key_file = secret(&dir, "anthropic_api_key", &format!("{ANTHROPIC_KEY}\n"))?;
-    let ca = std::fs::read_to_string(sandbox_tests::tls::ca_file()?)?;
-    let ca_file = secret(&dir, "ca.pem", &ca)?;
+    let key_file = secret_file(dir.path(), "anthropic_api_key", &format!("{ANTHROPIC_KEY}\n"))?;
+    let ca_file = ca_secret_file(dir.path())?;
     let policy = "version: 1\ndomains:\n  - api.anthropic.com\n  - api.openai.com\n  - evil.test\n";
     let sb = SandboxSpec::smallest()
         .await?
