@@ -227,14 +227,7 @@ pub fn first_byte(args: &Args) {
             Err(_) => failed += 1,
         }
     }
-    times.sort_by(f64::total_cmp);
-    let at =
-        |q: f64| times.get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1))).copied();
-    report(&[
-        ("failed", failed.to_string()),
-        ("median_us", format!("{:.0}", at(0.5).unwrap_or(f64::NAN))),
-        ("p99_us", format!("{:.0}", at(0.99).unwrap_or(f64::NAN))),
-    ]);
+    report_latencies(times, failed);
 }
 
 /// `fetch HOST PORT PATH [--tls]`: a whole download, reported as size, digest and throughput.
@@ -557,6 +550,11 @@ pub fn api_first_byte(args: &Args) {
             Err(_) => failed += 1,
         }
     }
+    report_latencies(times, failed);
+}
+
+/// `failed=N median_us=… p99_us=…` of latencies in µs.
+fn report_latencies(mut times: Vec<f64>, failed: usize) {
     times.sort_by(f64::total_cmp);
     let at =
         |q: f64| times.get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1))).copied();

@@ -157,6 +157,14 @@ struct Head {
 /// The headers API keys travel in.
 const CREDENTIALS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
 
+impl Head {
+    /// `http PORT host=NAME path=P [auth=HEADER:VALUE…]`, as the peer logs a request.
+    fn log_line(&self, port: u16) -> String {
+        let auth: String = self.auth.iter().map(|a| format!(" auth={a}")).collect();
+        format!("http {port} host={} path={}{auth}", self.host, self.path)
+    }
+}
+
 fn read_head(reader: &mut impl BufRead) -> Option<Head> {
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
@@ -222,18 +230,7 @@ fn mock_respond<W: Read + Write>(site: &Site, head: &Head, reader: &mut BufReade
     let body = read_body(reader, head);
     let stream = reader.get_mut();
     let answer = crate::mock::answer(&head.method, &head.path, &body);
-    let auth: String = head.auth.iter().map(|a| format!(" auth={a}")).collect();
-    log(
-        &site.log,
-        &format!(
-            "http {} host={} path={}{auth} mock={} bytes={}",
-            site.port,
-            head.host,
-            head.path,
-            answer.turn,
-            body.len()
-        ),
-    );
+    log(&site.log, &format!("{} mock={} bytes={}", head.log_line(site.port), answer.turn, body.len()));
     let _ = write!(
         stream,
         "HTTP/1.1 {} Mock\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
@@ -245,8 +242,7 @@ fn mock_respond<W: Read + Write>(site: &Site, head: &Head, reader: &mut BufReade
 }
 
 fn respond(site: &Site, head: &Head, out: &mut impl Write) {
-    let auth: String = head.auth.iter().map(|a| format!(" auth={a}")).collect();
-    log(&site.log, &format!("http {} host={} path={}{auth}", site.port, head.host, head.path));
+    log(&site.log, &head.log_line(site.port));
     // `/redirect?to=URL`: a redirect, for the forwarder that must not follow it.
     if let Some(to) = head.path.strip_prefix("/redirect?to=") {
         let _ = write!(out, "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n");
