@@ -1,101 +1,8 @@
-//! The model APIs whose keys sandbox-init holds for the agent: each one's host, the variables a
-//! key arrives in and the header it travels in, and the variables that point a CLI at the
-//! forwarder instead. Data only: privileges.rs scrubs the key variables from every process it
+//! The model APIs (the table is `sandbox_policy::apis`, shared with the launcher) and the
+//! session's variables file: privileges.rs scrubs the key variables from every process it
 //! starts, keys.rs loads the keys, net/forwarder.rs uses them.
 
-/// How a key travels in a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KeyVar {
-    /// The environment variable (and, lower-cased, the secret file under /run/secrets).
-    pub var: &'static str,
-    /// The header the CLI sends the key in, lower-case.
-    pub header: &'static str,
-    /// Put before the key in the header's value (`Bearer `), or nothing.
-    pub prefix: &'static str,
-    /// What the agent's CLI holds instead: shaped like a real key, so that a CLI checking the
-    /// form accepts it.
-    pub placeholder: &'static str,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub struct Api {
-    /// The name an image lists in `SANDBOX_APIS`.
-    pub name: &'static str,
-    /// The only host the forwarder sends to (HTTPS, port 443).
-    pub host: &'static str,
-    /// The forwarder's port on 127.0.0.1.
-    pub port: u16,
-    /// Where a key may come from, in order of preference.
-    pub keys: &'static [KeyVar],
-    /// Variables that point a CLI at the forwarder: (variable, path after `http://127.0.0.1:PORT`).
-    pub base_urls: &'static [(&'static str, &'static str)],
-    /// More variables the agent's processes get while the key is held: what a CLI needs besides
-    /// the base URL to use it.
-    pub session: &'static [(&'static str, &'static str)],
-}
-
-pub const APIS: &[Api] = &[
-    Api {
-        name: "anthropic",
-        host: "api.anthropic.com",
-        port: 15101,
-        keys: &[
-            KeyVar {
-                var: "ANTHROPIC_API_KEY",
-                header: "x-api-key",
-                prefix: "",
-                placeholder: "sk-ant-api03-held-by-agent-sandbox",
-            },
-            KeyVar {
-                var: "ANTHROPIC_AUTH_TOKEN",
-                header: "authorization",
-                prefix: "Bearer ",
-                placeholder: "held-by-agent-sandbox",
-            },
-        ],
-        base_urls: &[("ANTHROPIC_BASE_URL", "")],
-        session: &[],
-    },
-    Api {
-        name: "openai",
-        host: "api.openai.com",
-        port: 15102,
-        keys: &[KeyVar {
-            var: "OPENAI_API_KEY",
-            header: "authorization",
-            prefix: "Bearer ",
-            placeholder: "sk-held-by-agent-sandbox",
-        }],
-        base_urls: &[("OPENAI_BASE_URL", "/v1"), ("OPENAI_API_BASE", "/v1")],
-        session: &[],
-    },
-    Api {
-        name: "gemini",
-        host: "generativelanguage.googleapis.com",
-        port: 15103,
-        keys: &[KeyVar {
-            var: "GEMINI_API_KEY",
-            header: "x-goog-api-key",
-            prefix: "",
-            placeholder: "held-by-agent-sandbox",
-        }],
-        base_urls: &[("GOOGLE_GEMINI_BASE_URL", "")],
-        // Gemini CLI takes its base-URL variable only with the API-key sign-in selected: the
-        // gemini image's system defaults select it (a user's own settings still win).
-        session: &[("GEMINI_CLI_SYSTEM_DEFAULTS_PATH", "/etc/agent-sandbox/gemini-cli-defaults.json")],
-    },
-];
-
-/// The API named `name`.
-pub fn api(name: &str) -> Option<&'static Api> {
-    APIS.iter().find(|api| api.name == name)
-}
-
-/// Every variable that may hold a key, of every API: none reaches a process sandbox-init or
-/// sandbox-exec starts.
-pub fn key_vars() -> impl Iterator<Item = &'static str> {
-    APIS.iter().flat_map(|api| api.keys.iter().map(|k| k.var))
-}
+pub use crate::policy::apis::*;
 
 /// The variables every agent process gets (the CLIs' base URLs and placeholders): (name, value)
 /// pairs as JSON, root's, readable by all (it holds no key).
@@ -111,24 +18,4 @@ pub fn write_session_env(env: &[(String, String)]) -> std::io::Result<()> {
 /// The session's variables, as PID 1 wrote them; none if it did not (no held key, or not ready).
 pub fn read_session_env() -> Vec<(String, String)> {
     std::fs::read(SESSION_ENV).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_names_and_variables_are_unique() {
-        let mut seen = std::collections::HashSet::new();
-        for api in APIS {
-            assert!(seen.insert(api.name) && seen.insert(api.host), "{api:?}");
-            assert!(api.port > 15100 && api.port < 15200, "{api:?}");
-            assert!(!api.keys.is_empty() && !api.base_urls.is_empty(), "{api:?}");
-        }
-        let vars: Vec<&str> = key_vars().collect();
-        let unique: std::collections::HashSet<&&str> = vars.iter().collect();
-        assert_eq!(vars.len(), unique.len(), "{vars:?}");
-        let ports: std::collections::HashSet<u16> = APIS.iter().map(|a| a.port).collect();
-        assert_eq!(ports.len(), APIS.len());
-    }
 }
