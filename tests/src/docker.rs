@@ -177,6 +177,22 @@ pub async fn exec(container: &str, cmd: &[&str], user: Option<&str>) -> anyhow::
     Ok(ExecOutput { stdout, stderr, code })
 }
 
+/// Writes a file into a container (root's, with `mode`), as `docker cp` does.
+pub async fn copy_in(container: &str, path: &str, contents: &[u8], mode: u32) -> anyhow::Result<()> {
+    let mut archive = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(contents.len() as u64);
+    header.set_mode(mode);
+    archive.append_data(&mut header, path.trim_start_matches('/'), contents)?;
+    let options =
+        bollard::query_parameters::UploadToContainerOptions { path: "/".into(), ..Default::default() };
+    docker()
+        .await?
+        .upload_to_container(container, Some(options), bollard::body_full(archive.into_inner()?.into()))
+        .await?;
+    Ok(())
+}
+
 /// Force-removes the container with this id when dropped, whatever the test's outcome.
 pub struct RemoveOnDrop(pub String);
 

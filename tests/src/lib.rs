@@ -2,12 +2,14 @@
 //! in layers from the bottom: `docker` (networks, volumes, exec, cleanup), `tls` (a test CA and
 //! certificates for peers), `probe` (the probe binary and its reports), `images` (what the suites run), `peers` (servers and the DNS peer on
 //! the test networks), `sandbox` (a sandbox from its spec), `assert` (what must hold of a
-//! sandbox), `contract` (what every image keeps); `registry` (a registry on loopback) stands apart.
+//! sandbox), `contract` (what every image keeps); `registry` (a registry on loopback) and `launcher` (the
+//! `agent-sandbox` binary, on projects that clean up after it) stand apart.
 
 pub mod assert;
 pub mod contract;
 pub mod docker;
 pub mod images;
+pub mod launcher;
 pub mod peers;
 pub mod probe;
 pub mod registry;

@@ -16,6 +16,14 @@ pub const PARENT: &str = ns!("parent");
 /// On agent images (set in their Dockerfiles): which agent, and its CLI's pinned version.
 pub const AGENT_NAME: &str = ns!("agent.name");
 pub const AGENT_VERSION: &str = ns!("agent.version");
+/// On agent images whose CLI signs in to a file: those files, home-relative and `:`-separated,
+/// that `agent-sandbox run --login-from-host` copies into the state volume.
+pub const LOGIN_FILES: &str = ns!("login-files");
+/// On the launcher's sandboxes (containers) and state volumes: which agent, the project's
+/// canonical path, and the sandbox's (first) state volume.
+pub const LAUNCHER_AGENT: &str = ns!("launcher.agent");
+pub const LAUNCHER_PROJECT: &str = ns!("launcher.project");
+pub const LAUNCHER_STATE: &str = ns!("launcher.state");
 
 pub const OCI_TITLE: &str = "org.opencontainers.image.title";
 pub const OCI_VERSION: &str = "org.opencontainers.image.version";

@@ -7,6 +7,7 @@ mod contract;
 mod examples;
 mod firewall;
 mod keys;
+mod launcher;
 mod names;
 mod os;
 mod privileges;

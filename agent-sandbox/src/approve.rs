@@ -1,0 +1,329 @@
+//! Live changes to a running sandbox's allowlist, and the approval queue: `allow` and `deny`
+//! rewrite the runtime drop-in (a `.txt` list in policy.d, which only root in the container may
+//! write) and signal sandbox-init to reload; `pending` reads the denial log PID 1 keeps, from the
+//! mark the last approval or dismissal left. The parsing and the queue are pure; the engine
+//! calls are `engine`'s.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use sandbox_policy::{Allowlist, DomainPattern, Policy};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{self, Entry, Found};
+use crate::exit::{Code, Failure, Result};
+
+/// The drop-in `allow` and `deny` write: in the folder sandbox-init reads at every reload,
+/// root's (0755) in every image, so the agent can neither write it nor add a file beside it.
+pub const RUNTIME_DROP_IN: &str = "/etc/agent-sandbox/policy.d/launcher.txt";
+/// sandbox-init's denial log and the file it rotates to (sandbox-init's `denials::DENIAL_LOG`).
+const DENIAL_LOGS: [&str; 2] = ["/run/agent-sandbox/denials.jsonl.1", "/run/agent-sandbox/denials.jsonl"];
+/// The time of the last denial approved or dismissed: root's, in PID 1's run folder.
+const PENDING_MARK: &str = "/run/agent-sandbox/launcher-pending.mark";
+/// What PID 1 wrote at its last (re)load: the policy in force.
+const STATUS_FILE: &str = "/run/agent-sandbox/status.json";
+const HEADER: &str = "# Written by `agent-sandbox allow` and `deny`: names allowed while the sandbox runs.\n";
+/// How long a reload may take to show in the status file.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Checks domains as given on the command line (`what` says where: `--allow`, or `DOMAIN`),
+/// naming the argument and the character at fault.
+pub fn validate(what: &str, domains: &[String]) -> Result<Vec<DomainPattern>> {
+    domains
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            sandbox_policy::parse_domain_with_ports(text).map(|(pattern, _)| pattern).map_err(|why| {
+                let at = text
+                    .char_indices()
+                    .find(|(_, c)| c.is_whitespace() || c.is_ascii_control() || "/@?#\\\"'<>;=&".contains(*c))
+                    .map(|(i, _)| format!(", character {}", text[..i].chars().count() + 1))
+                    .unwrap_or_default();
+                Failure::new(Code::BadArgument, format!("{what} #{} `{text}`{at}: {why}", index + 1))
+            })
+        })
+        .collect()
+}
+
+/// The entries of the runtime drop-in, as written.
+fn entries(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split_once('#').map_or(l, |(before, _)| before).trim())
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+pub fn render(entries: &[String]) -> String {
+    let mut text = HEADER.to_string();
+    for entry in entries {
+        text.push_str(entry);
+        text.push('\n');
+    }
+    text
+}
+
+async fn read_text(docker: &Docker, id: &str, path: &str) -> Result<Option<String>> {
+    Ok(engine::get(docker, id, path)
+        .await?
+        .into_iter()
+        .next()
+        .map(|(_, b)| String::from_utf8_lossy(&b).into_owned()))
+}
+
+/// The policy in the sandbox: its baked policy and drop-ins, read out and loaded as sandbox-init
+/// loads them; with `runtime`, as it will be once the runtime drop-in holds those entries.
+async fn policy_in(docker: &Docker, id: &str, runtime: Option<&[String]>) -> Result<Policy> {
+    let dir = tempfile::tempdir()
+        .map_err(|e| Failure::new(Code::Engine, format!("cannot make a temporary folder: {e}")))?;
+    let baked = dir.path().join("policy.yaml");
+    let drop_ins = dir.path().join("policy.d");
+    let io = |e: std::io::Error| Failure::new(Code::Engine, format!("cannot keep the sandbox's policy: {e}"));
+    std::fs::create_dir(&drop_ins).map_err(io)?;
+    let text = read_text(docker, id, sandbox_policy::BAKED_POLICY).await?.unwrap_or_default();
+    std::fs::write(&baked, text).map_err(io)?;
+    let runtime_name = Path::new(RUNTIME_DROP_IN).file_name().expect("a file name");
+    for (name, contents) in engine::get(docker, id, sandbox_policy::DROP_IN_DIR).await? {
+        let file = Path::new(&name).file_name().map(|f| f.to_owned()).unwrap_or_default();
+        if runtime.is_none() || file != runtime_name {
+            std::fs::write(drop_ins.join(file), contents).map_err(io)?;
+        }
+    }
+    if let Some(entries) = runtime {
+        std::fs::write(drop_ins.join(runtime_name), render(entries)).map_err(io)?;
+    }
+    Policy::load(&baked, &drop_ins)
+        .map(|(policy, _)| policy)
+        .map_err(|e| Failure::new(Code::BadPolicy, format!("the sandbox's policy does not load: {e}")))
+}
+
+#[derive(Debug, Deserialize)]
+struct Status {
+    #[serde(default)]
+    domains: Vec<String>,
+}
+
+/// The patterns of the policy PID 1 last loaded.
+async fn patterns_in_force(docker: &Docker, id: &str) -> Result<Vec<String>> {
+    let text = read_text(docker, id, STATUS_FILE).await?.unwrap_or_default();
+    let status: Status = serde_json::from_str(&text).unwrap_or(Status { domains: Vec::new() });
+    Ok(status.domains.iter().map(|d| d.split_once(" (").map_or(d.as_str(), |(p, _)| p).to_string()).collect())
+}
+
+fn running(sandbox: &Found) -> Result<()> {
+    if sandbox.running {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            Code::NoSandbox,
+            format!(
+                "{} is not running ({}): `agent-sandbox run {}` starts it",
+                sandbox.name, sandbox.status, sandbox.agent
+            ),
+        ))
+    }
+}
+
+/// Writes the runtime drop-in with `new` in it, signals the reload and waits until PID 1's
+/// policy has `expect` in it (or, `present` false, no longer has it).
+async fn apply(
+    docker: &Docker,
+    sandbox: &Found,
+    new: &[String],
+    expect: &[String],
+    present: bool,
+) -> Result<()> {
+    let text = render(new);
+    // The file as sandbox-init will read it: refused here rather than by a reload.
+    Policy::from_list(Path::new(RUNTIME_DROP_IN), &text)
+        .map_err(|e| Failure::new(Code::BadArgument, e.to_string()))?;
+    let entry =
+        Entry { path: RUNTIME_DROP_IN.into(), contents: Some(text.into_bytes()), mode: 0o644, uid: 0 };
+    engine::put(docker, &sandbox.id, &[entry]).await?;
+    engine::signal(docker, &sandbox.id, "HUP").await?;
+    let started = Instant::now();
+    loop {
+        let in_force = patterns_in_force(docker, &sandbox.id).await?;
+        if expect.iter().all(|p| in_force.contains(p) == present) {
+            return Ok(());
+        }
+        if started.elapsed() > RELOAD_TIMEOUT {
+            let log = engine::logs(docker, &sandbox.id, Some(5)).await.unwrap_or_default();
+            return Err(Failure::new(
+                Code::Sandbox,
+                format!(
+                    "{} did not apply the change within {} s; its last lines:\n{log}",
+                    sandbox.name,
+                    RELOAD_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `allow`: adds `domains` to the running sandbox's runtime drop-in and reloads.
+pub async fn allow(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<Vec<String>> {
+    running(sandbox)?;
+    let patterns = validate("DOMAIN", domains)?;
+    let mut current = entries(&read_text(docker, &sandbox.id, RUNTIME_DROP_IN).await?.unwrap_or_default());
+    let mut added = Vec::new();
+    for domain in domains {
+        if !current.contains(domain) {
+            current.push(domain.clone());
+            added.push(domain.clone());
+        }
+    }
+    let expect: Vec<String> = patterns.iter().map(DomainPattern::to_string).collect();
+    apply(docker, sandbox, &current, &expect, true).await?;
+    Ok(added)
+}
+
+/// `deny`: removes `domains` from the runtime drop-in and reloads; a name the drop-in does not
+/// hold is refused (it comes from the image's policy or a mounted one, which `deny` leaves).
+/// Returns the patterns that stay allowed by another policy file.
+pub async fn deny(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<Vec<String>> {
+    running(sandbox)?;
+    validate("DOMAIN", domains)?;
+    let current = entries(&read_text(docker, &sandbox.id, RUNTIME_DROP_IN).await?.unwrap_or_default());
+    let unknown: Vec<&String> = domains.iter().filter(|d| !current.contains(d)).collect();
+    if !unknown.is_empty() {
+        return Err(Failure::new(
+            Code::BadArgument,
+            format!(
+                "{} not allowed by `agent-sandbox allow` (its list: {}); the image's policy and \
+                 --policy files stay as they are",
+                unknown.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", "),
+                if current.is_empty() { "empty".to_string() } else { current.join(", ") }
+            ),
+        ));
+    }
+    let kept: Vec<String> = current.iter().filter(|d| !domains.contains(d)).cloned().collect();
+    // A pattern another policy file allows as well stays in force.
+    let after = policy_in(docker, &sandbox.id, Some(&kept)).await?;
+    let (gone, stays): (Vec<String>, Vec<String>) = validate("DOMAIN", domains)?
+        .iter()
+        .map(DomainPattern::to_string)
+        .partition(|p| !after.domains.keys().any(|d| d.to_string() == *p));
+    apply(docker, sandbox, &kept, &gone, false).await?;
+    Ok(stays)
+}
+
+/// One name in the approval queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pending {
+    pub name: String,
+    /// Queries refused (folded repeats counted).
+    pub count: u64,
+    pub last: String,
+}
+
+/// The queue: names refused as not allowlisted after `mark`, not allowed by `allowlist` now,
+/// most asked first; and the time of the last denial read (the next mark).
+fn queue(lines: &str, mark: &str, allowlist: &Allowlist) -> (Vec<Pending>, Option<String>) {
+    let mut names: BTreeMap<String, Pending> = BTreeMap::new();
+    let mut newest: Option<String> = None;
+    for line in lines.lines() {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let Some(time) = value["time"].as_str() else { continue };
+        if time <= mark {
+            continue;
+        }
+        if newest.as_deref().is_none_or(|n| time > n) {
+            newest = Some(time.to_string());
+        }
+        let (Some("dns"), Some("not allowlisted"), Some(name)) =
+            (value["denied"].as_str(), value["reason"].as_str(), value["name"].as_str())
+        else {
+            continue;
+        };
+        if allowlist.matches(name).is_some() {
+            continue;
+        }
+        let count = 1 + value["repeats"].as_u64().unwrap_or(0);
+        let entry = names.entry(name.to_string()).or_insert_with(|| Pending {
+            name: name.to_string(),
+            count: 0,
+            last: String::new(),
+        });
+        entry.count += count;
+        entry.last = time.to_string();
+    }
+    let mut queue: Vec<Pending> = names.into_values().collect();
+    queue.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
+    (queue, newest)
+}
+
+/// The sandbox's approval queue, and the mark that would empty it.
+pub async fn pending(docker: &Docker, sandbox: &Found) -> Result<(Vec<Pending>, Option<String>)> {
+    let mut lines = String::new();
+    for log in DENIAL_LOGS {
+        lines.push_str(&read_text(docker, &sandbox.id, log).await?.unwrap_or_default());
+    }
+    let mark = read_text(docker, &sandbox.id, PENDING_MARK).await?.unwrap_or_default();
+    let policy = policy_in(docker, &sandbox.id, None).await?;
+    Ok(queue(&lines, mark.trim(), &Allowlist::new(&policy)))
+}
+
+/// Empties the queue up to `mark`.
+pub async fn set_mark(docker: &Docker, sandbox: &Found, mark: &str) -> Result<()> {
+    let entry =
+        Entry { path: PENDING_MARK.into(), contents: Some(mark.as_bytes().to_vec()), mode: 0o644, uid: 0 };
+    engine::put(docker, &sandbox.id, &[entry]).await
+}
+
+pub fn render_pending(queue: &[Pending]) -> String {
+    let width = queue.iter().map(|p| p.name.len()).max().unwrap_or(0).max(4);
+    let mut text = format!("{:<width$}  {:>5}  LAST REFUSED\n", "NAME", "COUNT");
+    for p in queue {
+        text.push_str(&format!("{:<width$}  {:>5}  {}\n", p.name, p.count, p.last));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_domain_names_its_argument_and_character() {
+        let err = validate("--allow", &["docs.rs".into(), "exa mple.com".into()]).unwrap_err();
+        assert_eq!(err.code, Code::BadArgument);
+        assert!(err.message.starts_with("--allow #2 `exa mple.com`, character 4: "), "{err}");
+        let err = validate("DOMAIN", &["https://docs.rs".into()]).unwrap_err();
+        assert!(err.message.starts_with("DOMAIN #1 `https://docs.rs`, character 7: "), "{err}");
+        assert!(validate("DOMAIN", &["*.python.org".into(), "pypi.org:443".into()]).is_ok());
+    }
+
+    #[test]
+    fn the_drop_in_round_trips_its_entries() {
+        let text = render(&["docs.rs".into(), "*.python.org:443".into()]);
+        assert!(text.starts_with("# Written by"));
+        assert_eq!(entries(&text), ["docs.rs", "*.python.org:443"]);
+        assert!(Policy::from_list(Path::new(RUNTIME_DROP_IN), &text).is_ok());
+    }
+
+    #[test]
+    fn the_queue_counts_refused_names_after_the_mark_and_skips_allowed_ones() {
+        let lines = [
+            r#"{"time":"2026-11-26T10:00:00.000Z","denied":"dns","name":"old.test","type":"A","reason":"not allowlisted"}"#,
+            r#"{"time":"2026-11-26T10:00:01.000Z","denied":"dns","name":"evil.test","type":"A","reason":"not allowlisted"}"#,
+            r#"{"time":"2026-11-26T10:00:02.000Z","denied":"dns","name":"docs.rs","type":"AAAA","reason":"not allowlisted"}"#,
+            r#"{"time":"2026-11-26T10:00:03.000Z","denied":"dns","name":"evil.test","type":"A","reason":"not allowlisted","repeats":4}"#,
+            r#"{"time":"2026-11-26T10:00:04.000Z","denied":"dns","name":"a.b.test","type":"TXT","reason":"query type"}"#,
+            r#"{"time":"2026-11-26T10:00:05.000Z","denied":"connection","protocol":"tcp","address":"192.0.2.1","port":443}"#,
+            r#"{"time":"2026-11-26T10:00:06.000Z","denied":"dns","name":"later.test","type":"A","reason":"not allowlisted"}"#,
+            "not json",
+        ]
+        .join("\n");
+        let policy = Policy::from_list(Path::new("x.txt"), "docs.rs\n").unwrap();
+        let (queue, newest) = queue(&lines, "2026-11-26T10:00:00.000Z", &Allowlist::new(&policy));
+        let names: Vec<(&str, u64)> = queue.iter().map(|p| (p.name.as_str(), p.count)).collect();
+        assert_eq!(names, [("evil.test", 6), ("later.test", 1)]);
+        assert_eq!(queue[0].last, "2026-11-26T10:00:03.000Z");
+        assert_eq!(newest.as_deref(), Some("2026-11-26T10:00:06.000Z"));
+        insta::assert_snapshot!(render_pending(&queue));
+    }
+}

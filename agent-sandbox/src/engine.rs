@@ -1,0 +1,345 @@
+//! Every engine call the launcher makes (bollard): finding its sandboxes by label, the image's
+//! facts, files into and out of a container (tar archives: keys, drop-ins, the pending mark),
+//! commands in it, signals. The rest of the launcher is logic on what these return.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use bollard::Docker;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, ContainerSummaryStateEnum, ExecConfig};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, DownloadFromContainerOptions, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    StopContainerOptionsBuilder, UploadToContainerOptions,
+};
+use futures_util::StreamExt as _;
+use xtask::labels;
+
+use crate::exit::{Code, Failure, Result};
+use crate::identity::folder_name;
+
+pub async fn connect() -> Result<Docker> {
+    Ok(xtask::engine::Engine::connect().await?.docker().clone())
+}
+
+/// One of the launcher's sandboxes, as the engine lists it.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub id: String,
+    pub name: String,
+    pub agent: String,
+    pub project: String,
+    pub state: String,
+    pub running: bool,
+    /// The engine's words: `Up 5 minutes`, `Exited (0) 2 hours ago`.
+    pub status: String,
+    pub image: String,
+}
+
+/// Every container the launcher started, running or not.
+pub async fn sandboxes(docker: &Docker) -> Result<Vec<Found>> {
+    let filters = HashMap::from([("label", vec![labels::LAUNCHER_AGENT])]);
+    let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    let mut found: Vec<Found> = docker
+        .list_containers(Some(options))
+        .await?
+        .into_iter()
+        .map(|c| {
+            let labels = c.labels.unwrap_or_default();
+            let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
+            Found {
+                id: c.id.unwrap_or_default(),
+                name: c
+                    .names
+                    .and_then(|n| n.into_iter().next())
+                    .map(|n| n.trim_start_matches('/').to_string())
+                    .unwrap_or_default(),
+                agent: label(labels::LAUNCHER_AGENT),
+                project: label(labels::LAUNCHER_PROJECT),
+                state: label(labels::LAUNCHER_STATE),
+                running: c.state == Some(ContainerSummaryStateEnum::RUNNING),
+                status: c.status.unwrap_or_default(),
+                image: c.image.unwrap_or_default(),
+            }
+        })
+        .collect();
+    found.sort_by(|a, b| (&a.agent, &a.project).cmp(&(&b.agent, &b.project)));
+    Ok(found)
+}
+
+/// The sandbox `which` names: its container name, its agent, or its project's folder name (or
+/// path). Exactly one must match.
+pub async fn find(docker: &Docker, which: &str) -> Result<Found> {
+    let all = sandboxes(docker).await?;
+    pick(all, which)
+}
+
+fn pick(all: Vec<Found>, which: &str) -> Result<Found> {
+    let by_name: Vec<&Found> = all.iter().filter(|s| s.name == which || s.id.starts_with(which)).collect();
+    let matches: Vec<&Found> = if by_name.len() == 1 {
+        by_name
+    } else {
+        all.iter()
+            .filter(|s| s.agent == which || s.project == which || folder_name(Path::new(&s.project)) == which)
+            .collect()
+    };
+    match matches.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(Failure::new(
+            Code::NoSandbox,
+            format!("no sandbox is named '{which}': `agent-sandbox ls` lists them by agent and project"),
+        )),
+        many => Err(Failure::new(
+            Code::NoSandbox,
+            format!(
+                "'{which}' names {} sandboxes ({}): name one by its container name",
+                many.len(),
+                many.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
+/// What the launcher needs of an image: its environment and its labels.
+pub struct ImageFacts {
+    pub env: Vec<String>,
+    pub labels: HashMap<String, String>,
+}
+
+impl ImageFacts {
+    pub fn env_var(&self, name: &str) -> Option<&str> {
+        self.env.iter().find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
+    }
+}
+
+/// The image `reference`, or `None` when the engine has none by that name.
+pub async fn image(docker: &Docker, reference: &str) -> Result<Option<ImageFacts>> {
+    match docker.inspect_image(reference).await {
+        Ok(image) => {
+            let config = image.config.unwrap_or_default();
+            Ok(Some(ImageFacts {
+                env: config.env.unwrap_or_default(),
+                labels: config.labels.unwrap_or_default(),
+            }))
+        }
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn create(docker: &Docker, name: &str, body: ContainerCreateBody) -> Result<String> {
+    let options = CreateContainerOptionsBuilder::default().name(name).build();
+    Ok(docker.create_container(Some(options), body).await?.id)
+}
+
+pub async fn start(docker: &Docker, id: &str) -> Result<()> {
+    docker.start_container(id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+    Ok(())
+}
+
+/// Stops (SIGTERM, SIGKILL after `grace` seconds) and removes the container.
+pub async fn remove(docker: &Docker, id: &str, grace: i32) -> Result<()> {
+    let _ = docker.stop_container(id, Some(StopContainerOptionsBuilder::default().t(grace).build())).await;
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    docker.remove_container(id, Some(force)).await?;
+    Ok(())
+}
+
+pub async fn signal(docker: &Docker, id: &str, signal: &str) -> Result<()> {
+    docker.kill_container(id, Some(KillContainerOptionsBuilder::default().signal(signal).build())).await?;
+    Ok(())
+}
+
+/// A file to put into a container, with its owner and mode (a directory when `contents` is None).
+pub struct Entry {
+    pub path: String,
+    pub contents: Option<Vec<u8>>,
+    pub mode: u32,
+    pub uid: u64,
+}
+
+/// Writes `entries` (paths relative to /) into the container, running or only created, with
+/// the owners and modes given: one tar archive, which the engine extracts as root.
+pub async fn put(docker: &Docker, id: &str, entries: &[Entry]) -> Result<()> {
+    let mut archive = tar::Builder::new(Vec::new());
+    for entry in entries {
+        let mut header = tar::Header::new_gnu();
+        header.set_uid(entry.uid);
+        header.set_gid(entry.uid);
+        header.set_mode(entry.mode);
+        header.set_mtime(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        );
+        let contents = entry.contents.as_deref().unwrap_or_default();
+        header.set_entry_type(if entry.contents.is_some() {
+            tar::EntryType::Regular
+        } else {
+            tar::EntryType::Directory
+        });
+        header.set_size(contents.len() as u64);
+        archive
+            .append_data(&mut header, entry.path.trim_start_matches('/'), contents)
+            .map_err(|e| Failure::new(Code::Engine, format!("cannot pack {}: {e}", entry.path)))?;
+    }
+    let bytes = archive.into_inner().map_err(|e| Failure::new(Code::Engine, format!("cannot pack: {e}")))?;
+    let options = UploadToContainerOptions { path: "/".into(), ..Default::default() };
+    docker.upload_to_container(id, Some(options), bollard::body_full(bytes.into())).await?;
+    Ok(())
+}
+
+/// The files under `path` in the container (one file, or a folder's files), by their path
+/// relative to `path`'s parent; none when `path` does not exist.
+pub async fn get(docker: &Docker, id: &str, path: &str) -> Result<Vec<(String, Vec<u8>)>> {
+    let options = DownloadFromContainerOptions { path: path.to_string() };
+    let mut stream = docker.download_from_container(id, Some(options));
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) => bytes.extend_from_slice(&chunk),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut files = Vec::new();
+    let mut archive = tar::Archive::new(bytes.as_slice());
+    let unpack =
+        |e: std::io::Error| Failure::new(Code::Engine, format!("cannot read {path} from the sandbox: {e}"));
+    for entry in archive.entries().map_err(unpack)? {
+        let mut entry = entry.map_err(unpack)?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        let name = entry.path().map_err(unpack)?.to_string_lossy().into_owned();
+        let mut contents = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut contents).map_err(unpack)?;
+        files.push((name, contents));
+    }
+    Ok(files)
+}
+
+/// What a command run in the container printed, and its status.
+pub struct Output {
+    pub stdout: String,
+    pub stderr: String,
+    pub code: i64,
+}
+
+/// Runs `cmd` as root in the container and collects its output.
+pub async fn exec(docker: &Docker, id: &str, cmd: &[&str]) -> Result<Output> {
+    let config = ExecConfig {
+        cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        ..Default::default()
+    };
+    let created = docker.create_exec(id, config).await?;
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    if let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&created.id, None::<StartExecOptions>).await?
+    {
+        while let Some(chunk) = output.next().await {
+            match chunk? {
+                bollard::container::LogOutput::StdErr { message } => {
+                    stderr.push_str(&String::from_utf8_lossy(&message))
+                }
+                other => stdout.push_str(&other.to_string()),
+            }
+        }
+    }
+    let code = docker.inspect_exec(&created.id).await?.exit_code.unwrap_or(-1);
+    Ok(Output { stdout, stderr, code })
+}
+
+/// The container's log (stdout and stderr as they came), all of it or the last `tail` lines.
+pub async fn logs(docker: &Docker, id: &str, tail: Option<usize>) -> Result<String> {
+    let mut options = LogsOptionsBuilder::default().stdout(true).stderr(true);
+    if let Some(tail) = tail {
+        options = options.tail(&tail.to_string());
+    }
+    let mut stream = docker.logs(id, Some(options.build()));
+    let mut text = String::new();
+    while let Some(chunk) = stream.next().await {
+        text.push_str(&chunk?.to_string());
+    }
+    Ok(text)
+}
+
+/// Copies the container's log to stdout and stderr, and keeps following it.
+pub async fn follow_logs(docker: &Docker, id: &str) -> Result<()> {
+    use std::io::Write as _;
+    let options = LogsOptionsBuilder::default().stdout(true).stderr(true).follow(true).build();
+    let mut stream = docker.logs(id, Some(options));
+    while let Some(chunk) = stream.next().await {
+        match chunk? {
+            bollard::container::LogOutput::StdErr { message } => {
+                let _ = std::io::stderr().write_all(&message);
+            }
+            other => {
+                let _ = std::io::stdout().write_all(&other.into_bytes());
+                let _ = std::io::stdout().flush();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the container runs, and its exit code when it does not.
+pub async fn exited(docker: &Docker, id: &str) -> Result<Option<i64>> {
+    let state =
+        docker.inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>).await?.state;
+    let state = state.unwrap_or_default();
+    Ok(if state.running == Some(true) { None } else { Some(state.exit_code.unwrap_or(-1)) })
+}
+
+/// Creates the volume unless it exists, labelled as the launcher's.
+pub async fn ensure_volume(docker: &Docker, name: &str, labels: HashMap<String, String>) -> Result<bool> {
+    if docker.inspect_volume(name).await.is_ok() {
+        return Ok(false);
+    }
+    let request = bollard::models::VolumeCreateRequest {
+        name: Some(name.to_string()),
+        labels: Some(labels),
+        ..Default::default()
+    };
+    docker.create_volume(request).await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sandbox(name: &str, agent: &str, project: &str) -> Found {
+        Found {
+            id: format!("{name}-id"),
+            name: name.into(),
+            agent: agent.into(),
+            project: project.into(),
+            state: String::new(),
+            running: true,
+            status: String::new(),
+            image: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_sandbox_is_named_by_container_agent_or_project() {
+        let all = || {
+            vec![
+                sandbox("agent-sandbox-claude-app-1", "claude", "/src/app"),
+                sandbox("agent-sandbox-codex-app-2", "codex", "/src/app"),
+                sandbox("agent-sandbox-claude-lib-3", "claude", "/src/lib"),
+            ]
+        };
+        assert_eq!(pick(all(), "codex").unwrap().name, "agent-sandbox-codex-app-2");
+        assert_eq!(pick(all(), "lib").unwrap().name, "agent-sandbox-claude-lib-3");
+        assert_eq!(pick(all(), "agent-sandbox-claude-app-1").unwrap().agent, "claude");
+        let many = pick(all(), "claude").unwrap_err();
+        assert_eq!(many.code, Code::NoSandbox);
+        assert!(many.message.contains("agent-sandbox-claude-app-1, agent-sandbox-claude-lib-3"), "{many}");
+        assert_eq!(pick(all(), "gemini").unwrap_err().code, Code::NoSandbox);
+    }
+}

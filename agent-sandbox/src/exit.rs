@@ -1,0 +1,65 @@
+//! Every way the launcher fails, and its exit code (the table `agent-sandbox --help` prints and
+//! the README repeats).
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// The engine refused a call.
+    Engine = 1,
+    /// A bad argument: a domain, `--env`, `--key-file`, the project folder.
+    BadArgument = 64,
+    /// A policy file is invalid or unreadable.
+    BadPolicy = 65,
+    /// No image for the agent.
+    NoImage = 66,
+    /// No key for the agent's API.
+    NoKey = 67,
+    /// No sandbox, or more than one, matches the name given.
+    NoSandbox = 68,
+    /// No container engine answers.
+    NoEngine = 69,
+    /// The sandbox did not start, or did not apply a change.
+    Sandbox = 70,
+    /// A host sign-in file is missing or unreadable.
+    NoLogin = 71,
+}
+
+/// A failure with what to do about it.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: Code,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: Code, message: impl Into<String>) -> Failure {
+        Failure { code, message: message.into() }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<xtask::engine::EngineError> for Failure {
+    fn from(e: xtask::engine::EngineError) -> Failure {
+        let code = match e {
+            xtask::engine::EngineError::Unreachable { .. } => Code::NoEngine,
+            _ => Code::Engine,
+        };
+        Failure::new(code, e.to_string())
+    }
+}
+
+impl From<bollard::errors::Error> for Failure {
+    fn from(e: bollard::errors::Error) -> Failure {
+        Failure::new(Code::Engine, format!("the engine refused: {e}"))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Failure>;

@@ -1,0 +1,225 @@
+//! The command line of `agent-sandbox`, declared in one place.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const ROOT_AFTER_HELP: &str = "Examples:\n  \
+    agent-sandbox run claude                 Claude Code on the current directory\n  \
+    agent-sandbox ls                         the sandboxes and what they were refused\n  \
+    agent-sandbox pending claude             names the agent asked for and was refused\n  \
+    agent-sandbox allow claude docs.rs       let it reach docs.rs, now, without a restart\n\n\
+    Exit codes:\n  \
+    0   success\n  \
+    1   the engine refused a call (its message is shown)\n  \
+    2   bad usage (clap's own message)\n  \
+    64  a bad argument: a domain, --env, --key-file, the project folder\n  \
+    65  a policy file (--policy, or a drop-in in the sandbox) is invalid or unreadable\n  \
+    66  no image for the agent: build it, or pass --image\n  \
+    67  no key for the agent's API: export its variable, or --key-file, or --no-key\n  \
+    68  no sandbox matches the name given, or more than one does\n  \
+    69  no container engine answers (start it, or set DOCKER_HOST)\n  \
+    70  the sandbox did not start, or did not apply a change (sandbox-init's message is shown)\n  \
+    71  a host sign-in file (--login-from-host) is missing or unreadable";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agent-sandbox",
+    version,
+    about = "Run an AI coding agent in its sandbox on a project",
+    long_about = "Run an AI coding agent in its sandbox on a project.\n\n\
+        Each agent runs in its image (built by `cargo xtask build`): outbound network limited to \
+        its policy's allowlist, the agent a user without capabilities, its session in tmux. One \
+        sandbox per agent and project; its sign-in and history live in a state volume of that \
+        agent and project alone.",
+    after_help = ROOT_AFTER_HELP,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start AGENT's sandbox on a project and attach to its session (or reattach)
+    #[command(
+        long_about = "Start AGENT's sandbox on DIR (default: the current directory) and attach to \
+            its session. If that agent's sandbox on that project is running, reattach instead.\n\n\
+            The project is mounted at /workspace. The agent's state (sign-in, history) lives in a \
+            volume named after the agent and the project's canonical path, so two projects never \
+            share it (--state picks one by hand). Keys go in as root-only secret files that \
+            sandbox-init holds: the agent's processes never see them. Detach from the session \
+            with C-b d; the sandbox keeps running.",
+        after_help = "Examples:\n  \
+            agent-sandbox run claude                          Claude Code on the current directory\n  \
+            agent-sandbox run codex ~/src/app --detach        start it, attach later\n  \
+            agent-sandbox run claude --allow docs.rs --allow '*.python.org'\n  \
+            agent-sandbox run aider --key-file OPENAI_API_KEY=~/.secrets/openai\n  \
+            agent-sandbox run claude --unattended --detach    no permission prompts\n  \
+            agent-sandbox run shell --offline                 no network at all"
+    )]
+    Run(Box<RunFlags>),
+    /// List the sandboxes: agent, project, uptime, state volume, connections allowed and refused
+    #[command(after_help = "Examples:\n  agent-sandbox ls\n  agent-sandbox ls --json")]
+    Ls(LsFlags),
+    /// Attach to a sandbox's session (detach again with C-b d)
+    #[command(after_help = "Examples:\n  agent-sandbox attach claude\n  agent-sandbox attach myproject")]
+    Attach(SandboxFlag),
+    /// Stop a sandbox and remove its container; its state volume is kept
+    #[command(after_help = "Examples:\n  agent-sandbox stop claude")]
+    Stop(SandboxFlag),
+    /// Show a sandbox's log: sandbox-init's lines, refused names and connections
+    #[command(after_help = "Examples:\n  agent-sandbox logs claude\n  agent-sandbox logs claude --follow")]
+    Logs(LogsFlags),
+    /// Show a sandbox's policy in force, the addresses it opened and its last denials
+    #[command(after_help = "Examples:\n  agent-sandbox status claude\n  agent-sandbox status claude --json")]
+    Status(StatusFlags),
+    /// Allow more names in a running sandbox, live: nothing restarts
+    #[command(
+        long_about = "Allow more names in a running sandbox, live: the names go into the sandbox's \
+            runtime drop-in (/etc/agent-sandbox/policy.d/launcher.txt, writable by root alone) and \
+            sandbox-init reloads its policy. The session is untouched. --pending allows every name \
+            `agent-sandbox pending` lists.",
+        after_help = "Examples:\n  \
+            agent-sandbox allow claude docs.rs\n  \
+            agent-sandbox allow claude '*.readthedocs.io' pypi.org:443\n  \
+            agent-sandbox pending claude && agent-sandbox allow claude --pending"
+    )]
+    Allow(AllowFlags),
+    /// Take back names `allow` gave a running sandbox, live: their connections are cut
+    #[command(after_help = "Examples:\n  agent-sandbox deny claude docs.rs")]
+    Deny(DenyFlags),
+    /// List the names a sandbox's agent was refused since the last approval, with counts
+    #[command(
+        long_about = "List the names a sandbox's agent was refused since the last approval or \
+            dismissal, with how often: the approval queue of an unattended agent. \
+            `agent-sandbox allow SANDBOX --pending` allows them all; --dismiss empties the queue \
+            without allowing anything.",
+        after_help = "Examples:\n  \
+            agent-sandbox pending claude\n  \
+            agent-sandbox pending claude --json\n  \
+            agent-sandbox pending claude --dismiss"
+    )]
+    Pending(PendingFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct RunFlags {
+    /// The agent: an image under images/ (claude, codex, gemini, opencode, qwen, copilot, aider, shell)
+    pub agent: String,
+    /// The project folder, mounted at /workspace
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// Allow DOMAIN too (repeatable; `*.example.com` for subdomains, `:PORT` for other ports)
+    #[arg(long = "allow", value_name = "DOMAIN")]
+    pub allow: Vec<String>,
+    /// Add a policy file (YAML, or a .txt list of domains) to the image's (repeatable)
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policy: Vec<PathBuf>,
+    /// No network at all (the firewall has nothing to filter)
+    #[arg(long)]
+    pub offline: bool,
+    /// Start it and return, without attaching
+    #[arg(long, short = 'd')]
+    pub detach: bool,
+    /// The image (default: the locally built one, else the digest images.lock pins)
+    #[arg(long, value_name = "REF")]
+    pub image: Option<String>,
+    /// The state volume's name, instead of one derived from the agent and the project
+    #[arg(long, value_name = "NAME")]
+    pub state: Option<String>,
+    /// Read a key from FILE instead of the environment (repeatable), e.g. OPENAI_API_KEY=~/key
+    #[arg(long = "key-file", value_name = "VAR=FILE")]
+    pub key_files: Vec<String>,
+    /// Start without a key (sign in inside the session instead)
+    #[arg(long)]
+    pub no_key: bool,
+    /// Copy the host's sign-in files for this agent (e.g. ~/.claude/.credentials.json) into
+    /// its state volume; the agent can read what they hold
+    #[arg(long)]
+    pub login_from_host: bool,
+    /// Let the agent act without asking (SANDBOX_UNATTENDED=1: the CLI's own
+    /// skip-permissions flag; the sandbox stays the boundary)
+    #[arg(long)]
+    pub unattended: bool,
+    /// Pass a variable to the agent (NAME=VALUE, or NAME from your environment); not for keys
+    #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
+    pub env: Vec<String>,
+    /// CPUs the sandbox may use (default: no limit)
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+    /// Memory limit (e.g. 4g, 512m)
+    #[arg(long, value_name = "SIZE", default_value = "8g")]
+    pub memory: String,
+    /// Most processes the sandbox may have at once
+    #[arg(long, value_name = "N", default_value_t = 2048)]
+    pub pids_limit: i64,
+    /// The Docker network to join (default: the engine's default bridge)
+    #[arg(long, value_name = "NAME")]
+    pub network: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LsFlags {
+    /// Everything as one JSON array
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxFlag {
+    /// The sandbox: its agent, its project's folder name, or its container name
+    pub sandbox: String,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsFlags {
+    #[command(flatten)]
+    pub which: SandboxFlag,
+    /// Keep printing new lines
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusFlags {
+    #[command(flatten)]
+    pub which: SandboxFlag,
+    /// sandbox-status's JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AllowFlags {
+    #[command(flatten)]
+    pub which: SandboxFlag,
+    /// Names to allow (`*.example.com` for subdomains, `:PORT` for other ports)
+    #[arg(value_name = "DOMAIN", required_unless_present = "pending")]
+    pub domains: Vec<String>,
+    /// Allow every name `agent-sandbox pending` lists
+    #[arg(long)]
+    pub pending: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DenyFlags {
+    #[command(flatten)]
+    pub which: SandboxFlag,
+    /// Names `allow` gave (as written there)
+    #[arg(value_name = "DOMAIN", required = true)]
+    pub domains: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PendingFlags {
+    #[command(flatten)]
+    pub which: SandboxFlag,
+    /// Empty the queue without allowing anything
+    #[arg(long)]
+    pub dismiss: bool,
+    /// The queue as JSON
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,111 @@
+//! Attaching to a sandbox's session: `sandbox-attach` run in the container with a terminal of its
+//! own, this terminal in raw mode meanwhile, its size passed on at the start and on every change.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::os::fd::AsFd as _;
+
+use bollard::Docker;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use bollard::query_parameters::ResizeExecOptions;
+use futures_util::StreamExt as _;
+use rustix::termios::{OptionalActions, Termios, tcgetattr, tcgetwinsize, tcsetattr};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::exit::{Code, Failure, Result};
+
+/// Puts the terminal back as it was, however attaching ends.
+struct RawMode(Termios);
+
+impl RawMode {
+    fn enable() -> Option<RawMode> {
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(stdin.as_fd()).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        tcsetattr(stdin.as_fd(), OptionalActions::Now, &raw).ok()?;
+        Some(RawMode(saved))
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.0);
+    }
+}
+
+async fn resize(docker: &Docker, exec: &str) {
+    if let Ok(size) = tcgetwinsize(std::io::stdout().as_fd()) {
+        let options = ResizeExecOptions { h: i32::from(size.ws_row), w: i32::from(size.ws_col) };
+        let _ = docker.resize_exec(exec, options).await;
+    }
+}
+
+/// Whether standard input and output are a terminal to attach.
+pub fn interactive() -> bool {
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
+/// Attaches this terminal to the sandbox's tmux session until it detaches (C-b d) or the session
+/// ends; returns sandbox-attach's status.
+pub async fn attach(docker: &Docker, id: &str) -> Result<i32> {
+    if !interactive() {
+        return Err(Failure::new(
+            Code::BadArgument,
+            "attaching needs a terminal: run this from one (or use `run --detach`, then `agent-sandbox attach` from a terminal)",
+        ));
+    }
+    let term = std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".into());
+    let config = ExecConfig {
+        cmd: Some(vec!["sandbox-attach".into()]),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(true),
+        env: Some(vec![format!("TERM={term}")]),
+        ..Default::default()
+    };
+    let exec = docker.create_exec(id, config).await?.id;
+    let options = StartExecOptions { detach: false, tty: true, output_capacity: None };
+    let StartExecResults::Attached { mut output, mut input } =
+        docker.start_exec(&exec, Some(options)).await?
+    else {
+        return Err(Failure::new(Code::Engine, "the engine did not attach to sandbox-attach"));
+    };
+    let raw = RawMode::enable();
+    resize(docker, &exec).await;
+    let keys = tokio::spawn(async move {
+        let mut stdin = tokio::io::stdin();
+        let mut buffer = [0u8; 4096];
+        while let Ok(n) = stdin.read(&mut buffer).await {
+            if n == 0 || input.write_all(&buffer[..n]).await.is_err() {
+                break;
+            }
+            let _ = input.flush().await;
+        }
+    });
+    let window = {
+        let docker = docker.clone();
+        let exec = exec.clone();
+        tokio::spawn(async move {
+            let Ok(mut changes) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+            else {
+                return;
+            };
+            while changes.recv().await.is_some() {
+                resize(&docker, &exec).await;
+            }
+        })
+    };
+    let mut stdout = std::io::stdout();
+    while let Some(Ok(chunk)) = output.next().await {
+        let _ = stdout.write_all(&chunk.into_bytes());
+        let _ = stdout.flush();
+    }
+    drop(raw);
+    keys.abort();
+    window.abort();
+    let code = docker.inspect_exec(&exec).await?.exit_code.unwrap_or(0);
+    Ok(i32::try_from(code).unwrap_or(1))
+}

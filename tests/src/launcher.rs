@@ -1,0 +1,147 @@
+//! The launcher, `agent-sandbox`, as the launcher:: suite drives it: the real binary (built once
+//! per test process), run with a home folder of the test's and none of the user's keys, on
+//! projects that take every container and volume the launcher made for them when dropped.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
+
+use crate::docker::{docker, drop_async, force_remove};
+use crate::root;
+
+/// The launcher binary, built by cargo (debug) once per test process.
+pub fn binary() -> anyhow::Result<PathBuf> {
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(path) = BINARY.get() {
+        return Ok(path.clone());
+    }
+    let sh = xshell::Shell::new()?;
+    let root = root();
+    let _dir = sh.push_dir(&root);
+    xshell::cmd!(sh, "cargo build --quiet --package agent-sandbox")
+        .run()
+        .context("cannot build agent-sandbox")?;
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    Ok(BINARY.get_or_init(|| target.join("debug").join("agent-sandbox")).clone())
+}
+
+/// What one run of the launcher printed and returned.
+#[derive(Debug)]
+pub struct Outcome {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// The launcher with a home folder of its own (for `--login-from-host`) and the variables given.
+pub struct Launcher {
+    pub home: tempfile::TempDir,
+    env: HashMap<String, String>,
+}
+
+impl Launcher {
+    pub fn new() -> anyhow::Result<Launcher> {
+        Ok(Launcher { home: tempfile::tempdir()?, env: HashMap::new() })
+    }
+
+    pub fn env(mut self, name: &str, value: &str) -> Launcher {
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Runs `agent-sandbox ARGS…` to its end, without a terminal.
+    pub async fn run(&self, args: &[&str]) -> anyhow::Result<Outcome> {
+        let mut cmd = tokio::process::Command::new(binary()?);
+        cmd.args(args).env("HOME", self.home.path()).stdin(std::process::Stdio::null());
+        for var in sandbox_init::apis::key_vars() {
+            cmd.env_remove(var);
+        }
+        cmd.envs(&self.env);
+        let out = cmd.output().await.context("cannot run agent-sandbox")?;
+        Ok(Outcome {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// Runs it and requires success.
+    pub async fn ok(&self, args: &[&str]) -> anyhow::Result<Outcome> {
+        let out = self.run(args).await?;
+        anyhow::ensure!(out.code == 0, "agent-sandbox {args:?} exited {}: {}", out.code, out.stderr);
+        Ok(out)
+    }
+}
+
+/// A temporary project folder (its canonical path is what the launcher labels); dropping it
+/// removes the containers and volumes the launcher made for it.
+pub struct Project {
+    pub dir: tempfile::TempDir,
+    pub path: String,
+}
+
+impl Project {
+    pub fn new() -> anyhow::Result<Project> {
+        let dir = tempfile::tempdir()?;
+        let path = std::fs::canonicalize(dir.path())?.to_string_lossy().into_owned();
+        Ok(Project { dir, path })
+    }
+
+    /// The containers the launcher made for this project: (id, name).
+    pub async fn containers(&self) -> anyhow::Result<Vec<(String, String)>> {
+        containers_of(&self.path).await
+    }
+
+    /// The volumes the launcher made for this project.
+    pub async fn volumes(&self) -> anyhow::Result<Vec<String>> {
+        volumes_of(&self.path).await
+    }
+}
+
+fn project_filter(project: &str) -> String {
+    format!("{}={project}", xtask::labels::LAUNCHER_PROJECT)
+}
+
+async fn containers_of(project: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let label = project_filter(project);
+    let filters = HashMap::from([("label", vec![label.as_str()])]);
+    let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    Ok(docker()
+        .await?
+        .list_containers(Some(options))
+        .await?
+        .into_iter()
+        .map(|c| {
+            let name = c.names.unwrap_or_default().first().cloned().unwrap_or_default();
+            (c.id.unwrap_or_default(), name.trim_start_matches('/').to_string())
+        })
+        .collect())
+}
+
+async fn volumes_of(project: &str) -> anyhow::Result<Vec<String>> {
+    let label = project_filter(project);
+    let filters = HashMap::from([("label", vec![label.as_str()])]);
+    let options = ListVolumesOptionsBuilder::default().filters(&filters).build();
+    let list = docker().await?.list_volumes(Some(options)).await?;
+    Ok(list.volumes.unwrap_or_default().into_iter().map(|v| v.name).collect())
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        let project = self.path.clone();
+        drop_async(move || async move {
+            for (id, _) in containers_of(&project).await.unwrap_or_default() {
+                force_remove(id).await;
+            }
+            if let Ok(docker) = docker().await {
+                for volume in volumes_of(&project).await.unwrap_or_default() {
+                    let _ = docker
+                        .remove_volume(&volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
+                        .await;
+                }
+            }
+        });
+    }
+}

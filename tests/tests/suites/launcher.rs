@@ -1,0 +1,319 @@
+//! The launcher, `agent-sandbox`, driven as a user drives it: the real binary against the engine.
+//! `--offline` sandboxes need no capability, so most of the suite runs in both modes; the live
+//! allowlist changes (`net_admin_`) need the firewall and run in the full mode only.
+
+use sandbox_tests::docker::{TestNet, exec};
+use sandbox_tests::images::image;
+use sandbox_tests::launcher::{Launcher, Project};
+use sandbox_tests::peers::Peer;
+use sandbox_tests::probe::Probe;
+use sandbox_tests::sandbox::Sandbox;
+
+/// The sandbox the launcher made for `project` (there must be exactly one).
+async fn only_container(project: &Project) -> anyhow::Result<(String, String)> {
+    let containers = project.containers().await?;
+    anyhow::ensure!(containers.len() == 1, "expected one sandbox for {}, found {containers:?}", project.path);
+    Ok(containers[0].clone())
+}
+
+fn ls(json: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    Ok(serde_json::from_str(json)?)
+}
+
+#[tokio::test]
+async fn run_detached_is_listed_a_second_run_reattaches_and_stop_ends_it() -> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    let run = ["run", "shell", &project.path, "--detach", "--offline", "--image", &shell];
+    launcher.ok(&run).await?;
+    let (id, name) = only_container(&project).await?;
+
+    let rows = ls(&launcher.ok(&["ls", "--json"]).await?.stdout)?;
+    let row = rows.iter().find(|r| r["name"] == name.as_str()).expect("ls lists the sandbox");
+    assert_eq!(row["agent"], "shell");
+    assert_eq!(row["project"], project.path.as_str());
+    assert_eq!(row["running"], true);
+    let text = launcher.ok(&["ls"]).await?.stdout;
+    let line = text.lines().find(|l| l.ends_with(&name)).expect("ls's text lists the sandbox");
+    assert!(line.starts_with("shell ") && line.contains(&project.path) && line.contains("Up "), "{text}");
+
+    // The same agent on the same project: the running sandbox, not a second one.
+    let again = launcher.ok(&run).await?;
+    assert!(again.stderr.contains("reattaching"), "{again:?}");
+    assert_eq!(only_container(&project).await?.0, id, "a second run started another container");
+    // Without a terminal, attaching says what to do.
+    let attach = launcher.run(&["attach", &name]).await?;
+    assert_eq!(attach.code, 64, "{attach:?}");
+    assert!(attach.stderr.contains("attaching needs a terminal"), "{attach:?}");
+
+    launcher.ok(&["stop", &name]).await?;
+    assert!(project.containers().await?.is_empty(), "stop left the container");
+    let rows = ls(&launcher.ok(&["ls", "--json"]).await?.stdout)?;
+    assert!(!rows.iter().any(|r| r["name"] == name.as_str()), "{rows:?}");
+    let gone = launcher.run(&["stop", &name]).await?;
+    assert_eq!(gone.code, 68, "{gone:?}");
+    Ok(())
+}
+
+/// The file at `path` in the sandbox, as root reads it, with its owner.
+async fn file_in(id: &str, path: &str) -> anyhow::Result<Option<(String, String)>> {
+    let out = exec(id, &["sh", "-c", &format!("stat -c %u {path} && cat {path}")], None).await?;
+    Ok((out.code == 0).then(|| {
+        let (owner, contents) = out.stdout.split_once('\n').unwrap_or_default();
+        (owner.to_string(), contents.to_string())
+    }))
+}
+
+#[tokio::test]
+async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host_sign_in()
+-> anyhow::Result<()> {
+    let claude = image("claude").await?;
+    let launcher = Launcher::new()?;
+    let credentials = ".claude/.credentials.json";
+    let signed_in = r#"{"claudeAiOauth":{"accessToken":"host-token-for-test"}}"#;
+    std::fs::create_dir_all(launcher.home.path().join(".claude"))?;
+    std::fs::write(launcher.home.path().join(credentials), signed_in)?;
+    let (first, second) = (Project::new()?, Project::new()?);
+    let run = |project: &str| {
+        ["run", "claude", project, "--detach", "--offline", "--image", &claude].map(str::to_string)
+    };
+    let mut with_login = run(&first.path).to_vec();
+    with_login.push("--login-from-host".into());
+    launcher.ok(&with_login.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    launcher.ok(&run(&second.path).iter().map(String::as_str).collect::<Vec<_>>()).await?;
+
+    let (first_volumes, second_volumes) = (first.volumes().await?, second.volumes().await?);
+    assert_eq!(first_volumes.len(), 1, "{first_volumes:?}");
+    assert_eq!(second_volumes.len(), 1, "{second_volumes:?}");
+    assert_ne!(first_volumes, second_volumes, "two projects share a state volume");
+    let (first_id, _) = only_container(&first).await?;
+    let (second_id, _) = only_container(&second).await?;
+    let inside = format!("/home/agent/{credentials}");
+    assert_eq!(
+        file_in(&first_id, &inside).await?,
+        Some(("1000".to_string(), signed_in.to_string())),
+        "the host's sign-in is not in the first project's volume, as the agent's"
+    );
+    assert_eq!(file_in(&second_id, &inside).await?, None, "the second project got the host's sign-in");
+    // The volume keeps it: the first project's next sandbox, without the flag, still has it.
+    let (first_name, second_name) = (only_container(&first).await?.1, only_container(&second).await?.1);
+    launcher.ok(&["stop", &first_name]).await?;
+    launcher.ok(&run(&first.path).iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let (again, _) = only_container(&first).await?;
+    assert_eq!(file_in(&again, &inside).await?.map(|f| f.1), Some(signed_in.to_string()));
+    launcher.ok(&["stop", &second_name]).await?;
+
+    // No sign-in on the host: the file is named, nothing starts.
+    std::fs::remove_file(launcher.home.path().join(credentials))?;
+    let third = Project::new()?;
+    let mut missing = run(&third.path).to_vec();
+    missing.push("--login-from-host".into());
+    let out = launcher.run(&missing.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    assert_eq!(out.code, 71, "{out:?}");
+    assert!(out.stderr.contains(".claude/.credentials.json"), "{out:?}");
+    assert!(third.containers().await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_key_goes_in_as_a_root_only_secret_and_no_key_is_refused_by_name() -> anyhow::Result<()> {
+    let claude = image("claude").await?;
+    let key = "sk-ant-api03-launcher-test-key";
+    let project = Project::new()?;
+    let run = ["run", "claude", &project.path, "--detach", "--image", &claude];
+
+    // No key, and no --no-key: the variable and the secret file are named, nothing is left.
+    let out = Launcher::new()?.run(&run).await?;
+    assert_eq!(out.code, 67, "{out:?}");
+    assert!(
+        out.stderr.contains("ANTHROPIC_API_KEY") && out.stderr.contains("/run/secrets/anthropic_api_key"),
+        "{out:?}"
+    );
+    assert!(project.containers().await?.is_empty(), "a refused run left a container");
+
+    let launcher = Launcher::new()?.env("ANTHROPIC_API_KEY", key);
+    let mut offline = run.to_vec();
+    offline.push("--offline");
+    launcher.ok(&offline).await?;
+    let (id, _) = only_container(&project).await?;
+    let secret = exec(&id, &["stat", "-c", "%u %a", "/run/secrets/anthropic_api_key"], None).await?;
+    assert_eq!(secret.stdout.trim(), "0 400", "{secret:?}");
+    // Not in the container's configuration, not in the agent's environment.
+    let inspect = sandbox_tests::docker::docker()
+        .await?
+        .inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>)
+        .await?;
+    let env = inspect.config.and_then(|c| c.env).unwrap_or_default();
+    assert!(!env.iter().any(|e| e.contains(key)), "{env:?}");
+    let agent = exec(
+        &id,
+        &["sandbox-exec", "--", "sh", "-c", "echo $ANTHROPIC_API_KEY; cat /run/secrets/anthropic_api_key"],
+        None,
+    )
+    .await?;
+    assert!(!agent.stdout.contains(key), "the agent read the key: {agent:?}");
+    assert!(agent.stdout.contains("held-by-agent-sandbox"), "the agent has no placeholder: {agent:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_input_no_engine_and_no_image_give_their_messages_and_codes() -> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let launcher = Launcher::new()?;
+    let project = Project::new()?;
+
+    let out = launcher
+        .run(&["run", "shell", &project.path, "--allow", "docs.rs", "--allow", "exa mple.com"])
+        .await?;
+    assert_eq!(out.code, 64, "{out:?}");
+    assert!(out.stderr.contains("--allow #2 `exa mple.com`, character 4"), "{out:?}");
+    let out = launcher.run(&["allow", "shell", "https://docs.rs"]).await?;
+    assert_eq!(out.code, 64, "{out:?}");
+    assert!(out.stderr.contains("DOMAIN #1 `https://docs.rs`, character 7"), "{out:?}");
+
+    let policy = project.dir.path().join("bad.yaml");
+    std::fs::write(&policy, "version: 1\ndomains:\n  - docs.rs\n  - bad domain\n")?;
+    let out = launcher
+        .run(&["run", "shell", &project.path, "--detach", "--policy", &policy.to_string_lossy()])
+        .await?;
+    assert_eq!(out.code, 65, "{out:?}");
+    assert!(out.stderr.contains("bad.yaml:4:"), "{out:?}");
+
+    let nowhere = Launcher::new()?.env("DOCKER_HOST", "unix:///nonexistent/agent-sandbox-test.sock");
+    let out = nowhere.run(&["run", "shell", &project.path, "--detach", "--image", &shell]).await?;
+    assert_eq!(out.code, 69, "{out:?}");
+    assert!(
+        out.stderr.contains("no container engine answers at unix:///nonexistent/agent-sandbox-test.sock"),
+        "{out:?}"
+    );
+    assert_eq!(nowhere.run(&["ls"]).await?.code, 69);
+
+    let unbuilt = Launcher::new()?.env("AGENT_SANDBOX_PREFIX", "localhost/agent-sandbox-test-unbuilt");
+    let out = unbuilt.run(&["run", "shell", &project.path, "--detach"]).await?;
+    assert_eq!(out.code, 66, "{out:?}");
+    assert!(out.stderr.contains("cargo xtask build shell"), "{out:?}");
+    let out = launcher
+        .run(&["run", "shell", &project.path, "--detach", "--image", "localhost/agent-sandbox-test/none:0"])
+        .await?;
+    assert_eq!(out.code, 66, "{out:?}");
+    // Not detached, with no terminal to attach: said before anything starts.
+    let out = launcher.run(&["run", "shell", &project.path, "--image", &shell]).await?;
+    assert_eq!(out.code, 64, "{out:?}");
+    assert!(out.stderr.contains("no terminal to attach to: add --detach"), "{out:?}");
+    assert!(project.containers().await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_agent_cannot_write_the_runtime_drop_in_nor_signal_a_reload() -> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    launcher
+        .ok(&[
+            "run",
+            "shell",
+            &project.path,
+            "--detach",
+            "--offline",
+            "--image",
+            &shell,
+            "--allow",
+            "docs.rs",
+        ])
+        .await?;
+    let (id, _) = only_container(&project).await?;
+    let drop_in = "/etc/agent-sandbox/policy.d/launcher.txt";
+    // Positive control: the launcher wrote it, as root, with the name asked for.
+    let before = exec(&id, &["cat", drop_in], None).await?;
+    assert!(before.stdout.lines().any(|l| l == "docs.rs"), "{before:?}");
+
+    let attempts = [
+        format!("echo evil.test >> {drop_in}"),
+        format!("cp {drop_in} /tmp/x && echo evil.test >> /tmp/x && mv -f /tmp/x {drop_in}"),
+        "echo evil.test > /etc/agent-sandbox/policy.d/zz-agent.txt".to_string(),
+        format!("rm -f {drop_in}"),
+        "echo 2099-01-01T00:00:00.000Z > /run/agent-sandbox/launcher-pending.mark".to_string(),
+        "kill -HUP 1".to_string(),
+    ];
+    for attempt in &attempts {
+        let out = exec(&id, &["sandbox-exec", "--", "sh", "-c", attempt], None).await?;
+        assert_ne!(out.code, 0, "the agent managed `{attempt}`: {out:?}");
+    }
+    let after = exec(&id, &["sh", "-c", "cat /etc/agent-sandbox/policy.d/*"], None).await?;
+    assert_eq!(after.stdout, before.stdout, "the drop-ins changed");
+    let logs = sandbox_tests::docker::container_logs(&id).await?;
+    assert!(!logs.0.contains("sandbox reloaded"), "the agent made PID 1 reload: {logs:?}");
+    Ok(())
+}
+
+/// The agent's connection to `target` through the probe.
+async fn connect(sb: &Sandbox, host: &str) -> anyhow::Result<Probe> {
+    sb.probe(&["tcp", host, "443", "--timeout-ms", "3000"]).await
+}
+
+/// The pid of the process in the session's pane (the agent's command).
+async fn pane_pid(id: &str) -> anyhow::Result<String> {
+    let out = exec(
+        id,
+        &["sandbox-exec", "--", "tmux", "display-message", "-p", "-t", "agent", "#{pane_pid}"],
+        None,
+    )
+    .await?;
+    anyhow::ensure!(out.code == 0 && !out.stdout.trim().is_empty(), "{out:?}");
+    Ok(out.stdout.trim().to_string())
+}
+
+#[tokio::test]
+async fn net_admin_allow_opens_a_refused_name_live_pending_lists_it_and_deny_closes_it() -> anyhow::Result<()>
+{
+    let shell = image("shell").await?;
+    let net = TestNet::create("launcher").await?;
+    let _peer = Peer::start(&net, &["docs.launcher.test"]).await?;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    launcher
+        .ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
+        .await?;
+    let (id, name) = only_container(&project).await?;
+    let sb = Sandbox::adopt(&id).await?;
+    let pid = pane_pid(&id).await?;
+
+    let refused = connect(&sb, "docs.launcher.test").await?;
+    assert!(refused.outcome().starts_with("dns:"), "the name was not refused at first: {:?}", refused.fields);
+    let pending = launcher.ok(&["pending", &name, "--json"]).await?;
+    let queue: Vec<serde_json::Value> = serde_json::from_str(&pending.stdout)?;
+    let entry =
+        queue.iter().find(|p| p["name"] == "docs.launcher.test").expect("pending lists the refused name");
+    assert!(entry["count"].as_u64() >= Some(1), "{queue:?}");
+    assert!(launcher.ok(&["pending", &name]).await?.stdout.contains("docs.launcher.test"));
+
+    launcher.ok(&["allow", &name, "--pending"]).await?;
+    let allowed = connect(&sb, "docs.launcher.test").await?;
+    assert_eq!(allowed.outcome(), "connected", "allow did not open the name: {:?}", allowed.fields);
+    assert_eq!(pane_pid(&id).await?, pid, "the session was restarted");
+    let empty = launcher.ok(&["pending", &name, "--json"]).await?;
+    assert_eq!(
+        serde_json::from_str::<Vec<serde_json::Value>>(&empty.stdout)?,
+        Vec::<serde_json::Value>::new()
+    );
+
+    launcher.ok(&["deny", &name, "docs.launcher.test"]).await?;
+    let closed = connect(&sb, "docs.launcher.test").await?;
+    assert!(
+        closed.outcome() == "refused" || closed.outcome().starts_with("dns:"),
+        "deny left it open: {:?}",
+        closed.fields
+    );
+    assert_eq!(pane_pid(&id).await?, pid, "the session was restarted");
+    // A name refused after the approval is queued, until dismissed. (Another name: the denial
+    // log folds a name refused again within 10 s into its next line.)
+    assert!(connect(&sb, "other.launcher.test").await?.outcome().starts_with("dns:"));
+    let queued = launcher.ok(&["pending", &name, "--json"]).await?;
+    assert!(queued.stdout.contains("other.launcher.test"), "{queued:?}");
+    launcher.ok(&["pending", &name, "--dismiss"]).await?;
+    let dismissed = launcher.ok(&["pending", &name, "--json"]).await?;
+    assert!(!dismissed.stdout.contains("other.launcher.test"), "{dismissed:?}");
+    // Only what `allow` gave can be taken back.
+    let out = launcher.run(&["deny", &name, "github.com"]).await?;
+    assert_eq!(out.code, 64, "{out:?}");
+    Ok(())
+}
