@@ -80,7 +80,9 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
     let mut with_login = run(&first.path).to_vec();
     with_login.push("--login-from-host".into());
     launcher.ok(&with_login.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-    launcher.ok(&run(&second.path).iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let mut unattended = run(&second.path).to_vec();
+    unattended.push("--unattended".into());
+    launcher.ok(&unattended.iter().map(String::as_str).collect::<Vec<_>>()).await?;
 
     let (first_volumes, second_volumes) = (first.volumes().await?, second.volumes().await?);
     assert_eq!(first_volumes.len(), 1, "{first_volumes:?}");
@@ -95,6 +97,21 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
         "the host's sign-in is not in the first project's volume, as the agent's"
     );
     assert_eq!(file_in(&second_id, &inside).await?, None, "the second project got the host's sign-in");
+    // --unattended: the CLI runs with its image's unattended arguments; without, it does not.
+    let flag = "grep -l -a -e --dangerously-skip-permission[s] /proc/[0-9]*/cmdline | wc -l";
+    let count = |id: String| async move {
+        exec(&id, &["sh", "-c", flag], None).await.map(|o| o.stdout.trim().to_string())
+    };
+    let mut seen = String::new();
+    for _ in 0..50 {
+        seen = count(second_id.clone()).await?;
+        if seen != "0" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_ne!(seen, "0", "claude was not started with --dangerously-skip-permissions");
+    assert_eq!(count(first_id.clone()).await?, "0", "claude was started unattended without --unattended");
     // The volume keeps it: the first project's next sandbox, without the flag, still has it.
     let (first_name, second_name) = (only_container(&first).await?.1, only_container(&second).await?.1);
     launcher.ok(&["stop", &first_name]).await?;
