@@ -95,10 +95,13 @@ pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
     let local = engine.find(&facts.tag).await?.expect("just built");
     let lock = subject.lock()?;
     let entry = lock.images.get(name).unwrap_or_else(|| panic!("{name} is not in images.lock"));
-    assert_eq!(entry.id, local.id, "the lock's id for {name}");
-    assert!(entry.tags.contains(&facts.tag), "{:?} lacks {}", entry.tags, facts.tag);
+    let here = xtask::lock::LocalImages::read(&subject.root.join("images.lock"))?;
+    let record = here.images.get(name).unwrap_or_else(|| panic!("{name} is not in images.local.json"));
+    assert_eq!(record.id, local.id, "the local record's id for {name}");
+    assert!(record.tags.contains(&facts.tag), "{:?} lacks {}", record.tags, facts.tag);
     assert_eq!(local.labels.get(xtask::labels::IMAGE), Some(&name.to_string()));
     assert_eq!(local.labels.get(xtask::labels::INPUTS), Some(&entry.inputs));
+    assert_eq!(local.labels.get(xtask::labels::BUILD), Some(&record.build));
     assert_eq!(local.labels.get(xtask::labels::PARENT), entry.parent.as_ref(), "{name}'s parent label");
     // An agent image's pinned CLI version is a build arg the lock records.
     if let Some(version) = local.labels.get(xtask::labels::AGENT_VERSION) {

@@ -14,7 +14,7 @@ use crate::context::BuildContext;
 use crate::dockerfile::{copies, pinned_args};
 use crate::engine::{BuildEvent, BuildFailure, Engine};
 use crate::graph::{Base, ImageGraph};
-use crate::lock::{ImagesLock, LockedImage};
+use crate::lock::{ImagesLock, LocalImage, LocalImages, LockedImage};
 use crate::os::{Bootstrap, OS_ARG, OsLayer, OsSource};
 use crate::progress::{Progress, ProgressMode};
 use crate::{labels, project};
@@ -140,6 +140,8 @@ pub struct BuildReport {
     /// What each image's build was given (or would have been), in build order.
     pub plans: Vec<Arc<BuildPlan>>,
     pub lock: ImagesLock,
+    /// What this machine's engine holds for the lock (images.local.json).
+    pub local: LocalImages,
     pub os_source: OsSource,
 }
 
@@ -199,7 +201,10 @@ pub struct BuildPlan {
     pub labels: HashMap<String, String>,
     /// Exactly what the image is built on: the parent's id or an external reference.
     pub from: String,
+    /// The input hash images.lock records (the same on every machine).
     pub inputs: String,
+    /// The build key: the input hash of exactly what the engine is given (local).
+    pub build_key: String,
     /// The Dockerfile's ARG defaults other than the parent's, recorded in the lock.
     pub args: BTreeMap<String, String>,
 }
@@ -212,15 +217,17 @@ struct Walk<'a> {
     progress: Arc<Progress>,
     graph: ImageGraph,
     revision: Option<String>,
-    /// The static sandbox-init, when an image copies it.
-    sandbox_init: Option<Vec<u8>>,
+    /// The static sandbox-init, when an image copies it, and the hash of its sources.
+    sandbox_init: Option<(Vec<u8>, String)>,
     extra_ca: Option<Vec<u8>>,
     /// The OS layer's image, for root images that take one through their OS_IMAGE arg.
     os_base: Option<String>,
     old_lock: ImagesLock,
     lock: ImagesLock,
-    /// The image id of each image built or found so far.
+    local: LocalImages,
+    /// The image id and input hash of each image built or found so far.
     ids: HashMap<String, String>,
+    inputs: HashMap<String, String>,
 }
 
 impl<'a> Walk<'a> {
@@ -244,7 +251,8 @@ impl<'a> Walk<'a> {
             order.iter().any(|n| copies(&graph.get(n).expect("in graph").dockerfile, SANDBOX_INIT));
         let sandbox_init = if needs_init {
             progress.note("building sandbox-init (static)");
-            Some(project::sandbox_init_binary(&sh, &opts.root)?)
+            let binary = project::sandbox_init_binary(&sh, &opts.root)?;
+            Some((binary, project::sandbox_init_sources_hash(&opts.root)?))
         } else {
             None
         };
@@ -259,6 +267,8 @@ impl<'a> Walk<'a> {
         let old_lock = ImagesLock::read(&opts.lock_path)?;
         let mut lock = old_lock.clone();
         lock.images.retain(|name, _| graph.get(name).is_some());
+        let mut local = LocalImages::read(&opts.lock_path)?;
+        local.images.retain(|name, _| graph.get(name).is_some());
         let revision = revision.join().expect("git_revision does not panic");
         Ok(Walk {
             opts,
@@ -271,7 +281,9 @@ impl<'a> Walk<'a> {
             os_base,
             old_lock,
             lock,
+            local,
             ids: HashMap::new(),
+            inputs: HashMap::new(),
         })
     }
 
@@ -300,11 +312,13 @@ impl<'a> Walk<'a> {
             (Base::External { reference, .. }, _) => reference.clone(),
             (Base::Local { image, .. }, None) => unreachable!("'{image}' is built before '{name}'"),
         };
-        if let Some(binary) = &self.sandbox_init
+        let mut init_sources = None;
+        if let Some((binary, sources)) = &self.sandbox_init
             && copies(&node.dockerfile, SANDBOX_INIT)
             && !context.files.contains_key(SANDBOX_INIT)
         {
             context.insert(SANDBOX_INIT, 0o755, binary.clone());
+            init_sources = Some(sources);
         }
         if copies(&node.dockerfile, POLICY) && !context.files.contains_key(POLICY) {
             let policies =
@@ -315,13 +329,35 @@ impl<'a> Walk<'a> {
             })?;
             context.insert(POLICY, 0o644, policy);
         }
+        // The input hash the lock records: the context as the checkout has it (no extra CA,
+        // sandbox-init's sources for its binary), and the parent by its input hash (a root by the reference its Dockerfile names), not
+        // by what this engine made of it.
+        let mut checkout_args = build_args.clone();
+        if let Some(arg) = node.base.arg() {
+            checkout_args.remove(arg);
+        }
+        let checkout_from = match &node.base {
+            Base::Local { image, .. } => format!("{image}@{}", self.inputs[image]),
+            Base::External { reference, .. } => reference.clone(),
+        };
+        // sandbox-init by its sources: its bytes depend on the toolchain that built it.
+        let inputs = match init_sources {
+            Some(sources) => {
+                let mut checkout = context.clone();
+                checkout.insert(SANDBOX_INIT, 0o755, format!("sources {sources}").into_bytes());
+                checkout.input_hash(&checkout_args, &checkout_from)
+            }
+            None => context.input_hash(&checkout_args, &checkout_from),
+        };
         if let (Some(ca), Base::External { .. }) = (&self.extra_ca, &node.base) {
             inject_ca(&mut context, ca);
         }
-        let inputs = context.input_hash(&build_args, &from);
+        // Exactly what the engine is given, and the input hash its label carries: an image is
+        // reused only when both match.
+        let build_key = context.input_hash(&build_args, &format!("{from} {inputs}"));
         let args = pinned_args(&node.dockerfile, node.base.arg());
-        let labels = image_labels(self.opts, node, &inputs, self.revision.as_deref());
-        Ok(BuildPlan { name: name.to_string(), context, build_args, labels, from, inputs, args })
+        let labels = image_labels(self.opts, node, (&inputs, &build_key), self.revision.as_deref());
+        Ok(BuildPlan { name: name.to_string(), context, build_args, labels, from, inputs, build_key, args })
     }
 
     /// Tags image `id`, built or found for `plan`, and records it in the lock. `current_tags`:
@@ -329,7 +365,7 @@ impl<'a> Walk<'a> {
     async fn record(&mut self, current_tags: &[String], plan: &BuildPlan, id: &str) -> anyhow::Result<()> {
         let name = plan.name.as_str();
         let repository = project::repository(&self.opts.prefix, name);
-        let inputs_tag = project::inputs_tag(name, &plan.inputs);
+        let inputs_tag = project::inputs_tag(name, &plan.build_key);
         if !current_tags.contains(&inputs_tag) {
             let (repository, tag) = inputs_tag.rsplit_once(':').expect("a tag");
             self.engine.tag(id, repository, tag).await?;
@@ -340,19 +376,33 @@ impl<'a> Walk<'a> {
                 self.engine.tag(id, &repository, tag).await?;
             }
         }
-        let pinned = self.lock.images.get(name).filter(|old| old.id == id).and_then(|old| old.pinned.clone());
-        self.lock.images.insert(
-            name.to_string(),
-            LockedImage {
-                id: id.to_string(),
-                parent: self.parent(name),
-                from: plan.from.clone(),
-                inputs: plan.inputs.clone(),
-                tags: vec![format!("{repository}:{}", project::VERSION)],
-                args: plan.args.clone(),
-                pinned,
-            },
-        );
+        // A digest stays pinned while the inputs it was published from are the checkout's.
+        let pinned = self
+            .lock
+            .images
+            .get(name)
+            .filter(|old| old.inputs == plan.inputs)
+            .and_then(|old| old.pinned.clone());
+        let parent = self.parent(name);
+        let entry = LockedImage {
+            parent: parent.clone(),
+            inputs: plan.inputs.clone(),
+            args: plan.args.clone(),
+            pinned,
+        };
+        self.lock.images.insert(name.to_string(), entry);
+        let extra_ca = self.extra_ca.is_some()
+            && (parent.is_none()
+                || parent.as_ref().is_some_and(|p| self.local.images.get(p).is_some_and(|l| l.extra_ca)));
+        let local = LocalImage {
+            id: id.to_string(),
+            from: plan.from.clone(),
+            build: plan.build_key.clone(),
+            extra_ca,
+            tags: vec![format!("{repository}:{}", project::VERSION)],
+        };
+        self.local.images.insert(name.to_string(), local);
+        self.inputs.insert(name.to_string(), plan.inputs.clone());
         self.ids.insert(name.to_string(), id.to_string());
         Ok(())
     }
@@ -438,27 +488,24 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
             plans.push(plan.clone());
             // Found by the inputs tag, not by the label alone: labels are inherited, so every
             // image built FROM ours carries the same values.
+            if opts.locked
+                && let Some(mismatch) =
+                    describe_mismatch(&name, walk.old_lock.images.get(&name), &plan, &walk.parent(&name))
+            {
+                progress.finish(&name, &format!("not built: {mismatch} (--locked)"));
+                results.insert(name, Outcome::Failed { message: mismatch.clone() });
+                mismatches.push(mismatch);
+                continue;
+            }
             let existing = walk
                 .engine
-                .find(&project::inputs_tag(&name, &plan.inputs))
+                .find(&project::inputs_tag(&name, &plan.build_key))
                 .await?
-                .filter(|image| image.labels.get(labels::INPUTS) == Some(&plan.inputs));
-            if opts.locked {
-                let locked = walk.old_lock.images.get(&name);
-                match (existing.as_ref().map(|i| &i.id), locked) {
-                    (Some(id), Some(entry)) if *id == entry.id && entry.inputs == plan.inputs => {}
-                    (found, entry) => mismatches.push(describe_mismatch(&name, found, entry, &plan.inputs)),
-                }
-            }
+                .filter(|image| image.labels.get(labels::BUILD) == Some(&plan.build_key));
             if let Some(image) = existing {
                 progress.finish(&name, &format!("up to date ({})", short(&image.id)));
                 walk.record(&image.tags, &plan, &image.id).await?;
                 results.insert(name, Outcome::UpToDate { id: image.id });
-                continue;
-            }
-            if opts.locked {
-                progress.finish(&name, "would be rebuilt (--locked)");
-                results.insert(name, Outcome::Failed { message: "would be rebuilt".into() });
                 continue;
             }
             progress.state(&name, "building");
@@ -496,10 +543,13 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
     }
     progress.done();
 
+    if walk.local != LocalImages::read(&opts.lock_path)? {
+        walk.local.write(&opts.lock_path)?;
+    }
     if opts.locked {
         if !mismatches.is_empty() {
             anyhow::bail!(
-                "--locked: the build would change {}:\n  {}",
+                "--locked: the checkout's inputs differ from {}:\n  {}",
                 opts.lock_path.display(),
                 mismatches.join("\n  ")
             );
@@ -514,25 +564,28 @@ pub async fn build(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
             outcome: results.remove(name).expect("every image has an outcome"),
         })
         .collect();
-    Ok(BuildReport { results, plans, lock: walk.lock, os_source })
+    Ok(BuildReport { results, plans, lock: walk.lock, local: walk.local, os_source })
 }
 
+/// What differs between the lock's entry for `name` and the checkout's, if anything.
 fn describe_mismatch(
     name: &str,
-    found: Option<&String>,
     entry: Option<&LockedImage>,
-    inputs: &str,
-) -> String {
-    match (found, entry) {
-        (_, None) => format!("{name}: not in the lock"),
-        (_, Some(entry)) if entry.inputs != inputs => {
-            format!("{name}: inputs changed ({} in the lock, {} now)", short(&entry.inputs), short(inputs))
-        }
-        (None, Some(_)) => format!("{name}: no local image has the locked inputs; it would be rebuilt"),
-        (Some(id), Some(entry)) => {
-            format!("{name}: the local image is {} but the lock has {}", short(id), short(&entry.id))
-        }
+    plan: &BuildPlan,
+    parent: &Option<String>,
+) -> Option<String> {
+    let Some(entry) = entry else { return Some(format!("{name}: not in the lock")) };
+    if entry.inputs != plan.inputs {
+        return Some(format!(
+            "{name}: inputs changed ({} in the lock, {} in the checkout)",
+            short(&entry.inputs),
+            short(&plan.inputs)
+        ));
     }
+    if entry.parent != *parent || entry.args != plan.args {
+        return Some(format!("{name}: parent or args changed"));
+    }
+    None
 }
 
 /// Root images get the extra CA certificates: into the folder update-ca-certificates reads (so
@@ -562,12 +615,13 @@ fn read_ca_bundle(path: Option<&Path>) -> anyhow::Result<Option<Vec<u8>>> {
 fn image_labels(
     opts: &BuildOptions,
     node: &crate::graph::ImageNode,
-    inputs: &str,
+    (inputs, build_key): (&str, &str),
     revision: Option<&str>,
 ) -> HashMap<String, String> {
     let mut l = HashMap::from([
         (labels::IMAGE.to_string(), node.name.clone()),
         (labels::INPUTS.to_string(), inputs.to_string()),
+        (labels::BUILD.to_string(), build_key.to_string()),
         (labels::OCI_TITLE.to_string(), format!("{}{}", crate::project::LOCAL_PREFIX, node.name)),
         (labels::OCI_VERSION.to_string(), project::VERSION.to_string()),
         (labels::OCI_REVISION.to_string(), revision.unwrap_or("unknown").to_string()),

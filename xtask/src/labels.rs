@@ -9,8 +9,12 @@ macro_rules! ns {
 
 /// The graph node an image was built from (its folder name under images/).
 pub const IMAGE: &str = ns!("image");
-/// The hash of everything the build read: context files, build args, parent id.
+/// The input hash images.lock records: the context as the checkout has it, the args, the
+/// parent's input hash. The same on every machine.
 pub const INPUTS: &str = ns!("inputs");
+/// The build key: the hash of exactly what the engine was given (the parent's id, an extra CA).
+/// What reuse matches on, with the index tag `inputs:<name>-<key>`.
+pub const BUILD: &str = ns!("build");
 /// The graph parent's name, absent on roots.
 pub const PARENT: &str = ns!("parent");
 /// On agent images (set in their Dockerfiles): which agent, and its CLI's pinned version.

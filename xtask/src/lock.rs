@@ -1,16 +1,26 @@
-//! images.lock: what every build produced, per image, in a stable, diff-friendly order.
+//! images.lock, and the local record beside it.
 //!
-//! Only the version tag is locked: the `sha-<commit>` tag names a commit, and the commit that
+//! The lock is committed, so it holds only what a checkout determines and what publishing
+//! recorded: per image its parent, the Dockerfile's pinned args, its input hash (its context,
+//! args and its parent's input hash: the same on every machine) and its registry digest. What one
+//! machine's engine made of that (the image id, what exactly it was built on, the build key the
+//! engine's index and labels use, whether an extra CA went in, the tags) is local state:
+//! `images.local.json` beside the lock, which git ignores.
+//!
+//! Only the version tag is recorded: the `sha-<commit>` tag names a commit, and the commit that
 //! checks the lock in cannot name itself.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub const FILE_NAME: &str = "images.lock";
-const FORMAT_VERSION: u32 = 1;
+/// The local record, beside the lock.
+pub const LOCAL_FILE_NAME: &str = "images.local.json";
+const FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,55 +39,108 @@ impl Default for ImagesLock {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LockedImage {
-    /// The image id: the digest of its configuration.
-    pub id: String,
     /// The graph parent, absent on roots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    /// Exactly what the image was built on: the parent's id, or an external reference.
-    pub from: String,
-    /// The input hash the image is labelled with.
+    /// The input hash: the context as the checkout has it, the args, and the parent's input
+    /// hash (a root's base reference). No engine id, no extra CA: the same on every machine.
     pub inputs: String,
-    pub tags: Vec<String>,
     /// The Dockerfile's own ARG defaults (the CLI versions an image pins), not the parent's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub args: BTreeMap<String, String>,
-    /// `repository@sha256:…` as served by the registry, once published.
+    /// `repository@sha256:…` as served by the registry, once published from these inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<String>,
+}
+
+/// What this machine's engine holds for each image of the lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalImages {
+    pub version: u32,
+    pub images: BTreeMap<String, LocalImage>,
+}
+
+impl Default for LocalImages {
+    fn default() -> Self {
+        LocalImages { version: FORMAT_VERSION, images: BTreeMap::new() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalImage {
+    /// The image id: the digest of its configuration.
+    pub id: String,
+    /// Exactly what the image was built on: the parent's id, or an external reference or id.
+    pub from: String,
+    /// The build key: the input hash of exactly what the engine was given (the parent's id, the
+    /// extra CA). The engine's index tag and the `build` label carry it; an image is reused only
+    /// when it matches.
+    pub build: String,
+    /// Whether `--ca-bundle` put an extra CA into it (or into an ancestor).
+    pub extra_ca: bool,
+    pub tags: Vec<String>,
+}
+
+/// The local record that goes with the lock at `lock`.
+pub fn local_path(lock: &Path) -> PathBuf {
+    lock.with_file_name(LOCAL_FILE_NAME)
+}
+
+/// Reads a JSON file of `version`; a missing file is `T::default()`.
+fn read_versioned<T: DeserializeOwned + Default>(
+    path: &Path,
+    version: impl Fn(&T) -> u32,
+) -> anyhow::Result<T> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(T::default()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let found = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["version"].as_u64());
+    if found.is_some_and(|v| v != u64::from(FORMAT_VERSION)) {
+        anyhow::bail!(
+            "{}: format version {} is not supported (this xtask writes {FORMAT_VERSION}); \
+             delete it and build again",
+            path.display(),
+            found.unwrap_or_default()
+        );
+    }
+    let value: T = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column()))?;
+    debug_assert_eq!(version(&value), FORMAT_VERSION);
+    Ok(value)
+}
+
+/// Writes through a temporary file and a rename, so a crash never leaves half a file.
+fn write_json(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
+    let mut text = serde_json::to_string_pretty(value).expect("serialises");
+    text.push('\n');
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
 }
 
 impl ImagesLock {
     /// Reads the lock; a missing file is an empty lock.
     pub fn read(path: &Path) -> anyhow::Result<ImagesLock> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ImagesLock::default()),
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-        };
-        let lock: ImagesLock = serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column()))?;
-        if lock.version != FORMAT_VERSION {
-            anyhow::bail!(
-                "{}: lock format version {} is not supported (this xtask writes {FORMAT_VERSION})",
-                path.display(),
-                lock.version
-            );
-        }
-        Ok(lock)
+        read_versioned(path, |l: &ImagesLock| l.version)
     }
 
-    pub fn render(&self) -> String {
-        let mut text = serde_json::to_string_pretty(self).expect("the lock serialises");
-        text.push('\n');
-        text
-    }
-
-    /// Writes through a temporary file and a rename, so a crash never leaves half a lock.
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        let tmp = path.with_extension("lock.tmp");
-        std::fs::write(&tmp, self.render()).with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
+        write_json(path, self)
+    }
+}
+
+impl LocalImages {
+    /// Reads the local record of the lock at `lock`; missing is empty.
+    pub fn read(lock: &Path) -> anyhow::Result<LocalImages> {
+        read_versioned(&local_path(lock), |l: &LocalImages| l.version)
+    }
+
+    pub fn write(&self, lock: &Path) -> anyhow::Result<()> {
+        write_json(&local_path(lock), self)
     }
 }
 
@@ -85,16 +148,8 @@ impl ImagesLock {
 mod tests {
     use super::*;
 
-    fn entry(id: &str) -> LockedImage {
-        LockedImage {
-            id: id.into(),
-            parent: Some("os".into()),
-            from: "sha256:os".into(),
-            inputs: "sha256:in".into(),
-            tags: vec!["localhost/agent-sandbox/agent-base:0.1.0".into()],
-            args: BTreeMap::new(),
-            pinned: None,
-        }
+    fn entry(inputs: &str) -> LockedImage {
+        LockedImage { parent: Some("os".into()), inputs: inputs.into(), args: BTreeMap::new(), pinned: None }
     }
 
     #[test]
@@ -109,21 +164,45 @@ mod tests {
         assert!(text.find("\"base\"").unwrap() < text.find("\"shell\"").unwrap());
         assert!(!text.contains("pinned"), "unset fields are left out");
         assert_eq!(ImagesLock::read(&path).unwrap(), lock);
+
+        let mut local = LocalImages::default();
+        let image = LocalImage {
+            id: "sha256:i".into(),
+            from: "sha256:p".into(),
+            build: "sha256:b".into(),
+            extra_ca: true,
+            tags: vec!["localhost/agent-sandbox/agent-base:0.1.0".into()],
+        };
+        local.images.insert("base".into(), image);
+        local.write(&path).unwrap();
+        assert!(dir.path().join(LOCAL_FILE_NAME).exists());
+        assert_eq!(LocalImages::read(&path).unwrap(), local);
+        assert_eq!(ImagesLock::read(&path).unwrap(), lock, "the lock is left alone");
     }
 
     #[test]
     fn a_missing_lock_is_empty() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(ImagesLock::read(&dir.path().join("nope")).unwrap(), ImagesLock::default());
+        assert_eq!(LocalImages::read(&dir.path().join("nope")).unwrap(), LocalImages::default());
     }
 
     #[test]
     fn a_broken_lock_names_file_line_and_column() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
-        std::fs::write(&path, "{\n  \"version\": 1,\n  \"images\": {},\n  \"extra\": 2\n}\n").unwrap();
+        std::fs::write(&path, "{\n  \"version\": 2,\n  \"images\": {},\n  \"extra\": 2\n}\n").unwrap();
         let err = ImagesLock::read(&path).unwrap_err().to_string();
         assert!(err.starts_with(&format!("{}:4:", path.display())), "{err}");
         assert!(err.contains("unknown field `extra`"), "{err}");
+    }
+
+    #[test]
+    fn an_older_format_says_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        std::fs::write(&path, "{\"version\": 1, \"images\": {}}\n").unwrap();
+        let err = ImagesLock::read(&path).unwrap_err().to_string();
+        assert!(err.contains("format version 1 is not supported") && err.contains("build again"), "{err}");
     }
 }

@@ -104,6 +104,12 @@ pub fn sandbox_init_binary(sh: &Shell, root: &Path) -> anyhow::Result<Vec<u8>> {
     static_binary(sh, root, "sandbox-init", SANDBOX_INIT_SOURCES)
 }
 
+/// The hash of sandbox-init's sources: what stands for its binary in the input hash images.lock
+/// records, which must not depend on this machine's toolchain or paths.
+pub fn sandbox_init_sources_hash(root: &Path) -> anyhow::Result<String> {
+    sources_hash(root, SANDBOX_INIT_SOURCES)
+}
+
 /// A workspace package's binary of the same name, built static for the host's architecture so
 /// it runs in any image.
 ///

@@ -1,9 +1,9 @@
-//! `cargo xtask prune`: remove the project's images that neither images.lock nor a version tag
-//! names.
+//! `cargo xtask prune`: remove the project's images that neither the local record of images.lock
+//! (images.local.json) nor a version tag names.
 //!
 //! Every build that changes an input leaves the previous image behind, still tagged
 //! `:sha-<old commit>` and `inputs:<name>-<old hash>`; after a few sandbox-init changes the engine
-//! holds several generations of every agent image (gigabytes each). Kept: the images the lock
+//! holds several generations of every agent image (gigabytes each). Kept: the images the local record
 //! records and the latest build of each (the one the version tag names). Only what the build made is
 //! touched: images carrying the project's inputs label, and of their tags only the prefix's
 //! `agent-*` tags and the inputs tags. An image that keeps another tag (a registry tag, a tag of
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::engine::{Engine, ListedImage};
-use crate::{labels, lock::ImagesLock, project};
+use crate::{labels, lock::LocalImages, project};
 
 impl crate::flags::PruneFlags {
     pub async fn run(self, root: &Path) -> anyhow::Result<()> {
@@ -36,7 +36,7 @@ pub const GRACE: Duration = Duration::from_secs(10 * 60);
 
 #[derive(Debug, Clone)]
 pub struct PruneOptions {
-    /// The images this lock records are kept.
+    /// The images the local record of this lock names are kept.
     pub lock_path: PathBuf,
     pub prefix: String,
     pub dry_run: bool,
@@ -222,15 +222,16 @@ pub async fn prune(
     opts: &PruneOptions,
     mut on_image: impl FnMut(&Superseded, &Outcome),
 ) -> anyhow::Result<PruneReport> {
-    let lock = ImagesLock::read(&opts.lock_path)?;
-    if lock.images.is_empty() {
-        anyhow::bail!(
-            "{} records no image, so every image of the project would count as superseded; \
-             run `cargo xtask build` first",
-            opts.lock_path.display()
+    let local = LocalImages::read(&opts.lock_path)?;
+    if local.images.is_empty() {
+        // A fresh checkout: nothing recorded, so only the version tags (the latest of each
+        // image) say what stays.
+        eprintln!(
+            "prune: {} records no image yet: keeping the images the version tags name",
+            crate::lock::local_path(&opts.lock_path).display()
         );
     }
-    let keep: HashSet<String> = lock.images.values().map(|entry| entry.id.clone()).collect();
+    let keep: HashSet<String> = local.images.values().map(|entry| entry.id.clone()).collect();
     let engine = Engine::connect().await?;
     let root_dir = engine.local_root_dir().await;
     let free = |dir: &Option<PathBuf>| dir.as_deref().and_then(free_bytes);

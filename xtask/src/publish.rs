@@ -204,11 +204,8 @@ mod tests {
             lock.images.insert(
                 name.into(),
                 crate::lock::LockedImage {
-                    id: "sha256:0".into(),
                     parent: None,
-                    from: "x".into(),
                     inputs: "sha256:1".into(),
-                    tags: vec![],
                     args: Default::default(),
                     pinned: pinned.map(str::to_string),
                 },

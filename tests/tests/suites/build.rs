@@ -7,7 +7,7 @@ use sandbox_tests::images::{RemoveTagOnDrop, ScratchImages};
 use xtask::build::{Outcome, build};
 use xtask::engine::Engine;
 use xtask::labels;
-use xtask::lock::ImagesLock;
+use xtask::lock::{ImagesLock, LocalImages};
 use xtask::project::{VERSION, repository};
 
 #[tokio::test]
@@ -24,15 +24,17 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
 
     let revision = xtask::project::git_revision(&xshell::Shell::new()?, &sandbox_tests::root());
     let lock = ImagesLock::read(&scratch.lock_path())?;
+    let local = LocalImages::read(&scratch.lock_path())?;
     assert_eq!(lock, first.lock, "the lock on disk is the one reported");
+    assert_eq!(local, first.local, "the local record on disk is the one reported");
     assert_eq!(lock.images.keys().collect::<Vec<_>>().len(), names.len(), "every image is locked");
     for name in &names {
-        let entry = &lock.images[*name];
+        let (entry, here) = (&lock.images[*name], &local.images[*name]);
         let id = first.id(name).expect("built or up to date");
-        assert_eq!(entry.id, id);
+        assert_eq!(here.id, id);
         let tag = format!("{}:{VERSION}", repository(&scratch.prefix, name));
-        assert_eq!(entry.tags, std::slice::from_ref(&tag));
-        assert_eq!(engine.image_id(&tag).await?.as_deref(), Some(id), "{tag} points at the locked id");
+        assert_eq!(here.tags, std::slice::from_ref(&tag));
+        assert_eq!(engine.image_id(&tag).await?.as_deref(), Some(id), "{tag} points at the recorded id");
         if let Some(rev) = &revision {
             let sha_tag = format!("{}:sha-{rev}", repository(&scratch.prefix, name));
             assert_eq!(engine.image_id(&sha_tag).await?.as_deref(), Some(id), "{sha_tag}");
@@ -41,16 +43,22 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
         let labels: HashMap<String, String> = engine.image_labels(id).await?;
         assert_eq!(labels.get(labels::IMAGE), Some(&name.to_string()), "{name}: {labels:?}");
         assert_eq!(labels.get(labels::INPUTS), Some(&entry.inputs), "{name}");
+        assert_eq!(labels.get(labels::BUILD), Some(&here.build), "{name}");
+        assert_ne!(entry.inputs, here.build, "{name}: the lock's input hash names no engine id");
         assert_eq!(labels.get(labels::OCI_TITLE), Some(&format!("agent-{name}")), "{name}");
         assert_eq!(labels.get(labels::OCI_VERSION).map(String::as_str), Some(VERSION), "{name}");
         assert!(labels.contains_key(labels::OCI_SOURCE) && labels.contains_key(labels::OCI_REVISION));
         match &entry.parent {
             Some(parent) => {
-                assert_eq!(entry.from, lock.images[parent].id, "{name} is built on its parent's id");
+                assert_eq!(here.from, local.images[parent].id, "{name} is built on its parent's id");
                 assert_eq!(labels.get(labels::PARENT), Some(parent), "{name}");
             }
             None => assert!(!labels.contains_key(labels::PARENT), "{name} is a root: {labels:?}"),
         }
+    }
+    let text = std::fs::read_to_string(scratch.lock_path())?;
+    for local_fact in ["\"id\"", "\"from\"", "\"tags\"", "\"build\""] {
+        assert!(!text.contains(local_fact), "images.lock holds a machine-local fact ({local_fact}):\n{text}");
     }
     assert_eq!(lock.images["base"].parent.as_deref(), Some("os"));
     assert_eq!(lock.images["shell"].parent.as_deref(), Some("base"));
@@ -60,6 +68,7 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
     assert!(second.built().is_empty(), "a second build rebuilt {:?}", second.built());
     assert_eq!(second.up_to_date(), names);
     assert_eq!(ImagesLock::read(&scratch.lock_path())?, lock, "a no-op build leaves the lock as it was");
+    assert_eq!(LocalImages::read(&scratch.lock_path())?, local, "and the local record");
 
     // One changed file in shell's folder rebuilds shell and nothing else. The content is new to
     // this run: an image built from the same inputs by an earlier run would be reused.
@@ -70,11 +79,12 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
     third.ensure_success()?;
     assert_eq!(third.built(), ["shell"]);
     let rebuilt = ImagesLock::read(&scratch.lock_path())?;
-    assert_ne!(rebuilt.images["shell"].id, lock.images["shell"].id);
+    let rebuilt_here = LocalImages::read(&scratch.lock_path())?;
+    assert_ne!(rebuilt_here.images["shell"].id, local.images["shell"].id);
     assert_ne!(rebuilt.images["shell"].inputs, lock.images["shell"].inputs);
     assert_eq!(rebuilt.images["base"], lock.images["base"]);
     let _remove_rebuilt =
-        RemoveTagOnDrop(xtask::project::inputs_tag("shell", &rebuilt.images["shell"].inputs));
+        RemoveTagOnDrop(xtask::project::inputs_tag("shell", &rebuilt_here.images["shell"].build));
 
     // --locked passes now, and fails (naming the image, building nothing) after another change.
     let mut locked = opts.clone();
@@ -83,10 +93,48 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
     std::fs::write(scratch.images_dir().join("shell/NOTES.txt"), "changed again\n")?;
     let err = build(&locked).await.expect_err("--locked must fail when inputs changed").to_string();
     assert!(
-        err.contains("--locked: the build would change") && err.contains("shell: inputs changed"),
+        err.contains("--locked: the checkout's inputs differ from") && err.contains("shell: inputs changed"),
         "{err}"
     );
     assert_eq!(ImagesLock::read(&scratch.lock_path())?, rebuilt, "--locked never writes the lock");
+    Ok(())
+}
+
+/// images.lock holds what the checkout determines: a build with an extra CA and one without give
+/// the same lock, while the local record (and the engine) keep the two images apart.
+#[tokio::test]
+async fn an_extra_ca_changes_the_images_but_not_the_lock() -> anyhow::Result<()> {
+    let scratch = ScratchImages::copy("ca-lock", &["os", "base", "shell"])?;
+    let mut plain = scratch.options()?;
+    plain.images = vec!["shell".into()];
+    plain.ca_bundle = None;
+    let mut with_ca = plain.clone();
+    with_ca.ca_bundle = Some(sandbox_tests::tls::ca_file()?);
+
+    build(&plain).await?.ensure_success()?;
+    let (lock, local) = (ImagesLock::read(&scratch.lock_path())?, LocalImages::read(&scratch.lock_path())?);
+    build(&with_ca).await?.ensure_success()?;
+    let (ca_lock, ca_local) =
+        (ImagesLock::read(&scratch.lock_path())?, LocalImages::read(&scratch.lock_path())?);
+    let _indexes: Vec<RemoveTagOnDrop> = ["os", "base", "shell"]
+        .iter()
+        .flat_map(|n| {
+            [&local, &ca_local].map(|l| RemoveTagOnDrop(xtask::project::inputs_tag(n, &l.images[*n].build)))
+        })
+        .collect();
+    assert_eq!(ca_lock, lock, "the extra CA changed images.lock");
+    for name in ["os", "base", "shell"] {
+        let (without, with) = (&local.images[name], &ca_local.images[name]);
+        assert!(!without.extra_ca && with.extra_ca, "{name}: {without:?} {with:?}");
+        assert_ne!(without.id, with.id, "{name}: one image for both");
+        assert_ne!(without.build, with.build, "{name}");
+    }
+    // Back without the CA: the first images are found again, not the CA's.
+    let again = build(&plain).await?;
+    again.ensure_success()?;
+    assert!(again.built().is_empty(), "rebuilt {:?}", again.built());
+    assert_eq!(LocalImages::read(&scratch.lock_path())?, local);
+    assert_eq!(ImagesLock::read(&scratch.lock_path())?, lock);
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use sandbox_tests::docker::RemoveOnDrop;
 use sandbox_tests::images::{RemoveTagOnDrop, ScratchImages};
 use xtask::build::build;
 use xtask::engine::Engine;
-use xtask::lock::ImagesLock;
+use xtask::lock::LocalImages;
 use xtask::project::{VERSION, inputs_tag, repository};
 use xtask::prune::{GRACE, Outcome, PruneOptions, prune};
 
@@ -35,14 +35,14 @@ async fn older_generations_go_and_the_latest_the_locked_and_the_used_stay() -> a
             format!("prune test {} {:?} {generation}\n", std::process::id(), std::time::SystemTime::now());
         std::fs::write(scratch.images_dir().join("shell/NOTES.txt"), notes)?;
         build(&opts).await?.ensure_success()?;
-        let entry = ImagesLock::read(&scratch.lock_path())?.images["shell"].clone();
+        let entry = LocalImages::read(&scratch.lock_path())?.images["shell"].clone();
         engine.tag(&entry.id, &shell_repo, &format!("sha-{generation:012}")).await?;
         generations.push(entry);
     }
     let _indexes: Vec<RemoveTagOnDrop> =
-        generations.iter().map(|g| RemoveTagOnDrop(inputs_tag("shell", &g.inputs))).collect();
+        generations.iter().map(|g| RemoveTagOnDrop(inputs_tag("shell", &g.build))).collect();
     let [oldest, used, latest] = [&generations[0], &generations[1], &generations[2]];
-    let lock = ImagesLock::read(&scratch.lock_path())?;
+    let lock = LocalImages::read(&scratch.lock_path())?;
     assert_eq!(lock.images["shell"].id, latest.id);
 
     // A container made from the middle generation, never started: the engine must keep it.
@@ -73,7 +73,7 @@ async fn older_generations_go_and_the_latest_the_locked_and_the_used_stay() -> a
     let report = prune(&options(false), |_, _| {}).await?;
     assert_eq!(report.outcome(&oldest.id).cloned(), Some(Outcome::Removed), "{:?}", report.images);
     assert_eq!(engine.find(&oldest.id).await?, None, "the oldest generation is gone");
-    assert_eq!(engine.find(&inputs_tag("shell", &oldest.inputs)).await?, None, "with its inputs tag");
+    assert_eq!(engine.find(&inputs_tag("shell", &oldest.build)).await?, None, "with its inputs tag");
 
     assert_eq!(report.outcome(&used.id).cloned(), kept_for_the_container, "{:?}", report.images);
     let kept = engine.find(&used.id).await?.expect("a container's image is never forced out");
@@ -127,17 +127,17 @@ async fn an_older_parent_that_the_latest_child_is_built_on_loses_its_tags_not_it
     // built on the older base.
     std::fs::write(scratch.images_dir().join("base/NOTES.txt"), notes("first"))?;
     build(&opts).await?.ensure_success()?;
-    let first = ImagesLock::read(&scratch.lock_path())?;
+    let first = LocalImages::read(&scratch.lock_path())?;
     let (older_base, shell) = (&first.images["base"], &first.images["shell"]);
     engine.tag(&older_base.id, &base_repo, "sha-000000000009").await?;
     std::fs::write(scratch.images_dir().join("base/NOTES.txt"), notes("second"))?;
     opts.images = vec!["base".into()];
     build(&opts).await?.ensure_success()?;
-    let newer_base = ImagesLock::read(&scratch.lock_path())?.images["base"].clone();
+    let newer_base = LocalImages::read(&scratch.lock_path())?.images["base"].clone();
     let _indexes = [
-        RemoveTagOnDrop(inputs_tag("base", &older_base.inputs)),
-        RemoveTagOnDrop(inputs_tag("base", &newer_base.inputs)),
-        RemoveTagOnDrop(inputs_tag("shell", &shell.inputs)),
+        RemoveTagOnDrop(inputs_tag("base", &older_base.build)),
+        RemoveTagOnDrop(inputs_tag("base", &newer_base.build)),
+        RemoveTagOnDrop(inputs_tag("shell", &shell.build)),
     ];
     assert_ne!(newer_base.id, older_base.id);
 
