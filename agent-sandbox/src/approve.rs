@@ -22,6 +22,9 @@ pub const RUNTIME_DROP_IN: &str = "/etc/agent-sandbox/policy.d/launcher.txt";
 const DENIAL_LOGS: [&str; 2] = ["/run/agent-sandbox/denials.jsonl.1", "/run/agent-sandbox/denials.jsonl"];
 /// The time of the last denial approved or dismissed: root's, in PID 1's run folder.
 const PENDING_MARK: &str = "/run/agent-sandbox/launcher-pending.mark";
+/// The time of the last denial `pending` showed: `allow --pending` approves up to it, and no
+/// further, so a name the agent asks for after the user looked is not approved unseen.
+const REVIEWED_MARK: &str = "/run/agent-sandbox/launcher-pending.reviewed";
 /// What PID 1 wrote at its last (re)load: the policy in force.
 const STATUS_FILE: &str = "/run/agent-sandbox/status.json";
 const HEADER: &str = "# Written by `agent-sandbox allow` and `deny`: names allowed while the sandbox runs.\n";
@@ -105,11 +108,11 @@ struct Status {
     domains: Vec<String>,
 }
 
-/// The patterns of the policy PID 1 last loaded.
-async fn patterns_in_force(docker: &Docker, id: &str) -> Result<Vec<String>> {
+/// The domains of the policy PID 1 last loaded, as its status file lists them.
+async fn domains_in_force(docker: &Docker, id: &str) -> Result<Vec<String>> {
     let text = read_text(docker, id, STATUS_FILE).await?.unwrap_or_default();
     let status: Status = serde_json::from_str(&text).unwrap_or(Status { domains: Vec::new() });
-    Ok(status.domains.iter().map(|d| d.split_once(" (").map_or(d.as_str(), |(p, _)| p).to_string()).collect())
+    Ok(status.domains)
 }
 
 fn running(sandbox: &Found) -> Result<()> {
@@ -126,27 +129,30 @@ fn running(sandbox: &Found) -> Result<()> {
     }
 }
 
-/// Writes the runtime drop-in with `new` in it, signals the reload and waits until PID 1's
-/// policy has `expect` in it (or, `present` false, no longer has it).
-async fn apply(
-    docker: &Docker,
-    sandbox: &Found,
-    new: &[String],
-    expect: &[String],
-    present: bool,
-) -> Result<()> {
+/// The domains of `policy` as sandbox-init's status file lists them.
+fn listed(policy: &Policy) -> Vec<String> {
+    let mut list: Vec<String> = policy.domains.iter().map(|(d, access)| format!("{d} ({access})")).collect();
+    list.sort();
+    list
+}
+
+/// Writes the runtime drop-in with `new` in it, signals the reload and waits until the status
+/// file PID 1 writes at every (re)load lists exactly the domains of the policy that makes.
+async fn apply(docker: &Docker, sandbox: &Found, new: &[String]) -> Result<()> {
     let text = render(new);
     // The file as sandbox-init will read it: refused here rather than by a reload.
     Policy::from_list(Path::new(RUNTIME_DROP_IN), &text)
         .map_err(|e| Failure::new(Code::BadArgument, e.to_string()))?;
+    let expected = listed(&policy_in(docker, &sandbox.id, Some(new)).await?);
     let entry =
         Entry { path: RUNTIME_DROP_IN.into(), contents: Some(text.into_bytes()), mode: 0o644, uid: 0 };
     engine::put(docker, &sandbox.id, &[entry]).await?;
     engine::signal(docker, &sandbox.id, "HUP").await?;
     let started = Instant::now();
     loop {
-        let in_force = patterns_in_force(docker, &sandbox.id).await?;
-        if expect.iter().all(|p| in_force.contains(p) == present) {
+        let mut in_force = domains_in_force(docker, &sandbox.id).await?;
+        in_force.sort();
+        if in_force == expected {
             return Ok(());
         }
         if started.elapsed() > RELOAD_TIMEOUT {
@@ -164,10 +170,11 @@ async fn apply(
     }
 }
 
-/// `allow`: adds `domains` to the running sandbox's runtime drop-in and reloads.
+/// `allow`: adds `domains` to the running sandbox's runtime drop-in and reloads; returns those
+/// that were not in it yet.
 pub async fn allow(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<Vec<String>> {
     running(sandbox)?;
-    let patterns = validate("DOMAIN", domains)?;
+    validate("DOMAIN", domains)?;
     let mut current = entries(&read_text(docker, &sandbox.id, RUNTIME_DROP_IN).await?.unwrap_or_default());
     let mut added = Vec::new();
     for domain in domains {
@@ -176,17 +183,16 @@ pub async fn allow(docker: &Docker, sandbox: &Found, domains: &[String]) -> Resu
             added.push(domain.clone());
         }
     }
-    let expect: Vec<String> = patterns.iter().map(DomainPattern::to_string).collect();
-    apply(docker, sandbox, &current, &expect, true).await?;
+    apply(docker, sandbox, &current).await?;
     Ok(added)
 }
 
-/// `deny`: removes `domains` from the runtime drop-in and reloads; a name the drop-in does not
-/// hold is refused (it comes from the image's policy or a mounted one, which `deny` leaves).
-/// Returns the patterns that stay allowed by another policy file.
-pub async fn deny(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<Vec<String>> {
+/// `deny`: removes `domains` from the runtime drop-in and reloads. A name the drop-in does not
+/// hold, or that another entry would still allow, is refused and nothing changes: `deny` takes
+/// back what `allow` gave, and never says a name is closed while it is not.
+pub async fn deny(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<()> {
     running(sandbox)?;
-    validate("DOMAIN", domains)?;
+    let patterns = validate("DOMAIN", domains)?;
     let current = entries(&read_text(docker, &sandbox.id, RUNTIME_DROP_IN).await?.unwrap_or_default());
     let unknown: Vec<&String> = domains.iter().filter(|d| !current.contains(d)).collect();
     if !unknown.is_empty() {
@@ -201,14 +207,30 @@ pub async fn deny(docker: &Docker, sandbox: &Found, domains: &[String]) -> Resul
         ));
     }
     let kept: Vec<String> = current.iter().filter(|d| !domains.contains(d)).cloned().collect();
-    // A pattern another policy file allows as well stays in force.
     let after = policy_in(docker, &sandbox.id, Some(&kept)).await?;
-    let (gone, stays): (Vec<String>, Vec<String>) = validate("DOMAIN", domains)?
+    let still = Allowlist::new(&after);
+    let stays: Vec<String> = patterns
         .iter()
-        .map(DomainPattern::to_string)
-        .partition(|p| !after.domains.keys().any(|d| d.to_string() == *p));
-    apply(docker, sandbox, &kept, &gone, false).await?;
-    Ok(stays)
+        .filter_map(|pattern| {
+            let by = match pattern {
+                DomainPattern::Exact(name) => still.matches(name).map(|m| m.patterns),
+                wildcard => after.domains.contains_key(wildcard).then(|| vec![wildcard.clone()]),
+            }?;
+            let by: Vec<String> = by.iter().map(|p| format!("`{p}`")).collect();
+            Some(format!("`{pattern}` stays allowed by {}", by.join(", ")))
+        })
+        .collect();
+    if !stays.is_empty() {
+        return Err(Failure::new(
+            Code::BadArgument,
+            format!(
+                "{}: another entry of the sandbox's policy allows it (the image's, a --policy file's, \
+                 or a wildcard `allow` gave); nothing changed",
+                stays.join("; ")
+            ),
+        ));
+    }
+    apply(docker, sandbox, &kept).await
 }
 
 /// One name in the approval queue.
@@ -220,19 +242,30 @@ pub struct Pending {
     pub last: String,
 }
 
-/// The queue: names refused as not allowlisted after `mark`, not allowed by `allowlist` now,
-/// most asked first; and the time of the last denial read (the next mark).
-fn queue(lines: &str, mark: &str, allowlist: &Allowlist) -> (Vec<Pending>, Option<String>) {
+/// The queue as read: names refused as not allowlisted after one mark and up to another.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Queue {
+    /// Names that can be allowed, most asked first.
+    pub names: Vec<Pending>,
+    /// Refused names that are not domains a policy can hold (`a_b.test`): shown, never approved.
+    pub unallowable: Vec<String>,
+    /// The time of the last denial read: the mark that empties the queue this far.
+    pub newest: Option<String>,
+}
+
+/// The queue: names refused as not allowlisted after `after` (and up to `until`), not allowed by
+/// `allowlist` now.
+fn queue(lines: &str, after: &str, until: Option<&str>, allowlist: &Allowlist) -> Queue {
     let mut names: BTreeMap<String, Pending> = BTreeMap::new();
-    let mut newest: Option<String> = None;
+    let mut out = Queue::default();
     for line in lines.lines() {
         let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         let Some(time) = value["time"].as_str() else { continue };
-        if time <= mark {
+        if time <= after || until.is_some_and(|until| time > until) {
             continue;
         }
-        if newest.as_deref().is_none_or(|n| time > n) {
-            newest = Some(time.to_string());
+        if out.newest.as_deref().is_none_or(|n| time > n) {
+            out.newest = Some(time.to_string());
         }
         let (Some("dns"), Some("not allowlisted"), Some(name)) =
             (value["denied"].as_str(), value["reason"].as_str(), value["name"].as_str())
@@ -240,6 +273,12 @@ fn queue(lines: &str, mark: &str, allowlist: &Allowlist) -> (Vec<Pending>, Optio
             continue;
         };
         if allowlist.matches(name).is_some() {
+            continue;
+        }
+        if DomainPattern::parse(name).is_err() {
+            if !out.unallowable.iter().any(|n| n == name) {
+                out.unallowable.push(name.to_string());
+            }
             continue;
         }
         let count = 1 + value["repeats"].as_u64().unwrap_or(0);
@@ -251,27 +290,73 @@ fn queue(lines: &str, mark: &str, allowlist: &Allowlist) -> (Vec<Pending>, Optio
         entry.count += count;
         entry.last = time.to_string();
     }
-    let mut queue: Vec<Pending> = names.into_values().collect();
-    queue.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
-    (queue, newest)
+    out.names = names.into_values().collect();
+    out.names.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
+    out
 }
 
-/// The sandbox's approval queue, and the mark that would empty it.
-pub async fn pending(docker: &Docker, sandbox: &Found) -> Result<(Vec<Pending>, Option<String>)> {
+async fn read_mark(docker: &Docker, sandbox: &Found, path: &str) -> Result<String> {
+    Ok(read_text(docker, &sandbox.id, path).await?.unwrap_or_default().trim().to_string())
+}
+
+async fn write_mark(docker: &Docker, sandbox: &Found, path: &str, mark: &str) -> Result<()> {
+    let entry = Entry { path: path.into(), contents: Some(mark.as_bytes().to_vec()), mode: 0o644, uid: 0 };
+    engine::put(docker, &sandbox.id, &[entry]).await
+}
+
+/// The sandbox's approval queue, up to `until`.
+async fn read_queue(docker: &Docker, sandbox: &Found, until: Option<&str>) -> Result<Queue> {
     let mut lines = String::new();
     for log in DENIAL_LOGS {
         lines.push_str(&read_text(docker, &sandbox.id, log).await?.unwrap_or_default());
     }
-    let mark = read_text(docker, &sandbox.id, PENDING_MARK).await?.unwrap_or_default();
+    let mark = read_mark(docker, sandbox, PENDING_MARK).await?;
     let policy = policy_in(docker, &sandbox.id, None).await?;
-    Ok(queue(&lines, mark.trim(), &Allowlist::new(&policy)))
+    Ok(queue(&lines, &mark, until, &Allowlist::new(&policy)))
 }
 
-/// Empties the queue up to `mark`.
-pub async fn set_mark(docker: &Docker, sandbox: &Found, mark: &str) -> Result<()> {
-    let entry =
-        Entry { path: PENDING_MARK.into(), contents: Some(mark.as_bytes().to_vec()), mode: 0o644, uid: 0 };
-    engine::put(docker, &sandbox.id, &[entry]).await
+/// `pending`: the queue, which the user has now seen (what `allow --pending` may approve).
+pub async fn pending(docker: &Docker, sandbox: &Found) -> Result<Queue> {
+    let queue = read_queue(docker, sandbox, None).await?;
+    if let Some(newest) = &queue.newest {
+        write_mark(docker, sandbox, REVIEWED_MARK, newest).await?;
+    }
+    Ok(queue)
+}
+
+/// `pending --dismiss`: empties the queue as far as it was read.
+pub async fn dismiss(docker: &Docker, sandbox: &Found) -> Result<usize> {
+    let queue = read_queue(docker, sandbox, None).await?;
+    if let Some(newest) = &queue.newest {
+        write_mark(docker, sandbox, PENDING_MARK, newest).await?;
+    }
+    Ok(queue.names.len())
+}
+
+/// `allow --pending`: allows what the last `pending` showed (and `extra`), nothing the agent
+/// asked for since; names refused later stay queued.
+pub async fn allow_pending(docker: &Docker, sandbox: &Found, extra: &[String]) -> Result<Vec<String>> {
+    running(sandbox)?;
+    let (mark, reviewed) =
+        (read_mark(docker, sandbox, PENDING_MARK).await?, read_mark(docker, sandbox, REVIEWED_MARK).await?);
+    if reviewed.is_empty() || reviewed <= mark {
+        return Err(Failure::new(
+            Code::BadArgument,
+            format!(
+                "nothing reviewed to approve: `agent-sandbox pending {}` shows the queue, then --pending \
+                 allows what it showed",
+                sandbox.name
+            ),
+        ));
+    }
+    let queue = read_queue(docker, sandbox, Some(&reviewed)).await?;
+    let mut domains = extra.to_vec();
+    domains.extend(queue.names.into_iter().map(|p| p.name));
+    if !domains.is_empty() {
+        allow(docker, sandbox, &domains).await?;
+    }
+    write_mark(docker, sandbox, PENDING_MARK, &reviewed).await?;
+    Ok(domains)
 }
 
 pub fn render_pending(queue: &[Pending]) -> String {
@@ -313,17 +398,29 @@ mod tests {
             r#"{"time":"2026-11-26T10:00:02.000Z","denied":"dns","name":"docs.rs","type":"AAAA","reason":"not allowlisted"}"#,
             r#"{"time":"2026-11-26T10:00:03.000Z","denied":"dns","name":"evil.test","type":"A","reason":"not allowlisted","repeats":4}"#,
             r#"{"time":"2026-11-26T10:00:04.000Z","denied":"dns","name":"a.b.test","type":"TXT","reason":"query type"}"#,
+            r#"{"time":"2026-11-26T10:00:04.500Z","denied":"dns","name":"under_score.test","type":"A","reason":"not allowlisted"}"#,
             r#"{"time":"2026-11-26T10:00:05.000Z","denied":"connection","protocol":"tcp","address":"192.0.2.1","port":443}"#,
             r#"{"time":"2026-11-26T10:00:06.000Z","denied":"dns","name":"later.test","type":"A","reason":"not allowlisted"}"#,
             "not json",
         ]
         .join("\n");
         let policy = Policy::from_list(Path::new("x.txt"), "docs.rs\n").unwrap();
-        let (queue, newest) = queue(&lines, "2026-11-26T10:00:00.000Z", &Allowlist::new(&policy));
-        let names: Vec<(&str, u64)> = queue.iter().map(|p| (p.name.as_str(), p.count)).collect();
+        let read = queue(&lines, "2026-11-26T10:00:00.000Z", None, &Allowlist::new(&policy));
+        let names: Vec<(&str, u64)> = read.names.iter().map(|p| (p.name.as_str(), p.count)).collect();
         assert_eq!(names, [("evil.test", 6), ("later.test", 1)]);
-        assert_eq!(queue[0].last, "2026-11-26T10:00:03.000Z");
-        assert_eq!(newest.as_deref(), Some("2026-11-26T10:00:06.000Z"));
-        insta::assert_snapshot!(render_pending(&queue));
+        assert_eq!(read.names[0].last, "2026-11-26T10:00:03.000Z");
+        assert_eq!(read.newest.as_deref(), Some("2026-11-26T10:00:06.000Z"));
+        assert_eq!(read.unallowable, ["under_score.test"]);
+        insta::assert_snapshot!(render_pending(&read.names));
+        // Up to what was reviewed: a name refused later is not in it.
+        let reviewed = queue(
+            &lines,
+            "2026-11-26T10:00:00.000Z",
+            Some("2026-11-26T10:00:05.000Z"),
+            &Allowlist::new(&policy),
+        );
+        let names: Vec<&str> = reviewed.names.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["evil.test"]);
+        assert_eq!(reviewed.newest.as_deref(), Some("2026-11-26T10:00:05.000Z"));
     }
 }

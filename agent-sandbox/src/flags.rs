@@ -149,15 +149,40 @@ pub struct RunFlags {
     /// CPUs the sandbox may use (default: no limit)
     #[arg(long, value_name = "N")]
     pub cpus: Option<f64>,
-    /// Memory limit (e.g. 4g, 512m)
-    #[arg(long, value_name = "SIZE", default_value = "8g")]
-    pub memory: String,
-    /// Most processes the sandbox may have at once
-    #[arg(long, value_name = "N", default_value_t = 2048)]
-    pub pids_limit: i64,
+    /// Memory limit (e.g. 4g, 512m; default 8g)
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Most processes the sandbox may have at once (default 2048)
+    #[arg(long, value_name = "N")]
+    pub pids_limit: Option<i64>,
     /// The Docker network to join (default: the engine's default bridge)
     #[arg(long, value_name = "NAME")]
     pub network: Option<String>,
+}
+
+impl RunFlags {
+    /// The options that shape a new sandbox, as given: a running one cannot take them.
+    pub fn shaping(&self) -> Vec<&'static str> {
+        [
+            ("--allow", !self.allow.is_empty()),
+            ("--policy", !self.policy.is_empty()),
+            ("--offline", self.offline),
+            ("--image", self.image.is_some()),
+            ("--state", self.state.is_some()),
+            ("--key-file", !self.key_files.is_empty()),
+            ("--no-key", self.no_key),
+            ("--login-from-host", self.login_from_host),
+            ("--unattended", self.unattended),
+            ("--env", !self.env.is_empty()),
+            ("--cpus", self.cpus.is_some()),
+            ("--memory", self.memory.is_some()),
+            ("--pids-limit", self.pids_limit.is_some()),
+            ("--network", self.network.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
 }
 
 #[derive(Debug, Args)]

@@ -94,66 +94,57 @@ async fn dispatch(command: Command) -> Result<i32> {
             approve::validate("DOMAIN", &flags.domains)?;
             let docker = engine::connect().await?;
             let sandbox = engine::find(&docker, &flags.which.sandbox).await?;
-            let mut domains = flags.domains.clone();
-            let mut mark = None;
-            if flags.pending {
-                let (queue, newest) = approve::pending(&docker, &sandbox).await?;
-                domains.extend(queue.into_iter().map(|p| p.name));
-                mark = newest;
-            }
+            let domains = if flags.pending {
+                approve::allow_pending(&docker, &sandbox, &flags.domains).await?
+            } else {
+                approve::allow(&docker, &sandbox, &flags.domains).await?;
+                flags.domains.clone()
+            };
             if domains.is_empty() {
-                eprintln!("agent-sandbox: nothing pending in {}", sandbox.name);
-                return Ok(0);
+                eprintln!("agent-sandbox: nothing pending in {} up to the last review", sandbox.name);
+            } else {
+                eprintln!("agent-sandbox: {} now allows {}", sandbox.name, domains.join(", "));
             }
-            let added = approve::allow(&docker, &sandbox, &domains).await?;
-            if let Some(mark) = mark {
-                approve::set_mark(&docker, &sandbox, &mark).await?;
-            }
-            eprintln!(
-                "agent-sandbox: {} now allows {}{}",
-                sandbox.name,
-                domains.join(", "),
-                if added.len() < domains.len() { " (some were already in its list)" } else { "" }
-            );
             Ok(0)
         }
         Command::Deny(flags) => {
             approve::validate("DOMAIN", &flags.domains)?;
             let docker = engine::connect().await?;
             let sandbox = engine::find(&docker, &flags.which.sandbox).await?;
-            let stays = approve::deny(&docker, &sandbox, &flags.domains).await?;
+            approve::deny(&docker, &sandbox, &flags.domains).await?;
             eprintln!(
                 "agent-sandbox: {} no longer allows {} (its connections are cut)",
                 sandbox.name,
                 flags.domains.join(", ")
             );
-            if !stays.is_empty() {
-                eprintln!(
-                    "agent-sandbox: {} stays allowed by another policy file of the sandbox",
-                    stays.join(", ")
-                );
-            }
             Ok(0)
         }
         Command::Pending(flags) => {
             let docker = engine::connect().await?;
             let sandbox = engine::find(&docker, &flags.which.sandbox).await?;
-            let (queue, newest) = approve::pending(&docker, &sandbox).await?;
             if flags.dismiss {
-                if let Some(mark) = newest {
-                    approve::set_mark(&docker, &sandbox, &mark).await?;
-                }
-                eprintln!("agent-sandbox: dismissed {} names", queue.len());
-            } else if flags.json {
-                println!("{}", serde_json::to_string_pretty(&queue).expect("the queue serialises"));
-            } else if queue.is_empty() {
+                let dismissed = approve::dismiss(&docker, &sandbox).await?;
+                eprintln!("agent-sandbox: dismissed {dismissed} names");
+                return Ok(0);
+            }
+            let queue = approve::pending(&docker, &sandbox).await?;
+            if flags.json {
+                println!("{}", serde_json::to_string_pretty(&queue.names).expect("the queue serialises"));
+            } else if queue.names.is_empty() {
                 eprintln!("agent-sandbox: nothing pending in {}", sandbox.name);
             } else {
-                print!("{}", approve::render_pending(&queue));
+                print!("{}", approve::render_pending(&queue.names));
                 eprintln!(
-                    "agent-sandbox: allow them all with `agent-sandbox allow {} --pending`, or some with \
-                     `agent-sandbox allow {} NAME…`; `--dismiss` empties the queue",
+                    "agent-sandbox: allow these with `agent-sandbox allow {} --pending` (names refused \
+                     after this look wait for the next), or some with `agent-sandbox allow {} NAME…`; \
+                     `--dismiss` empties the queue",
                     sandbox.name, sandbox.name
+                );
+            }
+            if !queue.unallowable.is_empty() {
+                eprintln!(
+                    "agent-sandbox: also refused, and not domains a policy can hold: {}",
+                    queue.unallowable.join(", ")
                 );
             }
             Ok(0)

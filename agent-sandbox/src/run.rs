@@ -23,6 +23,8 @@ use crate::identity;
 const SECRETS_DIR: &str = "/run/secrets";
 const AGENT_HOME: &str = "/home/agent";
 const AGENT_UID: u64 = 1000;
+const DEFAULT_MEMORY: &str = "8g";
+const DEFAULT_PIDS: i64 = 2048;
 /// How long sandbox-init may take to say `sandbox ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// The pinned digests, as this checkout's images.lock records them once published.
@@ -116,8 +118,9 @@ fn plan(flags: &RunFlags) -> Result<Plan> {
         }
         key_files.insert(var.to_string(), key);
     }
-    let memory = parse_size(&flags.memory)
-        .ok_or_else(|| bad(format!("--memory {}: write a size such as 4g or 512m", flags.memory)))?;
+    let size = flags.memory.as_deref().unwrap_or(DEFAULT_MEMORY);
+    let memory =
+        parse_size(size).ok_or_else(|| bad(format!("--memory {size}: write a size such as 4g or 512m")))?;
     if !flags.detach && !crate::terminal::interactive() {
         return Err(bad(
             "no terminal to attach to: add --detach, then `agent-sandbox attach` from a terminal",
@@ -257,13 +260,22 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         engine::sandboxes(&docker).await?.into_iter().find(|s| s.agent == plan.agent && s.project == project);
     if let Some(found) = existing {
         if found.running {
-            eprintln!("agent-sandbox: {} is running on {project}: reattaching", found.name);
-            if !flags.allow.is_empty() {
-                eprintln!(
-                    "agent-sandbox: --allow applies to a new sandbox; for this one: agent-sandbox allow {} DOMAIN…",
-                    found.name
-                );
+            let shaping = flags.shaping();
+            if !shaping.is_empty() {
+                let live = if flags.allow.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (`agent-sandbox allow {} DOMAIN…` widens it live)", found.name)
+                };
+                return Err(bad(format!(
+                    "{} is running on {project}, and {} would shape a new sandbox, not this one: \
+                     `agent-sandbox stop {}` first, or run without them to reattach{live}",
+                    found.name,
+                    shaping.join(", "),
+                    found.name,
+                )));
             }
+            eprintln!("agent-sandbox: {} is running on {project}: reattaching", found.name);
             return if flags.detach { Ok(0) } else { crate::terminal::attach(&docker, &found.id).await };
         }
         // Stopped (the session ended, or the engine restarted): its state is in its volumes.
@@ -307,7 +319,7 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         mounts: Some(mounts),
         cap_add: (!flags.offline).then(|| vec!["NET_ADMIN".to_string()]),
         network_mode: if flags.offline { Some("none".into()) } else { flags.network.clone() },
-        pids_limit: Some(flags.pids_limit),
+        pids_limit: Some(flags.pids_limit.unwrap_or(DEFAULT_PIDS)),
         memory: Some(plan.memory),
         nano_cpus: flags.cpus.map(|c| (c * 1e9) as i64),
         log_config: Some(HostConfigLogConfig {

@@ -230,7 +230,7 @@ pub fn run() -> Result<u8, Fatal> {
         std::thread::sleep(TTY_READY_GRACE);
         session::attach_terminal(&agent).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     }
-    Ok(runtime.block_on(supervise(&agent, server, mode, enforcer, forwarder)))
+    Ok(runtime.block_on(supervise(&agent, server, (mode, network.ipv6), enforcer, forwarder)))
 }
 
 /// Takes the API keys given to the container (keys.rs) and starts the forwarder that holds
@@ -487,7 +487,7 @@ pub fn probe(target: &str) -> u8 {
 async fn supervise(
     agent: &AgentPrivileges,
     server: i32,
-    mode: FirewallMode,
+    (mode, ipv6): (FirewallMode, bool),
     enforcer: Option<Enforcer>,
     forwarder: Option<Arc<Forwarder>>,
 ) -> u8 {
@@ -534,7 +534,7 @@ async fn supervise(
                 stop_signal = libc::SIGINT;
                 stop_deadline = Some(stop(agent, server, libc::SIGINT));
             }
-            _ = hup.recv() => reload(mode, enforcer.as_ref()).await,
+            _ = hup.recv() => reload((mode, ipv6), enforcer.as_ref()).await,
             _ = tokio::time::sleep_until(deadline), if stop_deadline.is_some() => {
                 console::err(format!("sandbox-init: the session did not end within {} s of the signal; closing it", STOP_GRACE.as_secs()));
                 // SIGTERM is tmux's own way out: it hangs up every pane and exits.
@@ -589,7 +589,7 @@ fn session_status(stop_signal: libc::c_int, server_status: i32) -> u8 {
 /// sink's lock: no answer in flight can slip the address of a removed name into the new table),
 /// then cut the connections the new policy no longer allows. The session is not touched; on any
 /// error the current policy stays.
-async fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
+async fn reload((mode, ipv6): (FirewallMode, bool), enforcer: Option<&Enforcer>) {
     let started = Instant::now();
     let policy = match load_policy() {
         Ok(policy) => policy,
@@ -599,6 +599,8 @@ async fn reload(mode: FirewallMode, enforcer: Option<&Enforcer>) {
         }
     };
     let Some(e) = enforcer else {
+        // Nothing to enforce, but the status says what is loaded (the launcher waits for it).
+        status::write(&status::Status::new(mode, &policy, &[], ipv6));
         console::err(format!("sandbox-init: policy reloaded; nothing to enforce ({mode:?})"));
         return;
     };

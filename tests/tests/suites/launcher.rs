@@ -38,9 +38,14 @@ async fn run_detached_is_listed_a_second_run_reattaches_and_stop_ends_it() -> an
     assert!(line.starts_with("shell ") && line.contains(&project.path) && line.contains("Up "), "{text}");
 
     // The same agent on the same project: the running sandbox, not a second one.
-    let again = launcher.ok(&run).await?;
+    let again = launcher.ok(&["run", "shell", &project.path, "--detach"]).await?;
     assert!(again.stderr.contains("reattaching"), "{again:?}");
     assert_eq!(only_container(&project).await?.0, id, "a second run started another container");
+    // Options that would shape a new sandbox are refused, not dropped without a word.
+    let shaped = launcher.run(&run).await?;
+    assert_eq!(shaped.code, 64, "{shaped:?}");
+    assert!(shaped.stderr.contains("--offline, --image would shape a new sandbox"), "{shaped:?}");
+    assert_eq!(only_container(&project).await?.0, id);
     // Without a terminal, attaching says what to do.
     let attach = launcher.run(&["attach", &name]).await?;
     assert_eq!(attach.code, 64, "{attach:?}");
@@ -259,7 +264,34 @@ async fn the_agent_cannot_write_the_runtime_drop_in_nor_signal_a_reload() -> any
     let after = exec(&id, &["sh", "-c", "cat /etc/agent-sandbox/policy.d/*"], None).await?;
     assert_eq!(after.stdout, before.stdout, "the drop-ins changed");
     let logs = sandbox_tests::docker::container_logs(&id).await?;
-    assert!(!logs.0.contains("sandbox reloaded"), "the agent made PID 1 reload: {logs:?}");
+    assert!(!format!("{}{}", logs.0, logs.1).contains("reloaded"), "the agent made PID 1 reload: {logs:?}");
+
+    // deny never says a name is closed while another entry still allows it.
+    launcher.ok(&["allow", &id, "*.wild.launcher.test", "api.wild.launcher.test"]).await?;
+    let out = launcher.run(&["deny", &id, "api.wild.launcher.test"]).await?;
+    assert_eq!(out.code, 64, "{out:?}");
+    assert!(
+        out.stderr.contains("`api.wild.launcher.test` stays allowed by `*.wild.launcher.test`"),
+        "{out:?}"
+    );
+    let out = launcher.run(&["deny", &id, "github.com"]).await?;
+    assert_eq!(out.code, 64, "{out:?}");
+    assert!(
+        exec(&id, &["cat", drop_in], None).await?.stdout.contains("api.wild.launcher.test"),
+        "deny changed it"
+    );
+    // allow waits for the policy in force, ports included (github.com is the image's, on 80, 443
+    // and opaque 22).
+    launcher.ok(&["allow", &id, "github.com:8443"]).await?;
+    let status = launcher.ok(&["status", &id, "--json"]).await?;
+    let domains: serde_json::Value = serde_json::from_str(&status.stdout)?;
+    assert!(
+        domains["domains"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d == "github.com (80,443,8443; opaque 22)")),
+        "{}",
+        domains["domains"]
+    );
     Ok(())
 }
 
@@ -329,6 +361,10 @@ async fn net_admin_allow_opens_a_refused_name_live_pending_lists_it_and_deny_clo
     launcher.ok(&["pending", &name, "--dismiss"]).await?;
     let dismissed = launcher.ok(&["pending", &name, "--json"]).await?;
     assert!(!dismissed.stdout.contains("other.launcher.test"), "{dismissed:?}");
+    // --pending approves what `pending` showed: after a dismissal, nothing is reviewed.
+    let unreviewed = launcher.run(&["allow", &name, "--pending"]).await?;
+    assert_eq!(unreviewed.code, 64, "{unreviewed:?}");
+    assert!(unreviewed.stderr.contains("nothing reviewed to approve"), "{unreviewed:?}");
     // Only what `allow` gave can be taken back.
     let out = launcher.run(&["deny", &name, "github.com"]).await?;
     assert_eq!(out.code, 64, "{out:?}");

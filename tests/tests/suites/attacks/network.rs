@@ -666,3 +666,43 @@ async fn the_name_check_takes_no_scheme_second_hello_or_borrowed_address() -> an
     );
     Ok(())
 }
+
+/// The agent, knowing the user approves its queue with `agent-sandbox allow --pending`, asks for
+/// its own name right after the user looked (and floods the queue with a name no policy can
+/// hold, so that approving fails): what was shown is approved, its name is not.
+#[tokio::test]
+async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::Result<()> {
+    use sandbox_tests::launcher::{Launcher, Project};
+    let shell = sandbox_tests::images::image("shell").await?;
+    let net = TestNet::create("approval").await?;
+    let _peer = Peer::start(&net, &["docs.approval.test", "exfil.approval.test"]).await?;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    launcher
+        .ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
+        .await?;
+    let id = project.containers().await?.first().map(|c| c.0.clone()).expect("the launcher's sandbox");
+    let sb = Sandbox::adopt(&id).await?;
+    let asks = |name: &'static str| {
+        let sb = &sb;
+        async move { anyhow::Ok(sb.probe(&["dns", name]).await?.outcome().to_string()) }
+    };
+
+    assert!(asks("docs.approval.test").await?.starts_with("dns:"), "refused at first");
+    assert!(asks("a_b.approval.test").await?.starts_with("dns:"));
+    let shown = launcher.ok(&["pending", &id]).await?;
+    assert!(shown.stdout.contains("docs.approval.test") && !shown.stdout.contains("exfil"), "{shown:?}");
+    assert!(shown.stderr.contains("not domains a policy can hold: a_b.approval.test"), "{shown:?}");
+    // The attack: asked for after the user looked.
+    asks("exfil.approval.test").await?;
+    launcher.ok(&["allow", &id, "--pending"]).await?;
+    // Positive control: what was shown is allowed now.
+    assert_reaches(&sb, "docs.approval.test:443").await?;
+    assert_blocked(&sb, "exfil.approval.test:443").await?;
+    let drop_in =
+        sandbox_tests::docker::exec(&id, &["cat", "/etc/agent-sandbox/policy.d/launcher.txt"], None).await?;
+    assert!(!drop_in.stdout.contains("exfil") && !drop_in.stdout.contains("a_b"), "{drop_in:?}");
+    // It waits for the next look.
+    let next = launcher.ok(&["pending", &id]).await?;
+    assert!(next.stdout.contains("exfil.approval.test"), "{next:?}");
+    Ok(())
+}

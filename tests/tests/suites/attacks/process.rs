@@ -259,3 +259,64 @@ async fn a_secret_the_agent_could_read_or_swap_is_refused_at_start() -> anyhow::
     assert_eq!(env.stdout.trim(), "sk-ant-api03-held-by-agent-sandbox", "the key is held: {env:?}");
     Ok(())
 }
+
+/// The agent owns its tmux server: it turns passthrough on and writes an OSC 52 clipboard
+/// sequence, wrapped for passthrough, to its pane, while the user is attached with
+/// `agent-sandbox attach` from a terminal. The user's terminal gets the pane's text, not the
+/// clipboard write.
+#[tokio::test]
+async fn the_agent_cannot_write_the_users_clipboard_through_the_launchers_attach() -> anyhow::Result<()> {
+    use sandbox_tests::launcher::{Launcher, Project, binary};
+    use tokio::io::AsyncReadExt as _;
+    let shell = sandbox_tests::images::image("shell").await?;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    launcher.ok(&["run", "shell", &project.path, "--detach", "--offline", "--image", &shell]).await?;
+    let id = project.containers().await?.first().map(|c| c.0.clone()).expect("the launcher's sandbox");
+    let agent = |script: String| {
+        let id = id.clone();
+        async move { exec(&id, &["sandbox-exec", "--", "sh", "-c", &script], None).await }
+    };
+    assert_eq!(agent("tmux set -g allow-passthrough on".into()).await?.code, 0);
+
+    // The user, on a terminal (script(1) gives the launcher one).
+    let attach = format!("{} attach {id}", binary()?.display());
+    let mut user = tokio::process::Command::new("script")
+        .args(["-qfec", &attach, "/dev/null"])
+        .env("HOME", launcher.home.path())
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut attached = false;
+    for _ in 0..100 {
+        if !agent("tmux list-clients".into()).await?.stdout.trim().is_empty() {
+            attached = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(attached, "the launcher never attached");
+    let tty = agent("tmux display-message -p '#{pane_tty}'".into()).await?.stdout.trim().to_string();
+    let write = format!(
+        r"printf 'before-%s\n' mark > {tty}; \
+          printf '\033Ptmux;\033\033]52;c;QUdFTlQtQ0xJUEJPQVJE\007\033\\' > {tty}; \
+          printf '\033]52;c;QUdFTlQtQ0xJUEJPQVJE\007' > {tty}; \
+          printf 'after-%s\n' mark > {tty}"
+    );
+    assert_eq!(agent(write).await?.code, 0);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    agent("tmux detach-client -s agent".into()).await?;
+    let mut stdout = user.stdout.take().expect("piped");
+    let mut seen = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stdout.read_to_end(&mut seen)).await;
+    let _ = user.kill().await;
+    let seen = String::from_utf8_lossy(&seen);
+    // Positive control: the pane's text reached the user's terminal around the attack.
+    assert!(
+        seen.contains("before-mark") && seen.contains("after-mark"),
+        "the attach showed nothing: {seen:?}"
+    );
+    assert!(!seen.contains("52;c;"), "the agent wrote the user's clipboard: {seen:?}");
+    Ok(())
+}
