@@ -112,7 +112,9 @@ pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
         );
         assert_eq!(local.labels.get(xtask::labels::AGENT_NAME).map(String::as_str), Some(name));
         // `cargo xtask list` finds it by its label.
-        let listed = xtask::list::render(&engine.images_with_label(xtask::labels::IMAGE).await?, false);
+        let built_on = xtask::list::built_on(&subject.root.join("images.lock"));
+        let listed =
+            xtask::list::render(&engine.images_with_label(xtask::labels::IMAGE).await?, false, &built_on);
         let row = listed.lines().find(|l| l.starts_with(&format!("{name} ")) && l.contains(&facts.tag));
         assert!(
             row.is_some_and(|r| r.split_whitespace().any(|cell| cell == version)),

@@ -106,6 +106,27 @@ impl Default for Bootstrap {
     }
 }
 
+/// What dpkg leaves out of the OS layer and of every package installed on it later (mmdebstrap
+/// keeps the options in /etc/dpkg/dpkg.cfg.d/99mmdebstrap): documentation but the copyright
+/// files, manuals, info pages and translations, as Debian's own slim images do.
+pub const SLIM_PATHS: &[&str] = &[
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/groff/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/lintian/*",
+    "path-exclude=/usr/share/linda/*",
+    "path-exclude=/usr/share/locale/*",
+];
+
+/// What the options above cannot leave out (files of the packages unpacked before dpkg reads
+/// them: base-files' FAQ, the info index), removed from the bootstrap's tree, as Debian's
+/// slimming does.
+const SLIM_HOOK: &str = "cd \"$1\" && find usr/share/doc -mindepth 1 ! -type d ! -name copyright -delete \
+    && find usr/share/man usr/share/info usr/share/locale usr/share/groff usr/share/lintian usr/share/linda \
+       -mindepth 1 ! -type d -delete 2>/dev/null; true";
+
 impl Bootstrap {
     fn sources(&self) -> Vec<String> {
         let mut sources = vec![format!("deb {} {SUITE} main", self.mirror)];
@@ -118,7 +139,11 @@ impl Bootstrap {
     /// The tag a bootstrap with these settings is kept under.
     pub fn reference(&self) -> String {
         let mut h = Sha256::new();
-        h.update(format!("v1\n{SUITE}\nminbase\n{}\n{:?}\n", self.source_date_epoch, self.sources()));
+        h.update(format!(
+            "v2\n{SUITE}\nminbase\n{}\n{:?}\n{SLIM_PATHS:?}\n{SLIM_HOOK}\n",
+            self.source_date_epoch,
+            self.sources()
+        ));
         format!("{BOOTSTRAP_REPOSITORY}:{SUITE}-{}", &format!("{:x}", h.finalize())[..12])
     }
 
@@ -133,7 +158,9 @@ impl Bootstrap {
         let epoch = self.source_date_epoch.to_string();
         let _epoch = sh.push_env("SOURCE_DATE_EPOCH", &epoch);
         let sources = self.sources();
-        cmd!(sh, "mmdebstrap --variant=minbase --format=tar --quiet {SUITE} {out} {sources...}")
+        let mut slim: Vec<String> = SLIM_PATHS.iter().map(|p| format!("--dpkgopt={p}")).collect();
+        slim.push(format!("--customize-hook={SLIM_HOOK}"));
+        cmd!(sh, "mmdebstrap --variant=minbase --format=tar --quiet {slim...} {SUITE} {out} {sources...}")
             .run()
             .with_context(|| {
                 format!(
@@ -182,7 +209,10 @@ impl Bootstrap {
             .history(vec![
                 HistoryBuilder::default()
                     .created(created)
-                    .created_by(format!("mmdebstrap --variant=minbase {SUITE} {:?}", self.sources()))
+                    .created_by(format!(
+                        "mmdebstrap --variant=minbase {SLIM_PATHS:?} {SUITE} {:?}",
+                        self.sources()
+                    ))
                     .build()?,
             ])
             .build()?;
