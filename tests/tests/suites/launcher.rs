@@ -108,7 +108,8 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
         exec(&id, &["sh", "-c", flag], None).await.map(|o| o.stdout.trim().to_string())
     };
     let mut seen = String::new();
-    for _ in 0..50 {
+    // Claude Code takes a while to start on a busy machine.
+    for _ in 0..300 {
         seen = count(second_id.clone()).await?;
         if seen != "0" {
             break;
