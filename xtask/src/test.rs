@@ -32,6 +32,9 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     let _guards: Vec<_> = opts.export_env().into_iter().map(|(k, v)| sh.push_env(k, v)).collect();
     let (mode, profile) = if flags.ci { ("ci", "ci") } else { ("full", "default") };
     let _mode = sh.push_env(MODE_ENV, mode);
+    // The launcher's suite runs the real binary: built once here rather than by the first test
+    // of each test process, which would hold their slots while it compiles.
+    cmd!(sh, "cargo build --quiet --package agent-sandbox").run().context("cannot build agent-sandbox")?;
     let args = &flags.nextest_args;
     let result = cmd!(sh, "cargo nextest run --workspace --profile {profile} {args...}")
         .run()

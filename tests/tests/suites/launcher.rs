@@ -79,8 +79,11 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
     std::fs::create_dir_all(launcher.home.path().join(".claude"))?;
     std::fs::write(launcher.home.path().join(credentials), signed_in)?;
     let (first, second) = (Project::new()?, Project::new()?);
+    // The session's command records the arguments it was given (as the contract suite's does).
+    let recorder = r#"ASSISTANT_CMD=sh -c 'printf "arg:%s\n" "$@" > /tmp/args; exec sleep 600' recorder"#;
     let run = |project: &str| {
-        ["run", "claude", project, "--detach", "--offline", "--image", &claude].map(str::to_string)
+        ["run", "claude", project, "--detach", "--offline", "--image", &claude, "--env", recorder]
+            .map(str::to_string)
     };
     let mut with_login = run(&first.path).to_vec();
     with_login.push("--login-from-host".into());
@@ -102,22 +105,21 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
         "the host's sign-in is not in the first project's volume, as the agent's"
     );
     assert_eq!(file_in(&second_id, &inside).await?, None, "the second project got the host's sign-in");
-    // --unattended: the CLI runs with its image's unattended arguments; without, it does not.
-    let flag = "grep -l -a -e --dangerously-skip-permission[s] /proc/[0-9]*/cmdline | wc -l";
-    let count = |id: String| async move {
-        exec(&id, &["sh", "-c", flag], None).await.map(|o| o.stdout.trim().to_string())
-    };
-    let mut seen = String::new();
-    // Claude Code takes a while to start on a busy machine.
-    for _ in 0..300 {
-        seen = count(second_id.clone()).await?;
-        if seen != "0" {
-            break;
+    // --unattended: the session's command gets the image's unattended arguments; without, none.
+    let recorded = |id: String| async move {
+        for _ in 0..300 {
+            let out = exec(&id, &["cat", "/tmp/args"], None).await?;
+            if out.code == 0 {
+                return anyhow::Ok(
+                    out.stdout.lines().filter_map(|l| l.strip_prefix("arg:")).collect::<String>(),
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_ne!(seen, "0", "claude was not started with --dangerously-skip-permissions");
-    assert_eq!(count(first_id.clone()).await?, "0", "claude was started unattended without --unattended");
+        anyhow::bail!("the session's command never ran")
+    };
+    assert_eq!(recorded(second_id.clone()).await?, "--dangerously-skip-permissions");
+    assert_eq!(recorded(first_id.clone()).await?, "", "started unattended without --unattended");
     // The volume keeps it: the first project's next sandbox, without the flag, still has it.
     let (first_name, second_name) = (only_container(&first).await?.1, only_container(&second).await?.1);
     launcher.ok(&["stop", &first_name]).await?;
