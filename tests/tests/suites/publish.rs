@@ -75,6 +75,8 @@ async fn publish_pins_the_served_digest_and_a_pull_by_digest_gives_the_same_imag
 #[tokio::test]
 async fn a_registry_that_is_down_fails_and_leaves_the_lock_untouched() -> anyhow::Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    // publish tags the image for the registry before it finds the registry down.
+    let _untag = UntagOnDrop(format!("127.0.0.1:{port}/"));
     let scratch = ScratchImages::copy("publish-down", &["os"])?;
     let opts = options(&scratch, &format!("127.0.0.1:{port}"))?;
     xtask::build::build(&opts.build).await?.ensure_success()?;
