@@ -22,8 +22,9 @@ pub const RUNTIME_DROP_IN: &str = "/etc/agent-sandbox/policy.d/launcher.txt";
 const DENIAL_LOGS: [&str; 2] = ["/run/agent-sandbox/denials.jsonl.1", "/run/agent-sandbox/denials.jsonl"];
 /// The time of the last denial approved or dismissed: root's, in PID 1's run folder.
 const PENDING_MARK: &str = "/run/agent-sandbox/launcher-pending.mark";
-/// The time of the last denial `pending` showed: `allow --pending` approves up to it, and no
-/// further, so a name the agent asks for after the user looked is not approved unseen.
+/// What the last `pending` showed (its names, and the time of the last denial it read):
+/// `allow --pending` approves those names and no other, so nothing the agent asks for after the
+/// user looked, or that the user did not see, is approved unseen.
 const REVIEWED_MARK: &str = "/run/agent-sandbox/launcher-pending.reviewed";
 /// What PID 1 wrote at its last (re)load: the policy in force.
 const STATUS_FILE: &str = "/run/agent-sandbox/status.json";
@@ -242,7 +243,7 @@ pub struct Pending {
     pub last: String,
 }
 
-/// The queue as read: names refused as not allowlisted after one mark and up to another.
+/// The queue as read: names refused as not allowlisted after the mark.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Queue {
     /// Names that can be allowed, most asked first.
@@ -253,15 +254,14 @@ pub struct Queue {
     pub newest: Option<String>,
 }
 
-/// The queue: names refused as not allowlisted after `after` (and up to `until`), not allowed by
-/// `allowlist` now.
-fn queue(lines: &str, after: &str, until: Option<&str>, allowlist: &Allowlist) -> Queue {
+/// The queue: names refused as not allowlisted after `after`, not allowed by `allowlist` now.
+fn queue(lines: &str, after: &str, allowlist: &Allowlist) -> Queue {
     let mut names: BTreeMap<String, Pending> = BTreeMap::new();
     let mut out = Queue::default();
     for line in lines.lines() {
         let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         let Some(time) = value["time"].as_str() else { continue };
-        if time <= after || until.is_some_and(|until| time > until) {
+        if time <= after {
             continue;
         }
         if out.newest.as_deref().is_none_or(|n| time > n) {
@@ -304,58 +304,91 @@ async fn write_mark(docker: &Docker, sandbox: &Found, path: &str, mark: &str) ->
     engine::put(docker, &sandbox.id, &[entry]).await
 }
 
-/// The sandbox's approval queue, up to `until`.
-async fn read_queue(docker: &Docker, sandbox: &Found, until: Option<&str>) -> Result<Queue> {
-    let mut lines = String::new();
-    for log in DENIAL_LOGS {
-        lines.push_str(&read_text(docker, &sandbox.id, log).await?.unwrap_or_default());
+/// Both denial logs, read so that no rotation between the two reads loses or repeats lines: the
+/// current file read before and after the rotated one must be the same file grown.
+async fn denial_lines(docker: &Docker, sandbox: &Found) -> Result<String> {
+    let [rotated, current] = DENIAL_LOGS;
+    for _ in 0..5 {
+        let before = read_text(docker, &sandbox.id, current).await?.unwrap_or_default();
+        let old = read_text(docker, &sandbox.id, rotated).await?.unwrap_or_default();
+        let after = read_text(docker, &sandbox.id, current).await?.unwrap_or_default();
+        if after.starts_with(&before) {
+            return Ok(old + &after);
+        }
     }
-    let mark = read_mark(docker, sandbox, PENDING_MARK).await?;
-    let policy = policy_in(docker, &sandbox.id, None).await?;
-    Ok(queue(&lines, &mark, until, &Allowlist::new(&policy)))
+    Err(Failure::new(
+        Code::Sandbox,
+        format!("{}'s denial log rotated under every read; try again", sandbox.name),
+    ))
 }
 
-/// `pending`: the queue, which the user has now seen (what `allow --pending` may approve).
+/// The sandbox's approval queue: refused names after the mark, not allowed now.
+async fn read_queue(docker: &Docker, sandbox: &Found) -> Result<Queue> {
+    let lines = denial_lines(docker, sandbox).await?;
+    let mark = read_mark(docker, sandbox, PENDING_MARK).await?;
+    let policy = policy_in(docker, &sandbox.id, None).await?;
+    Ok(queue(&lines, &mark, &Allowlist::new(&policy)))
+}
+
+/// What the last `pending` showed: exactly the names `allow --pending` may approve, and how
+/// far it read (the mark approving or dismissing moves to).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Review {
+    until: String,
+    names: Vec<String>,
+}
+
+async fn read_review(docker: &Docker, sandbox: &Found) -> Result<Option<Review>> {
+    let mark = read_mark(docker, sandbox, PENDING_MARK).await?;
+    let text = read_mark(docker, sandbox, REVIEWED_MARK).await?;
+    let review: Review = serde_json::from_str(&text).unwrap_or_default();
+    Ok((!review.until.is_empty() && review.until > mark).then_some(review))
+}
+
+fn nothing_reviewed(sandbox: &Found, what: &str) -> Failure {
+    Failure::new(
+        Code::BadArgument,
+        format!(
+            "nothing reviewed to {what}: `agent-sandbox pending {}` shows the queue, then --pending \
+             approves (or --dismiss drops) exactly what it showed",
+            sandbox.name
+        ),
+    )
+}
+
+/// `pending`: the queue, which the user has now seen: its names are what `allow --pending` may
+/// approve, and nothing else.
 pub async fn pending(docker: &Docker, sandbox: &Found) -> Result<Queue> {
-    let queue = read_queue(docker, sandbox, None).await?;
+    let queue = read_queue(docker, sandbox).await?;
     if let Some(newest) = &queue.newest {
-        write_mark(docker, sandbox, REVIEWED_MARK, newest).await?;
+        let review =
+            Review { until: newest.clone(), names: queue.names.iter().map(|p| p.name.clone()).collect() };
+        write_mark(docker, sandbox, REVIEWED_MARK, &serde_json::to_string(&review).expect("serialises"))
+            .await?;
     }
     Ok(queue)
 }
 
-/// `pending --dismiss`: empties the queue as far as it was read.
+/// `pending --dismiss`: drops what the last `pending` showed, as far as it read.
 pub async fn dismiss(docker: &Docker, sandbox: &Found) -> Result<usize> {
-    let queue = read_queue(docker, sandbox, None).await?;
-    if let Some(newest) = &queue.newest {
-        write_mark(docker, sandbox, PENDING_MARK, newest).await?;
-    }
-    Ok(queue.names.len())
+    let review = read_review(docker, sandbox).await?.ok_or_else(|| nothing_reviewed(sandbox, "dismiss"))?;
+    write_mark(docker, sandbox, PENDING_MARK, &review.until).await?;
+    Ok(review.names.len())
 }
 
-/// `allow --pending`: allows what the last `pending` showed (and `extra`), nothing the agent
-/// asked for since; names refused later stay queued.
+/// `allow --pending`: allows the names the last `pending` showed (and `extra`) that are still
+/// not allowed, nothing the agent asked for since or the user did not see.
 pub async fn allow_pending(docker: &Docker, sandbox: &Found, extra: &[String]) -> Result<Vec<String>> {
     running(sandbox)?;
-    let (mark, reviewed) =
-        (read_mark(docker, sandbox, PENDING_MARK).await?, read_mark(docker, sandbox, REVIEWED_MARK).await?);
-    if reviewed.is_empty() || reviewed <= mark {
-        return Err(Failure::new(
-            Code::BadArgument,
-            format!(
-                "nothing reviewed to approve: `agent-sandbox pending {}` shows the queue, then --pending \
-                 allows what it showed",
-                sandbox.name
-            ),
-        ));
-    }
-    let queue = read_queue(docker, sandbox, Some(&reviewed)).await?;
+    let review = read_review(docker, sandbox).await?.ok_or_else(|| nothing_reviewed(sandbox, "approve"))?;
+    let policy = policy_in(docker, &sandbox.id, None).await?;
+    let allowlist = Allowlist::new(&policy);
     let mut domains = extra.to_vec();
-    domains.extend(queue.names.into_iter().map(|p| p.name));
+    domains.extend(review.names.into_iter().filter(|name| allowlist.matches(name).is_none()));
     if !domains.is_empty() {
         allow(docker, sandbox, &domains).await?;
     }
-    write_mark(docker, sandbox, PENDING_MARK, &reviewed).await?;
+    write_mark(docker, sandbox, PENDING_MARK, &review.until).await?;
     Ok(domains)
 }
 
@@ -405,22 +438,12 @@ mod tests {
         ]
         .join("\n");
         let policy = Policy::from_list(Path::new("x.txt"), "docs.rs\n").unwrap();
-        let read = queue(&lines, "2026-11-26T10:00:00.000Z", None, &Allowlist::new(&policy));
+        let read = queue(&lines, "2026-11-26T10:00:00.000Z", &Allowlist::new(&policy));
         let names: Vec<(&str, u64)> = read.names.iter().map(|p| (p.name.as_str(), p.count)).collect();
         assert_eq!(names, [("evil.test", 6), ("later.test", 1)]);
         assert_eq!(read.names[0].last, "2026-11-26T10:00:03.000Z");
         assert_eq!(read.newest.as_deref(), Some("2026-11-26T10:00:06.000Z"));
         assert_eq!(read.unallowable, ["under_score.test"]);
         insta::assert_snapshot!(render_pending(&read.names));
-        // Up to what was reviewed: a name refused later is not in it.
-        let reviewed = queue(
-            &lines,
-            "2026-11-26T10:00:00.000Z",
-            Some("2026-11-26T10:00:05.000Z"),
-            &Allowlist::new(&policy),
-        );
-        let names: Vec<&str> = reviewed.names.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["evil.test"]);
-        assert_eq!(reviewed.newest.as_deref(), Some("2026-11-26T10:00:05.000Z"));
     }
 }

@@ -15,13 +15,23 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use crate::exit::{Code, Failure, Result};
 
 /// What the session sends the user's terminal, less what the agent could use against it. The
-/// agent owns its tmux server, so it can turn tmux's own filtering off: OSC 52 (write, or read
-/// back, the user's clipboard) and the device-control, application, privacy and start strings
-/// (DCS, APC, PM, SOS: passthrough to the outer terminal, vendor commands) are dropped, across
-/// chunk boundaries. Everything else (colours, cursor, titles) passes.
+/// agent owns its tmux server, so it can turn tmux's own filtering off; this filter parses the
+/// stream as terminals do (ECMA-48: an ESC ends any string, CAN and SUB cancel one; OSC numbers
+/// are integers) and lets through:
+/// - text, and escape and control sequences (colours, cursor, modes);
+/// - OSC 0, 1, 2 (titles), 7 (the working folder) and 8 (hyperlinks), and no other OSC: not 52
+///   (the clipboard), 1337, 5113 or 5522 (files), 9 or 777 (notifications);
+/// - no DCS, APC, PM or SOS string (passthrough to the outer terminal, graphics, vendor
+///   commands); a C1 control, raw or UTF-8 encoded, is judged (and sent) as its 7-bit form.
+///
+/// It works byte by byte, so a sequence split across chunks is judged whole.
 #[derive(Debug, Default)]
 pub struct Sanitizer {
     state: State,
+    /// UTF-8 continuation bytes still due (a byte 0x80–0x9F that is not one is a C1 control).
+    continuation: u8,
+    /// A 0xC2 lead held back: followed by 0x80–0x9F it encodes a C1 control.
+    lead_c2: bool,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -30,103 +40,151 @@ enum State {
     Text,
     /// After ESC.
     Escape,
-    /// In an OSC whose number is still being read.
+    /// In an OSC whose number is being read.
     OscHead(Vec<u8>),
-    OscPass,
-    OscDrop,
-    /// ESC inside an OSC (`pass`: whether it is being passed).
-    OscEscape {
-        pass: bool,
-    },
-    /// In a DCS, APC, PM or SOS string, dropped until ST.
-    Drop,
-    DropEscape,
+    /// In an OSC that passes (`true`) or is dropped.
+    Osc(bool),
+    /// ESC inside an OSC.
+    OscEscape(bool),
+    /// In a DCS, APC, PM or SOS string: dropped.
+    Dropped,
+    DroppedEscape,
 }
+
+const ESC: u8 = 0x1b;
+const BEL: u8 = 0x07;
+const CAN: u8 = 0x18;
+const SUB: u8 = 0x1a;
+/// OSC numbers that pass: titles, the working folder, hyperlinks.
+const PASSING_OSC: [u32; 5] = [0, 1, 2, 7, 8];
 
 impl Sanitizer {
     pub fn filter(&mut self, input: &[u8]) -> Vec<u8> {
-        const ESC: u8 = 0x1b;
-        const BEL: u8 = 0x07;
         let mut out = Vec::with_capacity(input.len());
         for &byte in input {
-            self.state = match std::mem::take(&mut self.state) {
-                State::Text if byte == ESC => State::Escape,
-                State::Text => {
+            // First, C1 controls out, raw or UTF-8 encoded.
+            if self.lead_c2 {
+                self.lead_c2 = false;
+                if (0x80..=0x9f).contains(&byte) {
+                    self.continuation = 0;
+                    self.c1(byte, &mut out);
+                    continue;
+                }
+                self.step(0xc2, &mut out);
+                self.continuation = 1;
+            }
+            match byte {
+                0xc2 => {
+                    self.lead_c2 = true;
+                    continue;
+                }
+                0x80..=0xbf if self.continuation > 0 => self.continuation -= 1,
+                0x80..=0x9f => {
+                    self.c1(byte, &mut out);
+                    continue;
+                }
+                0xc0..=0xdf => self.continuation = 1,
+                0xe0..=0xef => self.continuation = 2,
+                0xf0..=0xf7 => self.continuation = 3,
+                _ => self.continuation = 0,
+            }
+            self.step(byte, &mut out);
+        }
+        out
+    }
+
+    /// A C1 control is judged as its 7-bit form (0x9D, OSC, as ESC ]), which is what goes out
+    /// if anything does.
+    fn c1(&mut self, byte: u8, out: &mut Vec<u8>) {
+        self.step(ESC, out);
+        self.step(byte - 0x40, out);
+    }
+
+    fn step(&mut self, byte: u8, out: &mut Vec<u8>) {
+        self.state = match std::mem::take(&mut self.state) {
+            State::Text if byte == ESC => State::Escape,
+            State::Text => {
+                out.push(byte);
+                State::Text
+            }
+            State::Escape => match byte {
+                b']' => State::OscHead(Vec::new()),
+                b'P' | b'_' | b'^' | b'X' => State::Dropped,
+                // A second ESC cancels the first; a string terminator with no string is nothing.
+                ESC => State::Escape,
+                b'\\' => State::Text,
+                CAN | SUB => {
                     out.push(byte);
                     State::Text
                 }
-                State::Escape => match byte {
-                    b']' => State::OscHead(Vec::new()),
-                    b'P' | b'_' | b'^' | b'X' => State::Drop,
-                    ESC => {
-                        out.push(ESC);
-                        State::Escape
-                    }
-                    _ => {
-                        out.extend_from_slice(&[ESC, byte]);
-                        State::Text
-                    }
-                },
-                State::OscHead(mut head) => {
-                    if byte.is_ascii_digit() && head.len() < 8 {
-                        head.push(byte);
-                        State::OscHead(head)
-                    } else if head == b"52" {
-                        // The clipboard: dropped whole, its terminator too.
-                        match byte {
-                            BEL => State::Text,
-                            ESC => State::OscEscape { pass: false },
-                            _ => State::OscDrop,
-                        }
-                    } else {
+                _ => {
+                    out.extend_from_slice(&[ESC, byte]);
+                    State::Text
+                }
+            },
+            State::OscHead(mut head) => match byte {
+                b'0'..=b'9' if head.len() < 8 => {
+                    head.push(byte);
+                    State::OscHead(head)
+                }
+                // Aborted before it said what it is: nothing of it goes out.
+                ESC => State::Escape,
+                CAN | SUB => State::Text,
+                _ => {
+                    let number = std::str::from_utf8(&head).ok().and_then(|h| h.parse::<u32>().ok());
+                    let passes = !head.is_empty() && number.is_some_and(|n| PASSING_OSC.contains(&n));
+                    if passes {
                         out.extend_from_slice(&[ESC, b']']);
                         out.extend_from_slice(&head);
                         out.push(byte);
-                        match byte {
-                            BEL => State::Text,
-                            ESC => State::OscEscape { pass: true },
-                            _ => State::OscPass,
-                        }
                     }
+                    if byte == BEL { State::Text } else { State::Osc(passes) }
                 }
-                State::OscPass => {
-                    out.push(byte);
-                    match byte {
-                        BEL => State::Text,
-                        ESC => State::OscEscape { pass: true },
-                        _ => State::OscPass,
-                    }
-                }
-                State::OscDrop => match byte {
-                    BEL => State::Text,
-                    ESC => State::OscEscape { pass: false },
-                    _ => State::OscDrop,
-                },
-                State::OscEscape { pass } => {
-                    if pass {
+            },
+            State::Osc(passes) => match byte {
+                ESC => State::OscEscape(passes),
+                CAN | SUB => {
+                    if passes {
                         out.push(byte);
                     }
-                    match (byte, pass) {
-                        (b'\\', _) => State::Text,
-                        (_, true) => State::OscPass,
-                        (_, false) => State::OscDrop,
-                    }
+                    State::Text
                 }
-                State::Drop => {
-                    if byte == ESC {
-                        State::DropEscape
-                    } else {
-                        State::Drop
+                _ => {
+                    if passes {
+                        out.push(byte);
                     }
+                    if byte == BEL { State::Text } else { State::Osc(passes) }
                 }
-                State::DropEscape => match byte {
-                    b'\\' => State::Text,
-                    ESC => State::DropEscape,
-                    _ => State::Drop,
-                },
-            };
-        }
-        out
+            },
+            State::OscEscape(passes) => {
+                if passes {
+                    // Closed properly whatever follows: the terminal ends the string here too.
+                    out.extend_from_slice(&[ESC, b'\\']);
+                }
+                if byte == b'\\' {
+                    State::Text
+                } else {
+                    // The ESC that ended the string starts the next sequence.
+                    self.state = State::Escape;
+                    self.step(byte, out);
+                    return;
+                }
+            }
+            State::Dropped => match byte {
+                ESC => State::DroppedEscape,
+                CAN | SUB => State::Text,
+                _ => State::Dropped,
+            },
+            State::DroppedEscape => {
+                if byte == b'\\' {
+                    State::Text
+                } else {
+                    self.state = State::Escape;
+                    self.step(byte, out);
+                    return;
+                }
+            }
+        };
     }
 }
 
@@ -238,8 +296,12 @@ mod tests {
 
     #[test]
     fn the_clipboard_and_passthrough_strings_are_dropped_and_the_rest_passes() {
-        let text: &[u8] = b"\x1b[1;31mred\x1b[0m \x1b]0;title\x07 ok";
-        assert_eq!(through(&[text]), text, "colours and titles pass");
+        let text: &[u8] = b"\x1b[1;31mred\x1b[0m \x1b]0;title\x07 ok \xc3\xa9\xe2\x82\xac";
+        assert_eq!(through(&[text]), text, "colours, titles and UTF-8 text pass");
+        assert_eq!(
+            through(&[b"a\x1b]8;;https://x.test\x1b\\link\x1b]8;;\x1b\\b"]),
+            b"a\x1b]8;;https://x.test\x1b\\link\x1b]8;;\x1b\\b"
+        );
         assert_eq!(through(&[b"a\x1b]52;c;SGVsbG8=\x07b"]), b"ab");
         assert_eq!(through(&[b"a\x1b]52;c;?\x1b\\b"]), b"ab", "the read-back query too");
         assert_eq!(through(&[b"a\x1bPtmux;\x1b\x1b]52;c;SGk=\x07\x1b\\b"]), b"ab", "tmux passthrough");
@@ -248,6 +310,37 @@ mod tests {
         let attack: &[u8] = b"x\x1b]52;c;SGVsbG8gZnJvbSB0aGUgYWdlbnQ=\x1b\\y\x1b]2;t\x1b\\z";
         for at in 0..attack.len() {
             assert_eq!(through(&[&attack[..at], &attack[at..]]), b"xy\x1b]2;t\x1b\\z", "split at {at}");
+        }
+    }
+
+    /// What a second red team got past the first filter: terminals read OSC numbers as
+    /// integers, end a string at any ESC, cancel one on CAN or SUB, and take C1 controls.
+    #[test]
+    fn no_way_around_it_gets_a_clipboard_write_or_a_string_out() {
+        let attacks: [&[u8]; 12] = [
+            b"\x1b]052;c;QQ==\x07",
+            b"\x1b]0;t\x1b]52;c;QQ==\x07",
+            b"\x1b]0;t\x18\x1b]52;c;QQ==\x07",
+            b"\x1b]2;t\x1a\x1b]52;c;QQ==\x1b\\",
+            b"\x1b]\x1b]52;c;QQ==\x07",
+            b"\x1b]0;t\x1bPtmux;\x1b\x1b]52;c;QQ==\x07\x1b\\",
+            b"\x1b]0;t\x1b_Gf=100;QQ==\x1b\\",
+            b"\xc2\x9d52;c;QQ==\x07",
+            b"\x9d52;c;QQ==\x9c",
+            b"\xc2\x90tmux;QQ==\xc2\x9c",
+            b"\x1b]1337;File=name=x:QQ==\x07",
+            b"\x1b]5113;QQ==\x07\x1b]777;notify;QQ==\x07\x1b]9;QQ==\x07",
+        ];
+        for attack in attacks {
+            for at in 0..=attack.len() {
+                let out = through(&[&attack[..at], &attack[at..]]);
+                let seen = String::from_utf8_lossy(&out);
+                assert!(
+                    !seen.contains("QQ==") && !out.iter().any(|b| (0x80..=0x9f).contains(b)),
+                    "{:?} split at {at} gave {seen:?}",
+                    String::from_utf8_lossy(attack)
+                );
+            }
         }
     }
 }

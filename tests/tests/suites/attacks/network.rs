@@ -675,7 +675,8 @@ async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::
     use sandbox_tests::launcher::{Launcher, Project};
     let shell = sandbox_tests::images::image("shell").await?;
     let net = TestNet::create("approval").await?;
-    let _peer = Peer::start(&net, &["docs.approval.test", "exfil.approval.test"]).await?;
+    let _peer =
+        Peer::start(&net, &["docs.approval.test", "exfil.approval.test", "hidden.approval.test"]).await?;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
     launcher
         .ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
@@ -704,5 +705,27 @@ async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::
     // It waits for the next look.
     let next = launcher.ok(&["pending", &id]).await?;
     assert!(next.stdout.contains("exfil.approval.test"), "{next:?}");
+
+    // A name the user allowed by hand, and so did not see in the queue, then denied: the next
+    // `allow --pending` approves what it showed, not that name.
+    launcher.ok(&["pending", &id, "--dismiss"]).await?;
+    asks("hidden.approval.test").await?;
+    launcher.ok(&["allow", &id, "hidden.approval.test"]).await?;
+    asks("late.approval.test").await?;
+    let shown = launcher.ok(&["pending", &id]).await?;
+    assert!(!shown.stdout.contains("hidden.approval.test"), "{shown:?}");
+    launcher.ok(&["deny", &id, "hidden.approval.test"]).await?;
+    let approved = launcher.ok(&["allow", &id, "--pending"]).await?;
+    assert!(!approved.stderr.contains("hidden.approval.test"), "{approved:?}");
+    assert_blocked(&sb, "hidden.approval.test:443").await?;
+
+    // --dismiss drops what was shown, not what the agent asked for since.
+    asks("seen.approval.test").await?;
+    launcher.ok(&["pending", &id]).await?;
+    asks("unseen.approval.test").await?;
+    launcher.ok(&["pending", &id, "--dismiss"]).await?;
+    let left = launcher.ok(&["pending", &id]).await?;
+    let listed: Vec<&str> = left.stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(listed.contains(&"unseen.approval.test") && !listed.contains(&"seen.approval.test"), "{left:?}");
     Ok(())
 }
