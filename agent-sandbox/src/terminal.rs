@@ -100,6 +100,17 @@ impl Sanitizer {
         self.step(byte - 0x40, out);
     }
 
+    /// The byte after the ESC that ended a string: the terminator's second half, or the start of
+    /// the next sequence.
+    fn after_string(&mut self, byte: u8, out: &mut Vec<u8>) {
+        self.state = State::Escape;
+        if byte == b'\\' {
+            self.state = State::Text;
+        } else {
+            self.step(byte, out);
+        }
+    }
+
     fn step(&mut self, byte: u8, out: &mut Vec<u8>) {
         self.state = match std::mem::take(&mut self.state) {
             State::Text if byte == ESC => State::Escape,
@@ -161,29 +172,14 @@ impl Sanitizer {
                     // Closed properly whatever follows: the terminal ends the string here too.
                     out.extend_from_slice(&[ESC, b'\\']);
                 }
-                if byte == b'\\' {
-                    State::Text
-                } else {
-                    // The ESC that ended the string starts the next sequence.
-                    self.state = State::Escape;
-                    self.step(byte, out);
-                    return;
-                }
+                return self.after_string(byte, out);
             }
             State::Dropped => match byte {
                 ESC => State::DroppedEscape,
                 CAN | SUB => State::Text,
                 _ => State::Dropped,
             },
-            State::DroppedEscape => {
-                if byte == b'\\' {
-                    State::Text
-                } else {
-                    self.state = State::Escape;
-                    self.step(byte, out);
-                    return;
-                }
-            }
+            State::DroppedEscape => return self.after_string(byte, out),
         };
     }
 }
