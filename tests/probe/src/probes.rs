@@ -206,6 +206,18 @@ pub fn http_pipeline(args: &Args) {
 /// `first-byte HOST PORT COUNT [--tls]`: COUNT connections one after another, each a GET /;
 /// the time from the connect call to the answer's first line, median and 99th percentile.
 pub fn first_byte(args: &Args) {
+    timed_connections(args, |stream, sni, host, started| {
+        crate::web::get(&mut crate::web::Client::new(stream, sni)?, host, "/")?;
+        Ok(started.elapsed())
+    });
+}
+
+/// `HOST PORT COUNT [--tls]`: COUNT connections one after another, each timed by `one` (given
+/// the connected stream, the SNI with `--tls`, the host, and when the connect call began).
+fn timed_connections(
+    args: &Args,
+    one: impl Fn(TcpStream, Option<&str>, &str, Instant) -> std::io::Result<Duration>,
+) {
     let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
     let count: usize = args.arg(3).parse().unwrap_or(100);
     let addr = match resolve(&host, timeout) {
@@ -214,16 +226,15 @@ pub fn first_byte(args: &Args) {
     };
     let target = SocketAddr::new(addr, port.parse().unwrap_or(0));
     let sni = args.has("--tls").then_some(host.as_str());
-    let mut times = Vec::with_capacity(count);
-    let mut failed = 0;
+    let (mut times, mut failed) = (Vec::with_capacity(count), 0);
     for _ in 0..count {
         let started = Instant::now();
         let answered = TcpStream::connect_timeout(&target, timeout).and_then(|stream| {
             stream.set_read_timeout(Some(timeout))?;
-            crate::web::get(&mut crate::web::Client::new(stream, sni)?, &host, "/")
+            one(stream, sni, &host, started)
         });
         match answered {
-            Ok(_) => times.push(started.elapsed().as_secs_f64() * 1e6),
+            Ok(at) => times.push(at.as_secs_f64() * 1e6),
             Err(_) => failed += 1,
         }
     }
@@ -511,46 +522,29 @@ pub fn dns_bench(args: &Args) {
 /// another (POST /v1/messages, the placeholder key in `x-api-key`), each on a new connection:
 /// connect to the answer's first byte, median and p99, the whole answer read each time.
 pub fn api_first_byte(args: &Args) {
-    let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
-    let count: usize = args.arg(3).parse().unwrap_or(100);
-    let addr = match resolve(&host, timeout) {
-        Ok(addr) => addr,
-        Err(outcome) => return report(&[("outcome", outcome)]),
-    };
-    let target = SocketAddr::new(addr, port.parse().unwrap_or(0));
-    let sni = args.has("--tls").then_some(host.as_str());
     let body = r#"{"model":"m","max_tokens":16,"stream":true,"tools":[{"name":"Write"}],"messages":[{"role":"user","content":"hi"}]}"#;
     let request = format!(
-        "POST /v1/messages HTTP/1.1\r\nHost: {host}\r\nx-api-key: sk-ant-api03-held-by-agent-sandbox\r\n\
+        "POST /v1/messages HTTP/1.1\r\nHost: {}\r\nx-api-key: sk-ant-api03-held-by-agent-sandbox\r\n\
          anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        args.arg(1),
         body.len()
     );
-    let (mut times, mut failed) = (Vec::with_capacity(count), 0);
-    for _ in 0..count {
-        let started = Instant::now();
-        let answered = TcpStream::connect_timeout(&target, timeout).and_then(|stream| {
-            stream.set_read_timeout(Some(timeout))?;
-            let mut client = crate::web::Client::new(stream, sni)?;
-            client.write_all(request.as_bytes())?;
-            client.flush()?;
-            let mut first = [0u8; 1];
-            client.read_exact(&mut first)?;
-            let at = started.elapsed();
-            let mut rest = Vec::new();
-            let _ = client.read_to_end(&mut rest);
-            let answer = String::from_utf8_lossy(&first).to_string() + &String::from_utf8_lossy(&rest);
-            if answer.starts_with("HTTP/1.1 200") && answer.contains("event: message_stop") {
-                Ok(at)
-            } else {
-                Err(std::io::Error::other(answer.lines().next().unwrap_or_default().to_string()))
-            }
-        });
-        match answered {
-            Ok(at) => times.push(at.as_secs_f64() * 1e6),
-            Err(_) => failed += 1,
+    timed_connections(args, |stream, sni, _, started| {
+        let mut client = crate::web::Client::new(stream, sni)?;
+        client.write_all(request.as_bytes())?;
+        client.flush()?;
+        let mut first = [0u8; 1];
+        client.read_exact(&mut first)?;
+        let at = started.elapsed();
+        let mut rest = Vec::new();
+        let _ = client.read_to_end(&mut rest);
+        let answer = String::from_utf8_lossy(&first).to_string() + &String::from_utf8_lossy(&rest);
+        if answer.starts_with("HTTP/1.1 200") && answer.contains("event: message_stop") {
+            Ok(at)
+        } else {
+            Err(std::io::Error::other(answer.lines().next().unwrap_or_default().to_string()))
         }
-    }
-    report_latencies(times, failed);
+    });
 }
 
 /// `failed=N median_us=… p99_us=…` of latencies in µs.
