@@ -391,14 +391,12 @@ impl<'a> Walk<'a> {
             pinned,
         };
         self.lock.images.insert(name.to_string(), entry);
-        let extra_ca = self.extra_ca.is_some()
-            && (parent.is_none()
-                || parent.as_ref().is_some_and(|p| self.local.images.get(p).is_some_and(|l| l.extra_ca)));
         let local = LocalImage {
             id: id.to_string(),
             from: plan.from.clone(),
             build: plan.build_key.clone(),
-            extra_ca,
+            // Every root of a walk with a CA gets it, and every image of the walk is built on one.
+            extra_ca: self.extra_ca.is_some(),
             tags: vec![format!("{repository}:{}", project::VERSION)],
         };
         self.local.images.insert(name.to_string(), local);

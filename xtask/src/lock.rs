@@ -22,19 +22,24 @@ pub const FILE_NAME: &str = "images.lock";
 pub const LOCAL_FILE_NAME: &str = "images.local.json";
 const FORMAT_VERSION: u32 = 2;
 
+/// One entry per image, keyed by its name (its folder under images/), in a versioned file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ImagesLock {
+pub struct Images<T> {
     pub version: u32,
-    /// Keyed by image name (its folder under images/).
-    pub images: BTreeMap<String, LockedImage>,
+    pub images: BTreeMap<String, T>,
 }
 
-impl Default for ImagesLock {
+impl<T> Default for Images<T> {
     fn default() -> Self {
-        ImagesLock { version: FORMAT_VERSION, images: BTreeMap::new() }
+        Images { version: FORMAT_VERSION, images: BTreeMap::new() }
     }
 }
+
+/// images.lock: what the checkout determines.
+pub type ImagesLock = Images<LockedImage>;
+/// images.local.json: what this machine's engine holds for each image of the lock.
+pub type LocalImages = Images<LocalImage>;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,20 +56,6 @@ pub struct LockedImage {
     /// `repository@sha256:…` as served by the registry, once published from these inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<String>,
-}
-
-/// What this machine's engine holds for each image of the lock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LocalImages {
-    pub version: u32,
-    pub images: BTreeMap<String, LocalImage>,
-}
-
-impl Default for LocalImages {
-    fn default() -> Self {
-        LocalImages { version: FORMAT_VERSION, images: BTreeMap::new() }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,59 +79,55 @@ pub fn local_path(lock: &Path) -> PathBuf {
     lock.with_file_name(LOCAL_FILE_NAME)
 }
 
-/// Reads a JSON file of `version`; a missing file is `T::default()`.
-fn read_versioned<T: DeserializeOwned + Default>(
-    path: &Path,
-    version: impl Fn(&T) -> u32,
-) -> anyhow::Result<T> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(T::default()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    let found = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["version"].as_u64());
-    if found.is_some_and(|v| v != u64::from(FORMAT_VERSION)) {
-        anyhow::bail!(
-            "{}: format version {} is not supported (this xtask writes {FORMAT_VERSION}); \
-             delete it and build again",
-            path.display(),
-            found.unwrap_or_default()
-        );
+impl<T: Serialize + DeserializeOwned> Images<T> {
+    /// Reads the file at `path`; a missing file is empty.
+    fn read_file(path: &Path) -> anyhow::Result<Images<T>> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Images::default()),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        };
+        let found = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["version"].as_u64());
+        if let Some(found) = found.filter(|v| *v != u64::from(FORMAT_VERSION)) {
+            anyhow::bail!(
+                "{}: format version {found} is not supported (this xtask writes {FORMAT_VERSION}); \
+                 delete it and build again",
+                path.display()
+            );
+        }
+        serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column()))
     }
-    let value: T = serde_json::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column()))?;
-    debug_assert_eq!(version(&value), FORMAT_VERSION);
-    Ok(value)
-}
 
-/// Writes through a temporary file and a rename, so a crash never leaves half a file.
-fn write_json(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
-    let mut text = serde_json::to_string_pretty(value).expect("serialises");
-    text.push('\n');
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
+    /// Writes through a temporary file and a rename, so a crash never leaves half a file.
+    fn write_file(&self, path: &Path) -> anyhow::Result<()> {
+        let mut text = serde_json::to_string_pretty(self).expect("serialises");
+        text.push('\n');
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))
+    }
 }
 
 impl ImagesLock {
     /// Reads the lock; a missing file is an empty lock.
     pub fn read(path: &Path) -> anyhow::Result<ImagesLock> {
-        read_versioned(path, |l: &ImagesLock| l.version)
+        Self::read_file(path)
     }
 
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        write_json(path, self)
+        self.write_file(path)
     }
 }
 
 impl LocalImages {
     /// Reads the local record of the lock at `lock`; missing is empty.
     pub fn read(lock: &Path) -> anyhow::Result<LocalImages> {
-        read_versioned(&local_path(lock), |l: &LocalImages| l.version)
+        Self::read_file(&local_path(lock))
     }
 
     pub fn write(&self, lock: &Path) -> anyhow::Result<()> {
-        write_json(&local_path(lock), self)
+        self.write_file(&local_path(lock))
     }
 }
 
