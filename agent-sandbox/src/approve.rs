@@ -116,20 +116,6 @@ async fn domains_in_force(docker: &Docker, id: &str) -> Result<Vec<String>> {
     Ok(status.domains)
 }
 
-fn running(sandbox: &Found) -> Result<()> {
-    if sandbox.running {
-        Ok(())
-    } else {
-        Err(Failure::new(
-            Code::NoSandbox,
-            format!(
-                "{} is not running ({}): `agent-sandbox run {}` starts it",
-                sandbox.name, sandbox.status, sandbox.agent
-            ),
-        ))
-    }
-}
-
 /// The domains of `policy` as sandbox-init's status file lists them.
 fn listed(policy: &Policy) -> Vec<String> {
     let mut list: Vec<String> = policy.domains.iter().map(|(d, access)| format!("{d} ({access})")).collect();
@@ -138,13 +124,11 @@ fn listed(policy: &Policy) -> Vec<String> {
 }
 
 /// Writes the runtime drop-in with `new` in it, signals the reload and waits until the status
-/// file PID 1 writes at every (re)load lists exactly the domains of the policy that makes.
-async fn apply(docker: &Docker, sandbox: &Found, new: &[String]) -> Result<()> {
+/// file PID 1 writes at every (re)load lists exactly the domains of `after`, the policy it makes
+/// (`policy_in` with `new`).
+async fn apply(docker: &Docker, sandbox: &Found, new: &[String], after: &Policy) -> Result<()> {
     let text = render(new);
-    // The file as sandbox-init will read it: refused here rather than by a reload.
-    Policy::from_list(Path::new(RUNTIME_DROP_IN), &text)
-        .map_err(|e| Failure::new(Code::BadArgument, e.to_string()))?;
-    let expected = listed(&policy_in(docker, &sandbox.id, Some(new)).await?);
+    let expected = listed(after);
     let entry =
         Entry { path: RUNTIME_DROP_IN.into(), contents: Some(text.into_bytes()), mode: 0o644, uid: 0 };
     engine::put(docker, &sandbox.id, &[entry]).await?;
@@ -171,28 +155,25 @@ async fn apply(docker: &Docker, sandbox: &Found, new: &[String]) -> Result<()> {
     }
 }
 
-/// `allow`: adds `domains` to the running sandbox's runtime drop-in and reloads; returns those
-/// that were not in it yet.
-pub async fn allow(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<Vec<String>> {
-    running(sandbox)?;
-    validate("DOMAIN", domains)?;
+/// `allow`: adds `domains` (checked by the caller) to the running sandbox's runtime drop-in and
+/// reloads.
+pub async fn allow(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<()> {
+    sandbox.ensure_running()?;
     let mut current = entries(&read_text(docker, &sandbox.id, RUNTIME_DROP_IN).await?.unwrap_or_default());
-    let mut added = Vec::new();
     for domain in domains {
         if !current.contains(domain) {
             current.push(domain.clone());
-            added.push(domain.clone());
         }
     }
-    apply(docker, sandbox, &current).await?;
-    Ok(added)
+    let after = policy_in(docker, &sandbox.id, Some(&current)).await?;
+    apply(docker, sandbox, &current, &after).await
 }
 
 /// `deny`: removes `domains` from the runtime drop-in and reloads. A name the drop-in does not
 /// hold, or that another entry would still allow, is refused and nothing changes: `deny` takes
 /// back what `allow` gave, and never says a name is closed while it is not.
 pub async fn deny(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<()> {
-    running(sandbox)?;
+    sandbox.ensure_running()?;
     let patterns = validate("DOMAIN", domains)?;
     let current = entries(&read_text(docker, &sandbox.id, RUNTIME_DROP_IN).await?.unwrap_or_default());
     let unknown: Vec<&String> = domains.iter().filter(|d| !current.contains(d)).collect();
@@ -231,7 +212,7 @@ pub async fn deny(docker: &Docker, sandbox: &Found, domains: &[String]) -> Resul
             ),
         ));
     }
-    apply(docker, sandbox, &kept).await
+    apply(docker, sandbox, &kept, &after).await
 }
 
 /// One name in the approval queue.
@@ -379,7 +360,7 @@ pub async fn dismiss(docker: &Docker, sandbox: &Found) -> Result<usize> {
 /// `allow --pending`: allows the names the last `pending` showed (and `extra`) that are still
 /// not allowed, nothing the agent asked for since or the user did not see.
 pub async fn allow_pending(docker: &Docker, sandbox: &Found, extra: &[String]) -> Result<Vec<String>> {
-    running(sandbox)?;
+    sandbox.ensure_running()?;
     let review = read_review(docker, sandbox).await?.ok_or_else(|| nothing_reviewed(sandbox, "approve"))?;
     let policy = policy_in(docker, &sandbox.id, None).await?;
     let allowlist = Allowlist::new(&policy);

@@ -37,6 +37,22 @@ pub struct Found {
     pub image: String,
 }
 
+impl Found {
+    /// Fails, saying how to start it again, unless the sandbox runs.
+    pub fn ensure_running(&self) -> Result<()> {
+        if self.running {
+            return Ok(());
+        }
+        Err(Failure::new(
+            Code::NoSandbox,
+            format!(
+                "{} is not running ({}): `agent-sandbox run {}` starts it again",
+                self.name, self.status, self.agent
+            ),
+        ))
+    }
+}
+
 /// Every container the launcher started, running or not.
 pub async fn sandboxes(docker: &Docker) -> Result<Vec<Found>> {
     let filters = HashMap::from([("label", vec![labels::LAUNCHER_AGENT])]);

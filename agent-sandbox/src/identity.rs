@@ -53,7 +53,7 @@ mod tests {
         assert!(a.starts_with("agent-sandbox-claude-my-app-"), "{a}");
         assert_eq!(a.len(), "agent-sandbox-claude-my-app-".len() + 8);
         // Same folder name elsewhere: another sandbox.
-        assert_ne!(a, container_name("claude", Path::new("/home/ana/work/My App")));
+        assert_ne!(a, container_name("claude", Path::new("/home/ana/code/My App")));
         assert_ne!(a, container_name("codex", Path::new("/home/ana/src/My App")));
         assert_eq!(a, container_name("claude", Path::new("/home/ana/src/My App")));
         assert!(container_name("shell", Path::new("/")).starts_with("agent-sandbox-shell-root-"));

@@ -13,7 +13,7 @@ mod terminal;
 
 use clap::Parser as _;
 
-use crate::exit::{Code, Failure, Result};
+use crate::exit::{Code, Result};
 use crate::flags::{Cli, Command};
 
 fn main() {
@@ -48,15 +48,7 @@ async fn dispatch(command: Command) -> Result<i32> {
         Command::Attach(which) => {
             let docker = engine::connect().await?;
             let sandbox = engine::find(&docker, &which.sandbox).await?;
-            if !sandbox.running {
-                return Err(Failure::new(
-                    Code::NoSandbox,
-                    format!(
-                        "{} is not running ({}): `agent-sandbox run {}` starts it again",
-                        sandbox.name, sandbox.status, sandbox.agent
-                    ),
-                ));
-            }
+            sandbox.ensure_running()?;
             terminal::attach(&docker, &sandbox.id).await
         }
         Command::Stop(which) => {
@@ -98,7 +90,7 @@ async fn dispatch(command: Command) -> Result<i32> {
                 approve::allow_pending(&docker, &sandbox, &flags.domains).await?
             } else {
                 approve::allow(&docker, &sandbox, &flags.domains).await?;
-                flags.domains.clone()
+                flags.domains
             };
             if domains.is_empty() {
                 eprintln!("agent-sandbox: nothing pending in {} up to the last review", sandbox.name);

@@ -7,7 +7,7 @@ use bollard::Docker;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, Found};
-use crate::exit::{Code, Failure, Result};
+use crate::exit::Result;
 
 /// One row of `ls`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -114,12 +114,7 @@ pub fn render_json(rows: &[Row]) -> String {
 
 /// `status`: sandbox-status in the sandbox, its output and status passed on.
 pub async fn status(docker: &Docker, sandbox: &Found, json: bool) -> Result<i32> {
-    if !sandbox.running {
-        return Err(Failure::new(
-            Code::NoSandbox,
-            format!("{} is not running ({})", sandbox.name, sandbox.status),
-        ));
-    }
+    sandbox.ensure_running()?;
     let cmd: &[&str] = if json { &["sandbox-status", "--json"] } else { &["sandbox-status"] };
     let out = engine::exec(docker, &sandbox.id, cmd).await?;
     print!("{}", out.stdout);

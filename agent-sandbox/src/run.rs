@@ -32,7 +32,6 @@ const IMAGES_LOCK: &str = include_str!("../../images.lock");
 
 /// What `run` decided before touching the engine.
 struct Plan {
-    agent: String,
     project: PathBuf,
     policies: Vec<(String, Vec<u8>)>,
     env: Vec<String>,
@@ -126,7 +125,7 @@ fn plan(flags: &RunFlags) -> Result<Plan> {
             "no terminal to attach to: add --detach, then `agent-sandbox attach` from a terminal",
         ));
     }
-    Ok(Plan { agent: flags.agent.clone(), project, policies, env, key_files, memory })
+    Ok(Plan { project, policies, env, key_files, memory })
 }
 
 fn expand_home(path: &str) -> PathBuf {
@@ -254,10 +253,12 @@ fn login_files(agent: &str, facts: &ImageFacts, state_dirs: &[String]) -> Result
 pub async fn run(flags: &RunFlags) -> Result<i32> {
     let plan = plan(flags)?;
     let docker = engine::connect().await?;
-    let name = identity::container_name(&plan.agent, &plan.project);
+    let name = identity::container_name(&flags.agent, &plan.project);
     let project = plan.project.to_string_lossy().into_owned();
-    let existing =
-        engine::sandboxes(&docker).await?.into_iter().find(|s| s.agent == plan.agent && s.project == project);
+    let existing = engine::sandboxes(&docker)
+        .await?
+        .into_iter()
+        .find(|s| s.agent == flags.agent && s.project == project);
     if let Some(found) = existing {
         if found.running {
             let shaping = flags.shaping();
@@ -290,10 +291,10 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         .map(str::to_string)
         .collect();
     let logins =
-        if flags.login_from_host { login_files(&plan.agent, &facts, &state_dirs)? } else { Vec::new() };
+        if flags.login_from_host { login_files(&flags.agent, &facts, &state_dirs)? } else { Vec::new() };
     let base = flags.state.clone().unwrap_or_else(|| name.clone());
     let owner = HashMap::from([
-        (labels::LAUNCHER_AGENT.to_string(), plan.agent.clone()),
+        (labels::LAUNCHER_AGENT.to_string(), flags.agent.clone()),
         (labels::LAUNCHER_PROJECT.to_string(), project.clone()),
     ]);
     let mut mounts = vec![Mount {
@@ -336,12 +337,10 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         ..Default::default()
     };
     let id = engine::create(&docker, &name, body).await?;
-    match prepare(&docker, &id, &plan, flags, &logins).await.and(Ok(())) {
-        Ok(()) => {}
-        Err(e) => {
-            let _ = engine::remove(&docker, &id, 0).await;
-            return Err(e);
-        }
+    // Nothing half-made is left: a container that cannot be prepared is removed.
+    if let Err(e) = prepare(&docker, &id, &plan, flags, &logins).await {
+        let _ = engine::remove(&docker, &id, 0).await;
+        return Err(e);
     }
     engine::start(&docker, &id).await?;
     wait_ready(&docker, &id, &name).await?;
@@ -384,7 +383,7 @@ async fn prepare(
                 "no key for {}: export {} (or pass --key-file {first}=FILE); it goes in as the root-only \
                  secret {SECRETS_DIR}/{}, which sandbox-init holds and the agent never sees. \
                  --no-key starts it without (sign in inside the session)",
-                plan.agent,
+                flags.agent,
                 wanted.join(" or "),
                 first.to_ascii_lowercase()
             ),

@@ -52,7 +52,7 @@ impl Launcher {
     }
 
     /// Runs `agent-sandbox ARGS…` to its end, without a terminal.
-    pub async fn run(&self, args: &[&str]) -> anyhow::Result<Outcome> {
+    pub async fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> anyhow::Result<Outcome> {
         let mut cmd = tokio::process::Command::new(binary()?);
         cmd.args(args).env("HOME", self.home.path()).stdin(std::process::Stdio::null());
         for var in sandbox_init::apis::key_vars() {
@@ -68,9 +68,10 @@ impl Launcher {
     }
 
     /// Runs it and requires success.
-    pub async fn ok(&self, args: &[&str]) -> anyhow::Result<Outcome> {
+    pub async fn ok<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> anyhow::Result<Outcome> {
         let out = self.run(args).await?;
-        anyhow::ensure!(out.code == 0, "agent-sandbox {args:?} exited {}: {}", out.code, out.stderr);
+        let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+        anyhow::ensure!(out.code == 0, "agent-sandbox {shown:?} exited {}: {}", out.code, out.stderr);
         Ok(out)
     }
 }

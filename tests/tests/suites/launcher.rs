@@ -87,10 +87,10 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
     };
     let mut with_login = run(&first.path).to_vec();
     with_login.push("--login-from-host".into());
-    launcher.ok(&with_login.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    launcher.ok(&with_login).await?;
     let mut unattended = run(&second.path).to_vec();
     unattended.push("--unattended".into());
-    launcher.ok(&unattended.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    launcher.ok(&unattended).await?;
 
     let (first_volumes, second_volumes) = (first.volumes().await?, second.volumes().await?);
     assert_eq!(first_volumes.len(), 1, "{first_volumes:?}");
@@ -123,7 +123,7 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
     // The volume keeps it: the first project's next sandbox, without the flag, still has it.
     let (first_name, second_name) = (only_container(&first).await?.1, only_container(&second).await?.1);
     launcher.ok(&["stop", &first_name]).await?;
-    launcher.ok(&run(&first.path).iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    launcher.ok(&run(&first.path)).await?;
     let (again, _) = only_container(&first).await?;
     assert_eq!(file_in(&again, &inside).await?.map(|f| f.1), Some(signed_in.to_string()));
     launcher.ok(&["stop", &second_name]).await?;
@@ -133,7 +133,7 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
     let third = Project::new()?;
     let mut missing = run(&third.path).to_vec();
     missing.push("--login-from-host".into());
-    let out = launcher.run(&missing.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let out = launcher.run(&missing).await?;
     assert_eq!(out.code, 71, "{out:?}");
     assert!(out.stderr.contains(".claude/.credentials.json"), "{out:?}");
     assert!(third.containers().await?.is_empty());
