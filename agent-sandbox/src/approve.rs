@@ -32,6 +32,58 @@ const HEADER: &str = "# Written by `agent-sandbox allow` and `deny`: names allow
 /// How long a reload may take to show in the status file.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Held while a command changes a sandbox's allowlist or its approval queue: one change at a
+/// time, so that two at once (two terminals, a script approving while the user denies) neither
+/// lose one another's entries nor wait for a policy the other one replaced.
+pub struct Held {
+    _lock: std::fs::File,
+}
+
+/// Takes the change lock of `sandbox`: an flock on a file named for the container, in
+/// $XDG_RUNTIME_DIR or else the temporary folder, so it covers every launcher on this host. It
+/// waits, saying so, while another change holds it; the kernel drops it when the process ends.
+pub async fn hold(sandbox: &Found) -> Result<Held> {
+    use rustix::fs::{FlockOperation, flock};
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = lock_path(sandbox);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| {
+        Failure::new(Code::Engine, format!("cannot open the lock {}: {e}", path.display()))
+    })?;
+    let failed =
+        |e: rustix::io::Errno| Failure::new(Code::Engine, format!("cannot lock {}: {e}", path.display()));
+    match flock(&lock, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => return Ok(Held { _lock: lock }),
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            eprintln!("agent-sandbox: waiting for another change to {} to finish", sandbox.name)
+        }
+        Err(e) => return Err(failed(e)),
+    }
+    tokio::task::spawn_blocking(move || flock(&lock, FlockOperation::LockExclusive).map(|()| lock))
+        .await
+        .map_err(|e| Failure::new(Code::Engine, format!("the lock's wait failed: {e}")))?
+        .map(|lock| Held { _lock: lock })
+        .map_err(failed)
+}
+
+fn lock_path(sandbox: &Found) -> std::path::PathBuf {
+    let dir = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|d| d.is_absolute() && d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    dir.join(format!("agent-sandbox-{}.lock", sandbox.id))
+}
+
+/// Removes the change lock of a sandbox that is gone (`stop`): nothing can change it any more.
+pub fn forget(sandbox: &Found) {
+    let _ = std::fs::remove_file(lock_path(sandbox));
+}
+
 /// Checks domains as given on the command line (`what` says where: `--allow`, or `DOMAIN`),
 /// naming the argument and the character at fault.
 pub fn validate(what: &str, domains: &[String]) -> Result<Vec<DomainPattern>> {

@@ -55,6 +55,7 @@ async fn dispatch(command: Command) -> Result<i32> {
             let docker = engine::connect().await?;
             let sandbox = engine::find(&docker, &which.sandbox).await?;
             engine::remove(&docker, &sandbox.id, 10).await?;
+            approve::forget(&sandbox);
             let kept = if sandbox.state.is_empty() {
                 String::new()
             } else {
@@ -86,6 +87,7 @@ async fn dispatch(command: Command) -> Result<i32> {
             approve::validate("DOMAIN", &flags.domains)?;
             let docker = engine::connect().await?;
             let sandbox = engine::find(&docker, &flags.which.sandbox).await?;
+            let _held = approve::hold(&sandbox).await?;
             let domains = if flags.pending {
                 approve::allow_pending(&docker, &sandbox, &flags.domains).await?
             } else {
@@ -103,6 +105,7 @@ async fn dispatch(command: Command) -> Result<i32> {
             approve::validate("DOMAIN", &flags.domains)?;
             let docker = engine::connect().await?;
             let sandbox = engine::find(&docker, &flags.which.sandbox).await?;
+            let _held = approve::hold(&sandbox).await?;
             approve::deny(&docker, &sandbox, &flags.domains).await?;
             eprintln!(
                 "agent-sandbox: {} no longer allows {} (its connections are cut)",
@@ -114,6 +117,7 @@ async fn dispatch(command: Command) -> Result<i32> {
         Command::Pending(flags) => {
             let docker = engine::connect().await?;
             let sandbox = engine::find(&docker, &flags.which.sandbox).await?;
+            let _held = approve::hold(&sandbox).await?;
             if flags.dismiss {
                 let dismissed = approve::dismiss(&docker, &sandbox).await?;
                 eprintln!("agent-sandbox: dismissed {dismissed} names");

@@ -298,6 +298,60 @@ async fn the_agent_cannot_write_the_runtime_drop_in_nor_signal_a_reload() -> any
     Ok(())
 }
 
+/// Changes made at once (two terminals, a script approving while the user denies) are made one
+/// after the other: none is lost, and each waits for the policy it made to be in force.
+#[tokio::test]
+async fn concurrent_allows_and_denies_lose_no_change() -> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let runtime_dir = tempfile::tempdir()?;
+    let launcher = Launcher::new()?.env("XDG_RUNTIME_DIR", &runtime_dir.path().to_string_lossy());
+    let project = Project::new()?;
+    launcher
+        .ok(&[
+            "run",
+            "shell",
+            &project.path,
+            "--detach",
+            "--offline",
+            "--image",
+            &shell,
+            "--allow",
+            "gone.test",
+        ])
+        .await?;
+    let (id, _) = only_container(&project).await?;
+    let names: Vec<String> = (0..6).map(|i| format!("n{i}.concurrent.test")).collect();
+    let mut changes: Vec<Vec<&str>> = names.iter().map(|n| vec!["allow", &id, n.as_str()]).collect();
+    changes.push(vec!["deny", &id, "gone.test"]);
+    let outcomes = futures_util::future::join_all(changes.iter().map(|args| launcher.run(args))).await;
+    for (args, out) in changes.iter().zip(outcomes) {
+        let out = out?;
+        assert_eq!(out.code, 0, "agent-sandbox {args:?}: {out:?}");
+    }
+    let drop_in = exec(&id, &["cat", "/etc/agent-sandbox/policy.d/launcher.txt"], None).await?.stdout;
+    let held: Vec<&str> = drop_in.lines().filter(|l| !l.starts_with('#')).collect();
+    let mut expected: Vec<&str> = names.iter().map(String::as_str).collect();
+    expected.sort();
+    let mut sorted = held.clone();
+    sorted.sort();
+    assert_eq!(sorted, expected, "the drop-in after the changes:\n{drop_in}");
+    // And PID 1 enforces exactly that: every name allowed, the denied one gone.
+    let status: serde_json::Value =
+        serde_json::from_str(&launcher.ok(&["status", &id, "--json"]).await?.stdout)?;
+    let domains = status["domains"].to_string();
+    for name in &names {
+        assert!(domains.contains(&format!("\"{name} (")), "{name} is not in force: {domains}");
+    }
+    assert!(!domains.contains("gone.test"), "the denied name is still in force: {domains}");
+    // The lock is the user's alone, and goes with the sandbox.
+    let lock = runtime_dir.path().join(format!("agent-sandbox-{id}.lock"));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&lock)?.permissions());
+    assert_eq!(mode & 0o777, 0o600, "{}", lock.display());
+    launcher.ok(&["stop", &id]).await?;
+    assert!(!lock.exists(), "stop left {}", lock.display());
+    Ok(())
+}
+
 /// The agent's connection to `target` through the probe.
 async fn connect(sb: &Sandbox, host: &str) -> anyhow::Result<Probe> {
     sb.probe(&["tcp", host, "443", "--timeout-ms", "3000"]).await
