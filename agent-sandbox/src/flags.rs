@@ -123,7 +123,8 @@ pub struct RunFlags {
     /// Start it and return, without attaching
     #[arg(long, short = 'd')]
     pub detach: bool,
-    /// The image (default: the locally built one, else the digest images.lock pins)
+    /// The image (default: the locally built one, else the digest images.lock pins, pulled; the
+    /// lock built in, or the file $AGENT_SANDBOX_IMAGES_LOCK names)
     #[arg(long, value_name = "REF")]
     pub image: Option<String>,
     /// The state volume's name, instead of one derived from the agent and the project

@@ -29,6 +29,9 @@ const DEFAULT_PIDS: i64 = 2048;
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// The pinned digests, as this checkout's images.lock records them once published.
 const IMAGES_LOCK: &str = include_str!("../../images.lock");
+/// Names an images.lock to take the pinned digests from instead of the one built in: a newer
+/// checkout's, once it is published, without installing the launcher again.
+pub const IMAGES_LOCK_ENV: &str = "AGENT_SANDBOX_IMAGES_LOCK";
 
 /// What `run` decided before touching the engine.
 struct Plan {
@@ -170,10 +173,7 @@ async fn image(docker: &Docker, flags: &RunFlags) -> Result<(String, ImageFacts)
     if let Some(facts) = engine::image(docker, &local).await? {
         return Ok((local, facts));
     }
-    let pinned = serde_json::from_str::<xtask::lock::ImagesLock>(IMAGES_LOCK)
-        .ok()
-        .and_then(|lock| lock.images.get(&flags.agent)?.pinned.clone());
-    if let Some(pinned) = pinned {
+    if let Some(pinned) = pinned(&flags.agent)? {
         eprintln!("agent-sandbox: {local} is not built here; pulling {pinned}");
         xtask::engine::Engine::connect().await?.ensure_pulled(&pinned).await?;
         if let Some(facts) = engine::image(docker, &pinned).await? {
@@ -188,6 +188,30 @@ async fn image(docker: &Docker, flags: &RunFlags) -> Result<(String, ImageFacts)
             flags.agent
         ),
     ))
+}
+
+/// The digest the lock pins for `agent`: $AGENT_SANDBOX_IMAGES_LOCK's lock if set (a missing or
+/// invalid file fails, naming it), else the one built in.
+fn pinned(agent: &str) -> Result<Option<String>> {
+    let lock = match std::env::var_os(IMAGES_LOCK_ENV) {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            let bad = |e: String| {
+                Failure::new(Code::BadArgument, format!("{IMAGES_LOCK_ENV}={}: {e}", path.display()))
+            };
+            if !path.is_file() {
+                return Err(bad("no such file".into()));
+            }
+            xtask::lock::ImagesLock::read(&path).map_err(|e| bad(format!("{e:#}")))?
+        }
+        None => serde_json::from_str(IMAGES_LOCK).map_err(|e| {
+            Failure::new(
+                Code::NoImage,
+                format!("the images.lock built into this launcher does not parse: {e}"),
+            )
+        })?,
+    };
+    Ok(lock.images.get(agent).and_then(|image| image.pinned.clone()))
 }
 
 /// The keys the image's APIs take, from `--key-file` or the environment: (variable, key).
@@ -451,6 +475,12 @@ async fn wait_ready(docker: &Docker, id: &str, name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_images_lock_built_in_parses() {
+        let lock: xtask::lock::ImagesLock = serde_json::from_str(IMAGES_LOCK).unwrap();
+        assert!(lock.images.contains_key("shell"), "{:?}", lock.images.keys());
+    }
 
     #[test]
     fn sizes_take_units() {

@@ -3,7 +3,7 @@
 //! allowlist changes (`net_admin_`) need the firewall and run in the full mode only.
 
 use sandbox_tests::docker::{TestNet, exec};
-use sandbox_tests::images::image;
+use sandbox_tests::images::{RemoveTagOnDrop, image};
 use sandbox_tests::launcher::{Launcher, Project};
 use sandbox_tests::peers::Peer;
 use sandbox_tests::probe::Probe;
@@ -295,6 +295,62 @@ async fn the_agent_cannot_write_the_runtime_drop_in_nor_signal_a_reload() -> any
         "{}",
         domains["domains"]
     );
+    Ok(())
+}
+
+/// With nothing built under the launcher's image name, `run` pulls the digest the lock pins (here
+/// $AGENT_SANDBOX_IMAGES_LOCK's, pinning the shell image pushed to a registry on loopback) and
+/// starts from it; a lock file that is not there is refused by name.
+#[tokio::test]
+async fn with_nothing_built_the_image_is_pulled_by_the_digest_the_lock_pins() -> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let registry = sandbox_tests::registry::LocalRegistry::start(false)?;
+    let engine = xtask::engine::Engine::connect().await?;
+    let id = engine.image_id(&shell).await?.expect("the shell image");
+    let repository = format!("{}/launcher-pull/agent-shell", registry.addr);
+    let _untag = RemoveTagOnDrop(format!("{repository}:published"));
+    engine.tag(&id, &repository, "published").await?;
+    engine.push(&repository, "published", None, |_| {}).await?;
+    let inspect = engine.docker().inspect_image(&format!("{repository}:published")).await?;
+    let pinned = inspect
+        .repo_digests
+        .unwrap_or_default()
+        .into_iter()
+        .find(|d| d.starts_with(&format!("{repository}@sha256:")))
+        .expect("the push recorded the registry's digest");
+    let _unpin = RemoveTagOnDrop(pinned.clone());
+    engine.remove_tag(&format!("{repository}:published")).await?;
+    engine.remove_tag(&pinned).await?;
+    assert_eq!(engine.image_id(&pinned).await?, None, "{pinned} still resolves locally: no real pull");
+
+    let dir = tempfile::tempdir()?;
+    let lock_path = dir.path().join("images.lock");
+    let mut lock = xtask::lock::ImagesLock::read(&sandbox_tests::root().join("images.lock"))?;
+    lock.images.get_mut("shell").expect("shell is in the lock").pinned = Some(pinned.clone());
+    lock.write(&lock_path)?;
+    let lock_path = lock_path.to_string_lossy().into_owned();
+    let project = Project::new()?;
+    let launcher = Launcher::new()?
+        .env("AGENT_SANDBOX_PREFIX", "localhost/agent-sandbox-nothing-built")
+        .env("AGENT_SANDBOX_IMAGES_LOCK", &lock_path);
+    let out = launcher.ok(&["run", "shell", &project.path, "--detach", "--offline"]).await?;
+    assert!(out.stderr.contains(&format!("pulling {pinned}")), "{out:?}");
+    let (container, _) = only_container(&project).await?;
+    let started = sandbox_tests::docker::docker().await?.inspect_container(&container, None).await?;
+    assert_eq!(started.image.as_deref(), Some(id.as_str()), "the sandbox's image");
+    assert_eq!(started.config.and_then(|c| c.image).as_deref(), Some(pinned.as_str()));
+
+    // A lock named but not there is refused, naming it; nothing is started.
+    let other = Project::new()?;
+    let missing = format!("{lock_path}.missing");
+    let out = Launcher::new()?
+        .env("AGENT_SANDBOX_PREFIX", "localhost/agent-sandbox-nothing-built")
+        .env("AGENT_SANDBOX_IMAGES_LOCK", &missing)
+        .run(&["run", "shell", &other.path, "--detach", "--offline"])
+        .await?;
+    assert_eq!(out.code, 64, "{out:?}");
+    assert!(out.stderr.contains(&format!("AGENT_SANDBOX_IMAGES_LOCK={missing}: no such file")), "{out:?}");
+    assert!(other.containers().await?.is_empty());
     Ok(())
 }
 
