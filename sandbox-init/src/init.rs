@@ -223,12 +223,11 @@ pub fn run() -> Result<u8, Fatal> {
     }
     // SAFETY: isatty on fd 0.
     if unsafe { libc::isatty(0) } == 1 {
-        // The tmux client discards the terminal's output not yet read (tcflush TCOFLUSH) as it
-        // starts: on a loaded machine the engine had not read the ready line yet, and neither the
-        // terminal nor `docker logs` showed it. No call tells when a pty's reader has the bytes;
-        // a tenth of a second, once, with a terminal only, gives it the time.
+        // The attach relay puts the terminal in raw mode as it starts; the ready line is given
+        // a tenth of a second, once, with a terminal only, to be read by the engine first (a
+        // tmux client on this terminal used to discard it, seen under load).
         std::thread::sleep(TTY_READY_GRACE);
-        session::attach_terminal(&agent).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+        session::attach_terminal(&sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     }
     Ok(runtime.block_on(supervise(&agent, server, (mode, network.ipv6), enforcer, forwarder)))
 }

@@ -1,6 +1,7 @@
 //! sandbox-init as a library: the parts the binary is made of, unit-tested without root.
 
 pub mod apis;
+pub mod attach;
 pub mod connections;
 pub mod console;
 pub mod denials;

@@ -166,32 +166,40 @@ fn exec(args: &[String]) -> u8 {
 
 fn attach(args: &[String]) -> u8 {
     let session = args.first().cloned().unwrap_or_else(session::session_name);
-    run_as_agent("tmux", &["attach-session".into(), "-t".into(), session], "sandbox-attach")
+    let tool = "sandbox-attach";
+    match agent_command("tmux", &["attach-session".into(), "-t".into(), session], tool) {
+        Ok(command) => sandbox_init::attach::attach(command, tool),
+        Err(code) => code,
+    }
 }
 
 /// Replaces this process with `program` as the agent. Returns only on failure.
 fn run_as_agent(program: &str, args: &[String], tool: &str) -> u8 {
-    let agent = match AgentPrivileges::lookup(AGENT_USER) {
-        Ok(agent) => agent,
-        Err(e) => {
-            eprintln!("{tool}: {e}");
-            return 126;
-        }
-    };
-    let mut command = match agent.command(program) {
+    let mut command = match agent_command(program, args, tool) {
         Ok(command) => command,
-        Err(e) => {
-            eprintln!("{tool}: {e}");
-            return 126;
-        }
+        Err(code) => return code,
     };
+    let error = command.exec();
+    eprintln!("{tool}: cannot run {program}: {error}");
+    if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }
+}
+
+/// `program ARGS…` as the agent, in the workspace (else its home), with tmux's socket folder; or
+/// the status to exit with, the reason printed.
+fn agent_command(program: &str, args: &[String], tool: &str) -> Result<std::process::Command, u8> {
+    let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| {
+        eprintln!("{tool}: {e}");
+        126
+    })?;
+    let mut command = agent.command(program).map_err(|e| {
+        eprintln!("{tool}: {e}");
+        126
+    })?;
     let dir = if Path::new(WORKSPACE).is_dir() { PathBuf::from(WORKSPACE) } else { agent.home.clone() };
     command.args(args).env("TMUX_TMPDIR", TMUX_TMPDIR).current_dir(dir);
     // `docker exec -it` passes no TERM, and tmux will not attach without one.
     if std::env::var_os("TERM").is_none() {
         command.env("TERM", "xterm-256color");
     }
-    let error = command.exec();
-    eprintln!("{tool}: cannot run {program}: {error}");
-    if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }
+    Ok(command)
 }

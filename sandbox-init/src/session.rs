@@ -136,10 +136,17 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
     }
 }
 
-/// Attaches a tmux client to the container's terminal. Returns the client's pid.
-pub fn attach_terminal(agent: &AgentPrivileges) -> Result<i32, SessionError> {
-    let mut command = tmux(agent)?;
-    command.args(["attach-session", "-t", &session_name()]);
+/// Attaches the container's terminal to the session the way `sandbox-attach` does: a root
+/// process of ours (`sandbox-init attach`, on the terminal) runs the agent's tmux client on a pty
+/// of its own and relays its output through the terminal filter (attach.rs), so that `docker run
+/// -it` gets no more of the agent's control strings than `docker exec -it C sandbox-attach`.
+/// Returns the relay's pid.
+pub fn attach_terminal(sandbox_init: &Path) -> Result<i32, SessionError> {
+    let mut command = Command::new(sandbox_init);
+    command.arg("attach");
+    for var in crate::apis::key_vars() {
+        command.env_remove(var);
+    }
     process::spawn(&mut command).map_err(SessionError::Attach)
 }
 

@@ -7,6 +7,7 @@
 //! own line and column; only whole-file checks (an empty allowlist) are made after parsing.
 
 pub mod apis;
+pub mod terminal;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

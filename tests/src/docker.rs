@@ -203,6 +203,35 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// A container of `image` started with a terminal, as `docker run -it` starts one, with its
+/// terminal attached (keys in, the screen out); removed when the guard drops.
+pub async fn start_with_terminal(
+    image: &str,
+    label: &str,
+) -> anyhow::Result<(RemoveOnDrop, bollard::container::AttachContainerResults)> {
+    use bollard::models::{ContainerCreateBody, HostConfig};
+    use bollard::query_parameters::{
+        AttachContainerOptionsBuilder, CreateContainerOptions, StartContainerOptions,
+    };
+    let docker = docker().await?;
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        tty: Some(true),
+        open_stdin: Some(true),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        labels: Some([(TEST_LABEL.to_string(), label.to_string())].into()),
+        host_config: Some(HostConfig { network_mode: Some("none".into()), ..Default::default() }),
+        ..Default::default()
+    };
+    let id = docker.create_container(None::<CreateContainerOptions>, body).await?.id;
+    let guard = RemoveOnDrop(id.clone());
+    let options = AttachContainerOptionsBuilder::default().stdin(true).stdout(true).stream(true).build();
+    let attached = docker.attach_container(&id, Some(options)).await?;
+    docker.start_container(&id, None::<StartContainerOptions>).await?;
+    Ok((guard, attached))
+}
+
 pub async fn container_logs(id: &str) -> anyhow::Result<(String, String)> {
     let docker = docker().await?;
     let options = LogsOptionsBuilder::default().stdout(true).stderr(true).build();

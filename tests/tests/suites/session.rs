@@ -68,6 +68,45 @@ async fn sandbox_attach_shows_the_session_on_a_pty() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// sandbox-attach relays through a pty of its own (for its output filter): the user's keys reach
+/// the session, and the client's window is the user's terminal's size, at the start and after a
+/// resize (SIGWINCH).
+#[tokio::test]
+async fn sandbox_attach_passes_keys_and_follows_the_window_size() -> anyhow::Result<()> {
+    let sb = start(&[]).await?;
+    // The user's terminal: script(1)'s pty, 101x33, its keys from a fifo held open meanwhile.
+    let attach = "mkfifo /root/keys && (sleep 60 > /root/keys &) && \
+                  (timeout 60 script -qfec 'stty cols 101 rows 33; exec sandbox-attach' /dev/null \
+                   < /root/keys > /dev/null 2>&1 &)";
+    assert_eq!(sb.exec(&["sh", "-c", attach]).await?.code, 0);
+    let size = |expected: &'static str| {
+        let sb = &sb;
+        async move {
+            let mut seen = String::new();
+            for _ in 0..150 {
+                let clients =
+                    sb.as_agent(&["tmux", "list-clients", "-F", "#{client_width}x#{client_height}"]).await?;
+                seen = clients.stdout.trim().to_string();
+                if seen == expected {
+                    return anyhow::Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            anyhow::bail!("the client's window is {seen:?}, not {expected}")
+        }
+    };
+    size("101x33").await?;
+    // The user resizes the terminal: the pty sandbox-attach reads from (its standard input).
+    let resize = "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sandbox-attach ] && \
+                  stty -F \"$(readlink $p/fd/0)\" cols 120 rows 40 && exit 0; done; exit 1";
+    let resized = sb.exec(&["sh", "-c", resize]).await?;
+    assert_eq!(resized.code, 0, "{resized:?}");
+    size("120x40").await?;
+    assert_eq!(sb.exec(&["sh", "-c", "printf 'echo typed-$((6*7))\\r' > /root/keys"]).await?.code, 0);
+    wait_for_pane(&sb, "typed-42").await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn when_the_agent_command_exits_the_pane_keeps_a_shell() -> anyhow::Result<()> {
     let sb = start(&[("ASSISTANT_CMD", "echo agent-ran; exit 3")]).await?;
@@ -115,29 +154,13 @@ async fn pid_1_reaps_orphans() -> anyhow::Result<()> {
 /// the agent's shell, and ending the session ends the container with its status.
 #[tokio::test]
 async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<()> {
-    use bollard::models::{ContainerCreateBody, HostConfig};
-    use bollard::query_parameters::AttachContainerOptionsBuilder;
     use futures_util::StreamExt as _;
     use tokio::io::AsyncWriteExt as _;
 
     let image = sandbox_tests::images::image(sandbox_tests::sandbox::SMALLEST).await?;
     let docker = xtask::engine::Engine::connect().await?.docker().clone();
-    let body = ContainerCreateBody {
-        image: Some(image),
-        tty: Some(true),
-        open_stdin: Some(true),
-        attach_stdin: Some(true),
-        attach_stdout: Some(true),
-        labels: Some([(sandbox_tests::docker::TEST_LABEL.to_string(), "tty".to_string())].into()),
-        host_config: Some(HostConfig { network_mode: Some("none".into()), ..Default::default() }),
-        ..Default::default()
-    };
-    let id =
-        docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?.id;
-    let _remove = sandbox_tests::docker::RemoveOnDrop(id.clone());
-    let options = AttachContainerOptionsBuilder::default().stdin(true).stdout(true).stream(true).build();
-    let mut attached = docker.attach_container(&id, Some(options)).await?;
-    docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+    let (container, mut attached) = sandbox_tests::docker::start_with_terminal(&image, "tty").await?;
+    let id = container.0.clone();
 
     let mut screen = String::new();
     let mut read_until = async |needle: &str, screen: &mut String| -> anyhow::Result<()> {

@@ -266,20 +266,29 @@ async fn a_secret_the_agent_could_read_or_swap_is_refused_at_start() -> anyhow::
 /// clipboard write.
 #[tokio::test]
 async fn the_agent_cannot_write_the_users_clipboard_through_the_launchers_attach() -> anyhow::Result<()> {
-    use sandbox_tests::launcher::{Launcher, Project, binary};
+    let launcher = sandbox_tests::launcher::binary()?.display().to_string();
+    clipboard_write_while_attached(move |id| format!("{launcher} attach {id}")).await
+}
+
+/// The same, with the user attached by hand, `docker exec -it C sandbox-attach` (the way the
+/// README gives without the launcher, and compose's and the devcontainer's): sandbox-attach
+/// filters as root, between the agent's tmux client and the user's terminal.
+#[tokio::test]
+async fn the_agent_cannot_write_the_users_clipboard_through_sandbox_attach() -> anyhow::Result<()> {
+    clipboard_write_while_attached(|id| format!("docker exec -it {id} sandbox-attach")).await
+}
+
+/// The attack, with the user attached by `attach(container id)`, a command run on a terminal.
+async fn clipboard_write_while_attached(attach: impl FnOnce(&str) -> String) -> anyhow::Result<()> {
+    use sandbox_tests::launcher::{Launcher, Project};
     use tokio::io::AsyncReadExt as _;
     let shell = sandbox_tests::images::image("shell").await?;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
     launcher.ok(&["run", "shell", &project.path, "--detach", "--offline", "--image", &shell]).await?;
     let id = project.containers().await?.first().map(|c| c.0.clone()).expect("the launcher's sandbox");
-    let agent = |script: String| {
-        let id = id.clone();
-        async move { exec(&id, &["sandbox-exec", "--", "sh", "-c", &script], None).await }
-    };
-    assert_eq!(agent("tmux set -g allow-passthrough on".into()).await?.code, 0);
 
-    // The user, on a terminal (script(1) gives the launcher one).
-    let attach = format!("{} attach {id}", binary()?.display());
+    // The user, on a terminal (script(1) gives the command one).
+    let attach = attach(&id);
     let mut user = tokio::process::Command::new("script")
         .args(["-qfec", &attach, "/dev/null"])
         .env("HOME", launcher.home.path())
@@ -288,6 +297,43 @@ async fn the_agent_cannot_write_the_users_clipboard_through_the_launchers_attach
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
+    write_to_the_clipboard_once_attached(&id).await?;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    exec(&id, &["sandbox-exec", "--", "tmux", "detach-client", "-s", "agent"], None).await?;
+    let mut stdout = user.stdout.take().expect("piped");
+    let mut seen = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stdout.read_to_end(&mut seen)).await;
+    let _ = user.kill().await;
+    assert_no_clipboard_write(&String::from_utf8_lossy(&seen));
+    Ok(())
+}
+
+/// The same, with the user on the container's own terminal (`docker run -it`): PID 1 attaches
+/// it through sandbox-attach's relay too.
+#[tokio::test]
+async fn the_agent_cannot_write_the_users_clipboard_through_the_containers_terminal() -> anyhow::Result<()> {
+    use futures_util::StreamExt as _;
+    let shell = sandbox_tests::images::image("shell").await?;
+    let (container, mut attached) =
+        sandbox_tests::docker::start_with_terminal(&shell, "tty-clipboard").await?;
+    write_to_the_clipboard_once_attached(&container.0).await?;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !seen.contains("after-mark") {
+        match tokio::time::timeout_at(deadline, attached.output.next()).await {
+            Ok(Some(Ok(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk.into_bytes())),
+            _ => break,
+        }
+    }
+    assert_no_clipboard_write(&seen);
+    Ok(())
+}
+
+/// As the agent, once a client is attached: passthrough on, then the pane's text around OSC 52
+/// clipboard writes, wrapped for passthrough and bare.
+async fn write_to_the_clipboard_once_attached(id: &str) -> anyhow::Result<()> {
+    let agent =
+        |script: String| async move { exec(id, &["sandbox-exec", "--", "sh", "-c", &script], None).await };
     let mut attached = false;
     for _ in 0..100 {
         if !agent("tmux list-clients".into()).await?.stdout.trim().is_empty() {
@@ -296,7 +342,8 @@ async fn the_agent_cannot_write_the_users_clipboard_through_the_launchers_attach
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(attached, "the launcher never attached");
+    anyhow::ensure!(attached, "no client ever attached");
+    assert_eq!(agent("tmux set -g allow-passthrough on".into()).await?.code, 0);
     let tty = agent("tmux display-message -p '#{pane_tty}'".into()).await?.stdout.trim().to_string();
     let write = format!(
         r"printf 'before-%s\n' mark > {tty}; \
@@ -305,18 +352,15 @@ async fn the_agent_cannot_write_the_users_clipboard_through_the_launchers_attach
           printf 'after-%s\n' mark > {tty}"
     );
     assert_eq!(agent(write).await?.code, 0);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    agent("tmux detach-client -s agent".into()).await?;
-    let mut stdout = user.stdout.take().expect("piped");
-    let mut seen = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stdout.read_to_end(&mut seen)).await;
-    let _ = user.kill().await;
-    let seen = String::from_utf8_lossy(&seen);
-    // Positive control: the pane's text reached the user's terminal around the attack.
+    Ok(())
+}
+
+/// What the user's terminal received: the pane's text around the attack (the positive
+/// control), and no clipboard write.
+fn assert_no_clipboard_write(seen: &str) {
     assert!(
         seen.contains("before-mark") && seen.contains("after-mark"),
-        "the attach showed nothing: {seen:?}"
+        "the terminal showed nothing: {seen:?}"
     );
     assert!(!seen.contains("52;c;"), "the agent wrote the user's clipboard: {seen:?}");
-    Ok(())
 }

@@ -1,0 +1,190 @@
+//! `sandbox-attach`: the user's terminal attached to the agent's session through a filter the
+//! agent cannot reach. The agent owns its tmux server and can turn tmux's own filtering off
+//! (`allow-passthrough`, `set-clipboard`), so the tmux client runs as the agent on a terminal of
+//! its own (a pty whose master this root process holds), and what it draws reaches the user's
+//! terminal only through `sandbox_policy::terminal::Sanitizer`: no clipboard write, no
+//! passthrough string. Keys go the other way unchanged, and the window size follows the user's.
+//!
+//! Three threads relay: keys (the user's terminal to the master), screen (the master, filtered,
+//! to the user's terminal) and window (SIGWINCH, taken with sigwait, to the master's size); the
+//! main thread waits for the client. The relay ends with the client: whatever the agent still
+//! holds of its terminal then is cut when the master closes.
+
+use std::io::{Read as _, Write as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt as _;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rustix::pty::{OpenptFlags, grantpt, ioctl_tiocgptpeer, openpt, ptsname, unlockpt};
+use rustix::termios::{OptionalActions, Termios, isatty, tcgetattr, tcgetwinsize, tcsetattr, tcsetwinsize};
+use sandbox_policy::terminal::Sanitizer;
+
+/// How long the screen may still drain once the client has ended.
+const DRAIN: Duration = Duration::from_millis(500);
+
+/// A new pty: the master, and the terminal for the client (opened from the master, not by path).
+fn pty() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
+    grantpt(&master)?;
+    unlockpt(&master)?;
+    let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+    let client = match ioctl_tiocgptpeer(&master, flags) {
+        Ok(fd) => fd,
+        Err(_) => {
+            let path = ptsname(&master, Vec::new())?;
+            let oflags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC;
+            rustix::fs::open(path.as_c_str(), oflags, rustix::fs::Mode::empty())?
+        }
+    };
+    Ok((master, client))
+}
+
+/// The user's terminal in raw mode while attached (the client's own terminal is the pty now, so
+/// the outer one must pass every key as typed), put back however the relay ends.
+struct RawMode(Termios);
+
+impl RawMode {
+    fn enable() -> Option<RawMode> {
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(stdin.as_fd()).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        tcsetattr(stdin.as_fd(), OptionalActions::Now, &raw).ok()?;
+        Some(RawMode(saved))
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.0);
+    }
+}
+
+/// The user's window size onto the pty (the client's foreground group gets SIGWINCH from it).
+fn follow_size(master: &OwnedFd) {
+    for fd in [std::io::stdin().as_fd(), std::io::stdout().as_fd()] {
+        if isatty(fd)
+            && let Ok(size) = tcgetwinsize(fd)
+        {
+            let _ = tcsetwinsize(master, size);
+            return;
+        }
+    }
+}
+
+/// SIGWINCH blocked in this thread and every thread it starts after, so that only sigwait takes it.
+fn block_window_changes() -> libc::sigset_t {
+    // SAFETY: sigset operations on a local, zeroed set; pthread_sigmask on this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGWINCH);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Runs `tmux attach-session -t SESSION` as the agent on a pty of its own, relaying through the
+/// filter; returns the client's status.
+pub fn attach(mut command: std::process::Command, tool: &str) -> u8 {
+    let (master, client) = match pty() {
+        Ok(pair) => pair,
+        Err(e) => {
+            eprintln!("{tool}: cannot open a terminal for the session: {e}");
+            return 126;
+        }
+    };
+    follow_size(&master);
+    let stdio = |fd: &OwnedFd| fd.try_clone().map(Stdio::from);
+    let (Ok(input), Ok(output), Ok(errors)) = (stdio(&client), stdio(&client), stdio(&client)) else {
+        eprintln!("{tool}: cannot pass the session's terminal on");
+        return 126;
+    };
+    command.stdin(input).stdout(output).stderr(errors);
+    let window_changes = block_window_changes();
+    // SAFETY: between fork and exec, after the privileges are dropped (the closure registered
+    // first): raw syscalls on integers and the set built above. The pty becomes the client's
+    // controlling terminal, in a session of its own, so that resizing it signals the client;
+    // and SIGWINCH, blocked here for sigwait, is unblocked for it (the mask is inherited).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() == -1
+                || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1
+                || libc::sigprocmask(libc::SIG_UNBLOCK, &window_changes, std::ptr::null_mut()) == -1
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("{tool}: cannot run tmux: {e}");
+            return if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+        }
+    };
+    // The parent keeps no end of the client's terminal, so the screen sees EIO when it closes.
+    drop(command);
+    drop(client);
+    let raw = RawMode::enable();
+
+    let (Ok(keys_to), Ok(screen_from), Ok(window_of)) =
+        (master.try_clone(), master.try_clone(), master.try_clone())
+    else {
+        let _ = child.kill();
+        eprintln!("{tool}: cannot relay the session's terminal");
+        return 126;
+    };
+    std::thread::spawn(move || {
+        let mut to = std::fs::File::from(keys_to);
+        let mut buffer = [0u8; 4096];
+        let mut stdin = std::io::stdin().lock();
+        while let Ok(n) = stdin.read(&mut buffer) {
+            if n == 0 || to.write_all(&buffer[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let (drained, screen_done) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let mut from = std::fs::File::from(screen_from);
+        let mut sanitizer = Sanitizer::default();
+        let mut stdout = std::io::stdout().lock();
+        let mut buffer = [0u8; 16384];
+        // EIO once no one holds the client's terminal any more.
+        while let Ok(n) = from.read(&mut buffer) {
+            if n == 0 {
+                break;
+            }
+            let clean = sanitizer.filter(&buffer[..n]);
+            if stdout.write_all(&clean).and_then(|()| stdout.flush()).is_err() {
+                break;
+            }
+        }
+        let _ = drained.send(());
+    });
+    std::thread::spawn(move || {
+        loop {
+            let mut signal = 0;
+            // SAFETY: sigwait on a set built above, into a local.
+            if unsafe { libc::sigwait(&window_changes, &mut signal) } != 0 {
+                return;
+            }
+            follow_size(&window_of);
+        }
+    });
+
+    let status = child.wait();
+    let _ = screen_done.recv_timeout(DRAIN);
+    drop(raw);
+    match status {
+        Ok(status) => status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+        Err(e) => {
+            eprintln!("{tool}: lost the session's client: {e}");
+            1
+        }
+    }
+}
