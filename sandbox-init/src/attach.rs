@@ -7,22 +7,33 @@
 //!
 //! Three threads relay: keys (the user's terminal to the master), screen (the master, filtered,
 //! to the user's terminal) and window (SIGWINCH, taken with sigwait, to the master's size); the
-//! main thread waits for the client. The relay ends with the client: whatever the agent still
-//! holds of its terminal then is cut when the master closes.
+//! main thread waits for the client. The relay ends with the client, or with the screen (the
+//! user's terminal gone, or the client's terminal closed while the client lives on as something
+//! else of the agent's: it is then killed), so no root relay outlives its use; whatever the agent
+//! still holds of its terminal is cut when the master closes. At the end the filter closes what
+//! the agent left open, and the mouse and paste modes are turned off.
 
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::Stdio;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use rustix::pty::{OpenptFlags, grantpt, ioctl_tiocgptpeer, openpt, ptsname, unlockpt};
 use rustix::termios::{OptionalActions, Termios, isatty, tcgetattr, tcgetwinsize, tcsetattr, tcsetwinsize};
 use sandbox_policy::terminal::Sanitizer;
 
-/// How long the screen may still drain once the client has ended.
+/// How long the screen may still drain once the client has ended, and the client may take to
+/// end once the screen has.
 const DRAIN: Duration = Duration::from_millis(500);
+/// How often the relay looks at the client while the screen runs.
+const POLL: Duration = Duration::from_millis(50);
+/// Sent when the relay ends: mouse reporting and bracketed paste off, the cursor shown, plain
+/// attributes.
+const RESET: &[u8] = b"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\x1b[?25h\x1b[0m";
+/// And, after a client that did not end cleanly, back from the alternate screen.
+const LEAVE_ALTERNATE_SCREEN: &[u8] = b"\x1b[?1049l";
 
 /// A new pty: the master, and the terminal for the client (opened from the master, not by path).
 fn pty() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -148,19 +159,16 @@ pub fn attach(mut command: std::process::Command, tool: &str) -> u8 {
             }
         }
     });
+    let sanitizer = Arc::new(Mutex::new(Sanitizer::default()));
     let (drained, screen_done) = mpsc::channel::<()>();
+    let screen_filter = Arc::clone(&sanitizer);
     std::thread::spawn(move || {
         let mut from = std::fs::File::from(screen_from);
-        let mut sanitizer = Sanitizer::default();
-        let mut stdout = std::io::stdout().lock();
         let mut buffer = [0u8; 16384];
         // EIO once no one holds the client's terminal any more.
         while let Ok(n) = from.read(&mut buffer) {
-            if n == 0 {
-                break;
-            }
-            let clean = sanitizer.filter(&buffer[..n]);
-            if stdout.write_all(&clean).and_then(|()| stdout.flush()).is_err() {
+            let mut sanitizer = screen_filter.lock().unwrap_or_else(|e| e.into_inner());
+            if n == 0 || write_out(&sanitizer.filter(&buffer[..n])).is_err() {
                 break;
             }
         }
@@ -177,8 +185,39 @@ pub fn attach(mut command: std::process::Command, tool: &str) -> u8 {
         }
     });
 
-    let status = child.wait();
-    let _ = screen_done.recv_timeout(DRAIN);
+    // The relay ends with the client, or when the screen does (the user's terminal gone, or the
+    // agent's client no longer drawing while something of the agent's keeps it alive): the
+    // client is then given a moment and killed, so that no root relay outlives its use.
+    let mut screen_ended = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+        if screen_done.recv_timeout(POLL) != Err(mpsc::RecvTimeoutError::Timeout) {
+            screen_ended = true;
+            let deadline = std::time::Instant::now() + DRAIN;
+            while std::time::Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(POLL);
+            }
+            let _ = child.kill();
+            break child.wait();
+        }
+    };
+    if !screen_ended {
+        let _ = screen_done.recv_timeout(DRAIN);
+    }
+    // Whatever the agent left half-written is closed, and the modes a client that did not end
+    // cleanly may have left on are turned off (tmux turns them off itself on a detach).
+    let clean = status.as_ref().is_ok_and(|s| s.code().is_some()) && !screen_ended;
+    let mut sanitizer = sanitizer.lock().unwrap_or_else(|e| e.into_inner());
+    let mut end = sanitizer.finish();
+    end.extend_from_slice(RESET);
+    if !clean {
+        end.extend_from_slice(LEAVE_ALTERNATE_SCREEN);
+    }
+    let _ = write_out(&end);
     drop(raw);
     match status {
         Ok(status) => status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
@@ -187,4 +226,10 @@ pub fn attach(mut command: std::process::Command, tool: &str) -> u8 {
             1
         }
     }
+}
+
+fn write_out(bytes: &[u8]) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(bytes)?;
+    stdout.flush()
 }

@@ -11,16 +11,19 @@
 /// - OSC 0, 1, 2 (titles), 7 (the working folder) and 8 (hyperlinks), and no other OSC: not 52
 ///   (the clipboard), 1337, 5113 or 5522 (files), 9 or 777 (notifications);
 /// - no DCS, APC, PM or SOS string (passthrough to the outer terminal, graphics, vendor
-///   commands); a C1 control, raw or UTF-8 encoded, is judged (and sent) as its 7-bit form.
+///   commands); a C1 control, raw or UTF-8 encoded, is judged (and sent) as its 7-bit form;
+/// - what is not valid UTF-8 as U+FFFD; an ESC only with a byte 0x20 to 0x7E after it (terminals
+///   read ESC, a control, then `]` as OSC); an OSC only as one digit and `;`, with no control
+///   inside.
 ///
 /// It works byte by byte, so a sequence split across chunks is judged whole.
 #[derive(Debug, Default)]
 pub struct Sanitizer {
     state: State,
-    /// UTF-8 continuation bytes still due (a byte 0x80–0x9F that is not one is a C1 control).
-    continuation: u8,
-    /// A 0xC2 lead held back: followed by 0x80–0x9F it encodes a C1 control.
-    lead_c2: bool,
+    /// The bytes of a UTF-8 character not complete yet (its lead first).
+    pending: Vec<u8>,
+    /// How long that character is: 0 when none is pending.
+    need: usize,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -51,35 +54,68 @@ impl Sanitizer {
     pub fn filter(&mut self, input: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(input.len());
         for &byte in input {
-            // First, C1 controls out, raw or UTF-8 encoded.
-            if self.lead_c2 {
-                self.lead_c2 = false;
-                if (0x80..=0x9f).contains(&byte) {
-                    self.continuation = 0;
-                    self.c1(byte, &mut out);
-                    continue;
-                }
-                self.step(0xc2, &mut out);
-                self.continuation = 1;
-            }
-            match byte {
-                0xc2 => {
-                    self.lead_c2 = true;
-                    continue;
-                }
-                0x80..=0xbf if self.continuation > 0 => self.continuation -= 1,
-                0x80..=0x9f => {
-                    self.c1(byte, &mut out);
-                    continue;
-                }
-                0xc0..=0xdf => self.continuation = 1,
-                0xe0..=0xef => self.continuation = 2,
-                0xf0..=0xf7 => self.continuation = 3,
-                _ => self.continuation = 0,
-            }
-            self.step(byte, &mut out);
+            self.byte(byte, &mut out);
         }
         out
+    }
+
+    /// What to send when the stream ends: the end of a passing string the agent left open (a
+    /// title would swallow what the user types next), and CAN, which cancels a sequence left
+    /// half-written (a CSI would take the user's next key as its final byte) and does nothing
+    /// otherwise. The filter starts afresh after it.
+    pub fn finish(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if matches!(self.state, State::Osc(true) | State::OscEscape(true)) {
+            out.extend_from_slice(&[ESC, b'\\']);
+        }
+        out.push(CAN);
+        *self = Sanitizer::default();
+        out
+    }
+
+    /// Decodes UTF-8 first: a well-formed character goes on (U+0080 to U+009F as the C1 control
+    /// it is), anything else becomes U+FFFD, so that no byte 0x80 to 0x9F reaches a terminal
+    /// that would read it as a control, hidden as a continuation byte or not.
+    fn byte(&mut self, byte: u8, out: &mut Vec<u8>) {
+        if self.need > 0 {
+            if (0x80..=0xbf).contains(&byte) {
+                self.pending.push(byte);
+                if self.pending.len() == self.need {
+                    self.need = 0;
+                    let bytes = std::mem::take(&mut self.pending);
+                    match std::str::from_utf8(&bytes) {
+                        Ok(_) if bytes[0] == 0xc2 && bytes[1] <= 0x9f => self.c1(bytes[1], out),
+                        Ok(_) => bytes.iter().for_each(|&b| self.step(b, out)),
+                        Err(_) => self.replacement(out),
+                    }
+                }
+                return;
+            }
+            // Cut short by a byte that does not continue it.
+            self.pending.clear();
+            self.need = 0;
+            self.replacement(out);
+        }
+        match byte {
+            0x00..=0x7f => self.step(byte, out),
+            0x80..=0x9f => self.c1(byte, out),
+            0xc2..=0xdf => self.start(byte, 2),
+            0xe0..=0xef => self.start(byte, 3),
+            0xf0..=0xf4 => self.start(byte, 4),
+            // A continuation with no lead, and leads no character has (overlong, too large).
+            _ => self.replacement(out),
+        }
+    }
+
+    fn start(&mut self, lead: u8, need: usize) {
+        self.pending.push(lead);
+        self.need = need;
+    }
+
+    fn replacement(&mut self, out: &mut Vec<u8>) {
+        for &b in "\u{fffd}".as_bytes() {
+            self.step(b, out);
+        }
     }
 
     /// A C1 control is judged as its 7-bit form (0x9D, OSC, as ESC ]), which is what goes out
@@ -117,9 +153,16 @@ impl Sanitizer {
                     out.push(byte);
                     State::Text
                 }
-                _ => {
+                // Only ESC and a byte 0x20 to 0x7E is a sequence. Terminals stay in their escape
+                // state across C0 controls, DEL and high bytes (tmux, vte), or read 0xA0 to 0xFF
+                // as 0x20 to 0x7F (xterm: ESC Ý is ESC ]): the ESC is forgotten, the byte is text.
+                0x20..=0x7e => {
                     out.extend_from_slice(&[ESC, byte]);
                     State::Text
+                }
+                _ => {
+                    self.state = State::Text;
+                    return self.step(byte, out);
                 }
             },
             State::OscHead(mut head) => match byte {
@@ -131,8 +174,10 @@ impl Sanitizer {
                 ESC => State::Escape,
                 CAN | SUB => State::Text,
                 _ => {
-                    let number = std::str::from_utf8(&head).ok().and_then(|h| h.parse::<u32>().ok());
-                    let passes = !head.is_empty() && number.is_some_and(|n| PASSING_OSC.contains(&n));
+                    // One digit, as written, then `;`: terminals read 0000000052 as 52, and skip
+                    // C0 controls and DEL between the digits.
+                    let passes =
+                        byte == b';' && head.len() == 1 && PASSING_OSC.contains(&u32::from(head[0] - b'0'));
                     if passes {
                         out.extend_from_slice(&[ESC, b']']);
                         out.extend_from_slice(&head);
@@ -150,7 +195,9 @@ impl Sanitizer {
                     State::Text
                 }
                 _ => {
-                    if passes {
+                    // Inside the string, C0 controls and DEL are dropped: terminals differ on
+                    // them, and a title needs none.
+                    if passes && (byte == BEL || (byte >= 0x20 && byte != 0x7f)) {
                         out.push(byte);
                     }
                     if byte == BEL { State::Text } else { State::Osc(passes) }
@@ -230,5 +277,103 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Whether `out` is safe for any terminal, judged without the filter's own states: valid
+    /// UTF-8 with no C1 control in it; every ESC followed by a byte 0x20 to 0x7E; no DCS, APC,
+    /// PM or SOS; every OSC exactly `ESC ] d ;` with d one of 0 1 2 7 8, then no C0 control but
+    /// its terminator (BEL, or the ESC of ST).
+    fn unsafe_part(out: &[u8]) -> Option<String> {
+        let text = match std::str::from_utf8(out) {
+            Ok(text) => text,
+            Err(e) => return Some(format!("not UTF-8: {e}")),
+        };
+        if text.chars().any(|c| ('\u{80}'..='\u{9f}').contains(&c)) {
+            return Some("a C1 control".into());
+        }
+        let mut i = 0;
+        while i < out.len() {
+            if out[i] == ESC {
+                let next = out.get(i + 1).copied().unwrap_or(0);
+                if !(0x20..=0x7e).contains(&next) || b"P_^X".contains(&next) {
+                    return Some(format!("ESC {next:#04x} at {i}"));
+                }
+                if next == b']' {
+                    let head = out.get(i + 2..i + 4).unwrap_or_default();
+                    if head.len() < 2 || !b"01278".contains(&head[0]) || head[1] != b';' {
+                        return Some(format!("OSC {:?} at {i}", String::from_utf8_lossy(head)));
+                    }
+                    i += 4;
+                    while i < out.len() && out[i] != BEL && out[i] != ESC {
+                        if out[i] < 0x20 || out[i] == 0x7f {
+                            return Some(format!("control {:#04x} inside an OSC at {i}", out[i]));
+                        }
+                        i += 1;
+                    }
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// What a third red team got past the second filter, all of it after tmux passthrough has
+    /// unwrapped it: terminals stay in their escape state across C0 controls, DEL and high bytes
+    /// (xterm reads ESC Ý as ESC ]), read any number of digits (0000000052 is 52), skip controls
+    /// between them, and a Latin-1 terminal takes a C1 control hidden as a continuation byte.
+    #[test]
+    fn what_real_terminals_parse_differently_gets_nothing_out_either() {
+        let attacks: [&[u8]; 14] = [
+            b"\x1b\x07]52;c;QQ==\x07",
+            b"\x1b\x7f]52;c;QQ==\x07",
+            b"\x1b\xc3\xa9]52;c;QQ==\x07",
+            b"\x1b\xc3\x9d52;c;QQ==\x07",
+            b"\x1b\x07Pq#0;QQ==\x1b\x07\\",
+            b"\x1b\x07_Gf=100;QQ==\x1b\\",
+            b"\x1b]0000000052;c;QQ==\x07",
+            b"\x1b]0\x0152;c;QQ==\x07",
+            b"\x1b]0;t\x01\x1b\x07]52;c;QQ==\x07",
+            b"\xe0\x9d52;c;QQ==\x07",
+            b"\xc3\x9d52;c;QQ==\x07",
+            b"\xc0\x9d52;c;QQ==\x07",
+            b"\xf8\x9d\x9d52;c;QQ==\x07",
+            b"\xc3\x1b]52;c;QQ==\x07",
+        ];
+        let mut all = Vec::new();
+        for attack in attacks {
+            all.extend_from_slice(attack);
+            for at in 0..=attack.len() {
+                let out = through(&[&attack[..at], &attack[at..]]);
+                if let Some(part) = unsafe_part(&out) {
+                    panic!("{attack:?} split at {at} gave {out:?}: {part}");
+                }
+            }
+        }
+        // Together, and after ordinary output: the same.
+        let mut stream = b"\x1b[1mbold\x1b[0m \x1b]2;title\x07 \xc3\xa9 ".to_vec();
+        stream.extend_from_slice(&all);
+        let out = through(&[&stream]);
+        assert_eq!(unsafe_part(&out), None, "{out:?}");
+        assert!(out.starts_with(b"\x1b[1mbold\x1b[0m \x1b]2;title\x07 \xc3\xa9 "), "{out:?}");
+        // The predicate itself catches what it must.
+        for bad in
+            [&b"\x1b]52;c;QQ==\x07"[..], b"\x1b\x07]", b"\x1bPq", b"\xc2\x9d", b"\x9d", b"\x1b]0;a\x01b\x07"]
+        {
+            assert!(unsafe_part(bad).is_some(), "{bad:?}");
+        }
+    }
+
+    /// A string or a sequence the agent left open when the stream ended is closed, so that it
+    /// does not swallow what the user types next.
+    #[test]
+    fn the_end_closes_what_the_agent_left_open() {
+        let mut open = Sanitizer::default();
+        assert_eq!(open.filter(b"\x1b]2;never closed"), b"\x1b]2;never closed");
+        assert_eq!(open.finish(), b"\x1b\\\x18");
+        let mut csi = Sanitizer::default();
+        assert_eq!(csi.filter(b"\x1b[1;"), b"\x1b[1;");
+        assert_eq!(csi.finish(), b"\x18", "CAN cancels the CSI");
+        assert_eq!(csi.filter(b"ok"), b"ok", "and the filter starts afresh");
     }
 }

@@ -329,6 +329,62 @@ async fn the_agent_cannot_write_the_users_clipboard_through_the_containers_termi
     Ok(())
 }
 
+/// The agent replaces its tmux client, while the user is attached with `docker exec -it C
+/// sandbox-attach`, by a long sleep that lets go of the client's terminal: the root relay must
+/// not wait on it for as long as the agent likes. It ends, and the sleep with it.
+#[tokio::test]
+async fn the_agent_cannot_keep_a_root_relay_alive_after_its_client_lets_go() -> anyhow::Result<()> {
+    let shell = sandbox_tests::images::image("shell").await?;
+    let (launcher, project) =
+        (sandbox_tests::launcher::Launcher::new()?, sandbox_tests::launcher::Project::new()?);
+    launcher.ok(&["run", "shell", &project.path, "--detach", "--offline", "--image", &shell]).await?;
+    let id = project.containers().await?.first().map(|c| c.0.clone()).expect("the launcher's sandbox");
+    let _user = tokio::process::Command::new("script")
+        .args(["-qfec", &format!("docker exec -it {id} sandbox-attach"), "/dev/null"])
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let count = |name: &'static str| {
+        let id = id.clone();
+        async move {
+            let list = format!(
+                "for p in /proc/[0-9]*; do cat $p/comm 2>/dev/null; done | grep -cx '{name}' || true"
+            );
+            anyhow::Ok(exec(&id, &["sh", "-c", &list], None).await?.stdout.trim().parse::<u32>()?)
+        }
+    };
+    let agent = |script: &'static str| {
+        let id = id.clone();
+        async move { exec(&id, &["sandbox-exec", "--", "sh", "-c", script], None).await }
+    };
+    let mut attached = false;
+    for _ in 0..100 {
+        if !agent("tmux list-clients").await?.stdout.trim().is_empty() {
+            attached = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(attached, "sandbox-attach never attached");
+    // Positive control: the relay runs while the user is attached.
+    assert_eq!(count("sandbox-attach").await?, 1);
+    let replaced =
+        agent("tmux detach-client -s agent -E 'exec sleep 300 </dev/null >/dev/null 2>&1'").await?;
+    assert_eq!(replaced.code, 0, "{replaced:?}");
+    let mut left = (1, 1);
+    for _ in 0..100 {
+        left = (count("sandbox-attach").await?, count("sleep").await?);
+        if left == (0, 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, (0, 0), "(root relays, the agent's sleeps) still running 10 s later");
+    Ok(())
+}
+
 /// As the agent, once a client is attached: passthrough on, then the pane's text around OSC 52
 /// clipboard writes, wrapped for passthrough and bare.
 async fn write_to_the_clipboard_once_attached(id: &str) -> anyhow::Result<()> {
