@@ -108,6 +108,11 @@ pub async fn attach(docker: &Docker, id: &str) -> Result<i32> {
         let _ = stdout.write_all(&sanitizer.filter(&chunk.into_bytes()));
         let _ = stdout.flush();
     }
+    // What the agent left open or switched on ends with the session here too: the sandbox's
+    // own relay may have been killed before it could say so (its PID 1 gone).
+    let _ = stdout.write_all(&sanitizer.finish());
+    let _ = stdout.write_all(sandbox_policy::terminal::END);
+    let _ = stdout.flush();
     drop(raw);
     keys.abort();
     window.abort();

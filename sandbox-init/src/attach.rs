@@ -11,7 +11,7 @@
 //! user's terminal gone, or the client's terminal closed while the client lives on as something
 //! else of the agent's: it is then killed), so no root relay outlives its use; whatever the agent
 //! still holds of its terminal is cut when the master closes. At the end the filter closes what
-//! the agent left open, and the mouse and paste modes are turned off.
+//! the agent left open, and the modes that would break the user's terminal are turned off.
 
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsFd, OwnedFd};
@@ -22,18 +22,13 @@ use std::time::Duration;
 
 use rustix::pty::{OpenptFlags, grantpt, ioctl_tiocgptpeer, openpt, ptsname, unlockpt};
 use rustix::termios::{OptionalActions, Termios, isatty, tcgetattr, tcgetwinsize, tcsetattr, tcsetwinsize};
-use sandbox_policy::terminal::Sanitizer;
+use sandbox_policy::terminal::{self, Sanitizer};
 
 /// How long the screen may still drain once the client has ended, and the client may take to
 /// end once the screen has.
 const DRAIN: Duration = Duration::from_millis(500);
 /// How often the relay looks at the client while the screen runs.
 const POLL: Duration = Duration::from_millis(50);
-/// Sent when the relay ends: mouse reporting and bracketed paste off, the cursor shown, plain
-/// attributes.
-const RESET: &[u8] = b"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\x1b[?25h\x1b[0m";
-/// And, after a client that did not end cleanly, back from the alternate screen.
-const LEAVE_ALTERNATE_SCREEN: &[u8] = b"\x1b[?1049l";
 
 /// A new pty: the master, and the terminal for the client (opened from the master, not by path).
 fn pty() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -208,14 +203,14 @@ pub fn attach(mut command: std::process::Command, tool: &str) -> u8 {
     if !screen_ended {
         let _ = screen_done.recv_timeout(DRAIN);
     }
-    // Whatever the agent left half-written is closed, and the modes a client that did not end
-    // cleanly may have left on are turned off (tmux turns them off itself on a detach).
+    // Whatever the agent left half-written is closed, and the modes that break the user's
+    // terminal are turned off, whatever set them (terminal::END).
     let clean = status.as_ref().is_ok_and(|s| s.code().is_some()) && !screen_ended;
     let mut sanitizer = sanitizer.lock().unwrap_or_else(|e| e.into_inner());
     let mut end = sanitizer.finish();
-    end.extend_from_slice(RESET);
+    end.extend_from_slice(terminal::END);
     if !clean {
-        end.extend_from_slice(LEAVE_ALTERNATE_SCREEN);
+        end.extend_from_slice(terminal::END_AFTER_A_CRASH);
     }
     let _ = write_out(&end);
     drop(raw);

@@ -38,9 +38,47 @@ enum State {
     Osc(bool),
     /// ESC inside an OSC.
     OscEscape(bool),
+    /// In an OSC 8 (a hyperlink), held until it ends: it passes only as an http or https link.
+    Link(Vec<u8>),
+    /// ESC inside an OSC 8.
+    LinkEscape(Vec<u8>),
+    /// In an escape sequence that is dropped whole (`ESC %`, `ESC SP`: the terminal's encoding
+    /// and its 8-bit controls), until its final byte.
+    EscDropped,
     /// In a DCS, APC, PM or SOS string: dropped.
     Dropped,
     DroppedEscape,
+}
+
+/// The longest OSC 8 (parameters and link) that passes.
+const MAX_LINK: usize = 2048;
+
+/// Sent when the session's output ends (a detach, or the client gone): the hyperlink, mouse
+/// reporting, focus reports, bracketed paste, the kitty keyboard protocol, xterm's
+/// modifyOtherKeys, win32 input mode, application cursor keys and keypad, insert mode and the
+/// keyboard lock off; 7-bit answers, the ASCII character set shifted in, the cursor shown, plain
+/// attributes; and back from VT52 mode first, where none of that would be read. Nothing of it
+/// moves the cursor or clears anything, so it may follow a clean detach.
+pub const END: &[u8] = b"\x1b<\x1b]8;;\x1b\\\x1b[?9l\x1b[?1000l\x1b[?1001l\x1b[?1002l\x1b[?1003l\x1b[?1004l\
+\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?1016l\x1b[?2004l\x1b[<99u\x1b[>4m\x1b[?9001l\x1b[?1l\x1b>\x1b[4l\x1b[2l\
+\x1b F\x1b(B\x0f\x1b[?25h\x1b[0m";
+/// And after a client that did not end cleanly: the full scrolling region and the normal screen
+/// (both move the cursor, which a clean detach has put where the user expects it).
+pub const END_AFTER_A_CRASH: &[u8] = b"\x1b[r\x1b[?1049l";
+
+/// An OSC 8 body (`params;uri`) goes out only as a link to an http or https address of printable
+/// ASCII, or as the empty link that ends one: any other scheme is a file or a program the
+/// terminal would open on a click, under text the agent chose.
+fn link(body: &[u8], out: &mut Vec<u8>) {
+    let printable = |b: &u8| (0x21..=0x7e).contains(b);
+    let Some(at) = body.iter().position(|&b| b == b';') else { return };
+    let (params, uri) = (&body[..at], &body[at + 1..]);
+    let web = uri.starts_with(b"http://") || uri.starts_with(b"https://");
+    if params.iter().all(printable) && (uri.is_empty() || (web && uri.iter().all(printable))) {
+        out.extend_from_slice(b"\x1b]8;");
+        out.extend_from_slice(body);
+        out.extend_from_slice(&[ESC, b'\\']);
+    }
 }
 
 const ESC: u8 = 0x1b;
@@ -153,10 +191,19 @@ impl Sanitizer {
                     out.push(byte);
                     State::Text
                 }
+                // Character set designations and line attributes pass. Any other intermediate is
+                // dropped with its sequence: `ESC % @` switches a terminal out of UTF-8 (xterm,
+                // iTerm2), after which valid UTF-8 such as Ý (C3 9D) carries 8-bit OSC and DCS;
+                // `ESC SP G` and the conformance levels ask for 8-bit controls.
+                b'(' | b')' | b'*' | b'+' | b'-' | b'.' | b'/' | b'#' => {
+                    out.extend_from_slice(&[ESC, byte]);
+                    State::Text
+                }
+                0x20..=0x2f => State::EscDropped,
                 // Only ESC and a byte 0x20 to 0x7E is a sequence. Terminals stay in their escape
                 // state across C0 controls, DEL and high bytes (tmux, vte), or read 0xA0 to 0xFF
                 // as 0x20 to 0x7F (xterm: ESC Ý is ESC ]): the ESC is forgotten, the byte is text.
-                0x20..=0x7e => {
+                0x30..=0x7e => {
                     out.extend_from_slice(&[ESC, byte]);
                     State::Text
                 }
@@ -178,6 +225,10 @@ impl Sanitizer {
                     // C0 controls and DEL between the digits.
                     let passes =
                         byte == b';' && head.len() == 1 && PASSING_OSC.contains(&u32::from(head[0] - b'0'));
+                    if passes && head[0] == b'8' {
+                        self.state = State::Link(Vec::new());
+                        return;
+                    }
                     if passes {
                         out.extend_from_slice(&[ESC, b']']);
                         out.extend_from_slice(&head);
@@ -210,6 +261,33 @@ impl Sanitizer {
                 }
                 return self.after_string(byte, out);
             }
+            State::Link(mut body) => match byte {
+                ESC => State::LinkEscape(body),
+                BEL => {
+                    link(&body, out);
+                    State::Text
+                }
+                CAN | SUB => State::Text,
+                _ if body.len() >= MAX_LINK => State::Osc(false),
+                _ => {
+                    body.push(byte);
+                    State::Link(body)
+                }
+            },
+            State::LinkEscape(body) => {
+                link(&body, out);
+                return self.after_string(byte, out);
+            }
+            State::EscDropped => match byte {
+                0x20..=0x2f => State::EscDropped,
+                0x30..=0x7e | CAN | SUB => State::Text,
+                ESC => State::Escape,
+                // Never sent, so the terminal takes what follows as it comes.
+                _ => {
+                    self.state = State::Text;
+                    return self.step(byte, out);
+                }
+            },
             State::Dropped => match byte {
                 ESC => State::DroppedEscape,
                 CAN | SUB => State::Text,
@@ -238,6 +316,20 @@ mod tests {
             b"a\x1b]8;;https://x.test\x1b\\link\x1b]8;;\x1b\\b"
         );
         assert_eq!(through(&[b"a\x1b]52;c;SGVsbG8=\x07b"]), b"ab");
+        assert_eq!(
+            through(&[b"\x1b(B\x1b[m\x1b(0qq\x1b(B"]),
+            b"\x1b(B\x1b[m\x1b(0qq\x1b(B",
+            "character sets"
+        );
+        assert_eq!(
+            through(&[b"\x1b]8;id=1;https://x.test/a?b=c\x07l\x1b]8;;\x07"]),
+            b"\x1b]8;id=1;https://x.test/a?b=c\x1b\\l\x1b]8;;\x1b\\",
+            "a web link, its end made ST"
+        );
+        assert_eq!(through(&[b"a\x1b]8;;file:///etc/passwd\x1b\\l\x1b]8;;\x1b\\b"]), b"al\x1b]8;;\x1b\\b");
+        let long = [b"\x1b]8;;https://x.test/".as_slice(), &[b'a'; 3000], b"\x07b"].concat();
+        assert_eq!(through(&[&long]), b"b", "a link too long is dropped");
+        assert_eq!(through(&[b"a\x1b%@b\x1b %Gc"]), b"abc", "no encoding switch");
         assert_eq!(through(&[b"a\x1b]52;c;?\x1b\\b"]), b"ab", "the read-back query too");
         assert_eq!(through(&[b"a\x1bPtmux;\x1b\x1b]52;c;SGk=\x07\x1b\\b"]), b"ab", "tmux passthrough");
         assert_eq!(through(&[b"a\x1b_apc\x1b\\b\x1b^pm\x1b\\c\x1bXsos\x1b\\d"]), b"abcd");
@@ -282,7 +374,7 @@ mod tests {
     /// Whether `out` is safe for any terminal, judged without the filter's own states: valid
     /// UTF-8 with no C1 control in it; every ESC followed by a byte 0x20 to 0x7E; no DCS, APC,
     /// PM or SOS; every OSC exactly `ESC ] d ;` with d one of 0 1 2 7 8, then no C0 control but
-    /// its terminator (BEL, or the ESC of ST).
+    /// its end (BEL, the ESC of ST, or CAN or SUB, which cancel it), and a link only to the web.
     fn unsafe_part(out: &[u8]) -> Option<String> {
         let text = match std::str::from_utf8(out) {
             Ok(text) => text,
@@ -295,7 +387,10 @@ mod tests {
         while i < out.len() {
             if out[i] == ESC {
                 let next = out.get(i + 1).copied().unwrap_or(0);
-                if !(0x20..=0x7e).contains(&next) || b"P_^X".contains(&next) {
+                if !(0x20..=0x7e).contains(&next)
+                    || b"P_^X".contains(&next)
+                    || ((0x20..=0x2f).contains(&next) && !b"()*+-./#".contains(&next))
+                {
                     return Some(format!("ESC {next:#04x} at {i}"));
                 }
                 if next == b']' {
@@ -303,12 +398,19 @@ mod tests {
                     if head.len() < 2 || !b"01278".contains(&head[0]) || head[1] != b';' {
                         return Some(format!("OSC {:?} at {i}", String::from_utf8_lossy(head)));
                     }
-                    i += 4;
-                    while i < out.len() && out[i] != BEL && out[i] != ESC {
+                    let body = i + 4;
+                    i = body;
+                    while i < out.len() && ![BEL, ESC, CAN, SUB].contains(&out[i]) {
                         if out[i] < 0x20 || out[i] == 0x7f {
                             return Some(format!("control {:#04x} inside an OSC at {i}", out[i]));
                         }
                         i += 1;
+                    }
+                    if head[0] == b'8' {
+                        let uri = out[body..i].splitn(2, |&b| b == b';').nth(1).unwrap_or_default();
+                        if !uri.is_empty() && !uri.starts_with(b"http://") && !uri.starts_with(b"https://") {
+                            return Some(format!("a link to {:?}", String::from_utf8_lossy(uri)));
+                        }
                     }
                     continue;
                 }
@@ -324,7 +426,7 @@ mod tests {
     /// between them, and a Latin-1 terminal takes a C1 control hidden as a continuation byte.
     #[test]
     fn what_real_terminals_parse_differently_gets_nothing_out_either() {
-        let attacks: [&[u8]; 14] = [
+        let attacks: [&[u8]; 20] = [
             b"\x1b\x07]52;c;QQ==\x07",
             b"\x1b\x7f]52;c;QQ==\x07",
             b"\x1b\xc3\xa9]52;c;QQ==\x07",
@@ -339,6 +441,13 @@ mod tests {
             b"\xc0\x9d52;c;QQ==\x07",
             b"\xf8\x9d\x9d52;c;QQ==\x07",
             b"\xc3\x1b]52;c;QQ==\x07",
+            // A fourth: out of UTF-8, where U+00DD (C3 9D) is C3 and an 8-bit OSC.
+            b"\x1b%@\xc3\x9d52;c;QQ==\x07\x1b%G",
+            b"\x1b%\x07@\xc3\x90q;QQ==\xc3\x9c",
+            b"\x1b G\x1b %@",
+            b"\x1b]8;;file:///home/u/proj/run.command\x1b\\https://x.test\x1b]8;;\x1b\\",
+            b"\x1b]8;;javascript:QQ==\x07",
+            b"\x1b]8;;https://x.test/\x01\x1b]52;c;QQ==\x07",
         ];
         let mut all = Vec::new();
         for attack in attacks {
@@ -357,9 +466,17 @@ mod tests {
         assert_eq!(unsafe_part(&out), None, "{out:?}");
         assert!(out.starts_with(b"\x1b[1mbold\x1b[0m \x1b]2;title\x07 \xc3\xa9 "), "{out:?}");
         // The predicate itself catches what it must.
-        for bad in
-            [&b"\x1b]52;c;QQ==\x07"[..], b"\x1b\x07]", b"\x1bPq", b"\xc2\x9d", b"\x9d", b"\x1b]0;a\x01b\x07"]
-        {
+        for bad in [
+            &b"\x1b]52;c;QQ==\x07"[..],
+            b"\x1b\x07]",
+            b"\x1bPq",
+            b"\xc2\x9d",
+            b"\x9d",
+            b"\x1b]0;a\x01b\x07",
+            b"\x1b%@",
+            b"\x1b G",
+            b"\x1b]8;;file:///x\x1b\\",
+        ] {
             assert!(unsafe_part(bad).is_some(), "{bad:?}");
         }
     }
@@ -371,9 +488,45 @@ mod tests {
         let mut open = Sanitizer::default();
         assert_eq!(open.filter(b"\x1b]2;never closed"), b"\x1b]2;never closed");
         assert_eq!(open.finish(), b"\x1b\\\x18");
+        let mut link = Sanitizer::default();
+        assert_eq!(link.filter(b"\x1b]8;;https://x.test/unfinished"), b"", "a link is held until it ends");
+        assert_eq!(link.finish(), b"\x18");
+        assert!(END.starts_with(b"\x1b<\x1b]8;;\x1b\\"), "the end leaves VT52 and ends a link first");
+        // S7C1T (ESC SP F) asks for 7-bit answers: ours to send, never the agent's (dropped).
+        let s7c1t = END.windows(3).position(|w| w == b"\x1b F").expect("END sends S7C1T");
+        assert_eq!(unsafe_part(&[&END[..s7c1t], &END[s7c1t + 3..]].concat()), None);
+        assert_eq!(unsafe_part(END_AFTER_A_CRASH), None);
         let mut csi = Sanitizer::default();
         assert_eq!(csi.filter(b"\x1b[1;"), b"\x1b[1;");
         assert_eq!(csi.finish(), b"\x18", "CAN cancels the CSI");
         assert_eq!(csi.filter(b"ok"), b"ok", "and the filter starts afresh");
+    }
+
+    /// Random streams over the bytes that matter (a fixed seed, so a failure repeats), split at
+    /// random, with the end appended: the output is always safe.
+    #[test]
+    fn random_streams_give_safe_output() {
+        const ALPHABET: &[u8] =
+            b"\x1b\x07\x18\x1a\x01\x7f]P_^X\\% @G(#0125789;c:/hs.a\x80\x90\x9c\x9d\xc2\xc3\xe0\xf0\xa0\xbf";
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..200_000 {
+            let len = (next() % 40) as usize;
+            let stream: Vec<u8> =
+                (0..len).map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize]).collect();
+            let at = (next() as usize) % (len + 1);
+            let mut sanitizer = Sanitizer::default();
+            let mut out = sanitizer.filter(&stream[..at]);
+            out.extend(sanitizer.filter(&stream[at..]));
+            out.extend(sanitizer.finish());
+            if let Some(part) = unsafe_part(&out) {
+                panic!("{stream:?} split at {at} gave {out:?}: {part}");
+            }
+        }
     }
 }
