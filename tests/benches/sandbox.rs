@@ -8,7 +8,10 @@
 //!   directly, and throughput of both;
 //! - the name check: connect to first byte, bulk throughput, 1,000 concurrent connections and
 //!   the memory of PID 1 and the checker with them open, vs. the same sandbox with
-//!   `SANDBOX_NAME_CHECK=off`.
+//!   `SANDBOX_NAME_CHECK=off`;
+//! - the session's output to an attached user (16 MB, `cat` in the pane) through sandbox-attach,
+//!   whose root relay filters it, vs. the agent's own tmux client on the user's terminal (what
+//!   sandbox-attach ran before the filter), and the relay's CPU time for it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -153,6 +156,9 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("measuring the key forwarder");
     let (direct_api, forwarded_api) = forwarder_first_byte(&image, &net).await?;
 
+    eprintln!("measuring attached output, {runs} runs each, interleaved");
+    let attach = AttachFigures::measure(&image, runs).await?;
+
     let us = |out: &str| field(out, "median_us");
     println!("sandbox-init benchmark ({runs} runs each for start times; medians)");
     println!();
@@ -200,7 +206,89 @@ async fn main() -> anyhow::Result<()> {
             if key == "median_us" { "< 2000 µs" } else { "" }
         );
     }
+    println!();
+    attach.print();
     Ok(())
+}
+
+/// The session's output, 16 MB of `seq` printed by `cat` in the pane, timed from the keys that
+/// start it to its end (`tmux wait-for`), with the user attached on a pty (script(1)) by each
+/// way; and the relay's CPU time over it, from /proc.
+struct AttachFigures {
+    direct: Duration,
+    relayed: Duration,
+    relay_cpu: Duration,
+    megabytes: f64,
+}
+
+impl AttachFigures {
+    const DIRECT: &str = "sandbox-exec tmux attach-session -t agent";
+    const RELAYED: &str = "sandbox-attach";
+
+    async fn measure(image: &str, runs: usize) -> anyhow::Result<AttachFigures> {
+        let sb = SandboxSpec::of(image.to_string()).offline().start().await?;
+        let made = sb.as_agent(&["sh", "-c", "seq 1 2250000 > /tmp/big && stat -c %s /tmp/big"]).await?;
+        let megabytes = made.stdout.trim().parse::<f64>()? / 1e6;
+        let (mut direct, mut relayed, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+        Self::once(&sb, Self::RELAYED).await?; // warm-up
+        for _ in 0..runs {
+            direct.push(Self::once(&sb, Self::DIRECT).await?.0);
+            let (elapsed, ticks) = Self::once(&sb, Self::RELAYED).await?;
+            relayed.push(elapsed);
+            cpu.push(ticks);
+        }
+        Ok(AttachFigures {
+            direct: median(direct),
+            relayed: median(relayed),
+            relay_cpu: median(cpu),
+            megabytes,
+        })
+    }
+
+    /// One run: attach by `how`, print the file in the pane, detach; the time, and the CPU time
+    /// of the sandbox-attach relay (none when attached directly).
+    async fn once(sb: &Sandbox, how: &str) -> anyhow::Result<(Duration, Duration)> {
+        let script = format!(
+            r#"(sleep 300 | script -qfec '{how}' /dev/null > /dev/null 2>&1 &)
+            i=0; until [ -n "$(sandbox-exec tmux list-clients)" ]; do i=$((i+1)); [ $i -lt 400 ] || exit 3; sleep 0.05; done
+            relay=$(for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = sandbox-attach ] && echo ${{p#/proc/}}; done | head -n1)
+            start=$(date +%s%N)
+            sandbox-exec tmux send-keys -t agent 'clear; cat /tmp/big; tmux wait-for -S bench-done' Enter
+            sandbox-exec tmux wait-for bench-done
+            end=$(date +%s%N)
+            ticks=0; [ -z "$relay" ] || ticks=$(awk '{{print $14 + $15}}' /proc/$relay/stat)
+            sandbox-exec tmux detach-client -s agent
+            i=0; while pgrep -x script > /dev/null; do i=$((i+1)); [ $i -lt 400 ] || exit 4; sleep 0.05; done
+            printf 'ns=%s\nticks=%s\nhz=%s\n' $((end - start)) $ticks $(getconf CLK_TCK)"#
+        );
+        let out = sb.exec(&["sh", "-c", &script]).await?;
+        anyhow::ensure!(out.code == 0, "attaching by `{how}`: {out:?}");
+        let cpu = field(&out.stdout, "ticks") / field(&out.stdout, "hz");
+        Ok((Duration::from_nanos(field(&out.stdout, "ns") as u64), Duration::from_secs_f64(cpu)))
+    }
+
+    fn print(&self) {
+        let rate = |d: Duration| self.megabytes / d.as_secs_f64();
+        println!(
+            "attached output, {:.0} MB in the pane      agent's client   sandbox-attach   ratio",
+            self.megabytes
+        );
+        println!(
+            "  time to the end (median)             {:>9.2} s    {:>9.2} s     {:.2}",
+            self.direct.as_secs_f64(),
+            self.relayed.as_secs_f64(),
+            self.relayed.as_secs_f64() / self.direct.as_secs_f64()
+        );
+        println!(
+            "  throughput                           {:>7.1} MB/s  {:>7.1} MB/s",
+            rate(self.direct),
+            rate(self.relayed)
+        );
+        println!(
+            "  relay CPU time (median)                               {:>6.0} ms",
+            self.relay_cpu.as_secs_f64() * 1000.0
+        );
+    }
 }
 
 /// The mock Messages API answering a streamed request, as the agent calls it: straight over TLS

@@ -228,7 +228,8 @@ pub enum BenchTarget {
         common: CommonBuildFlags,
     },
     /// sandbox-init's cost: start to `sandbox ready` (1 and 10,000 domains) vs. a trivial
-    /// entrypoint, DNS gate latency and throughput vs. the upstream. Needs NET_ADMIN.
+    /// entrypoint, DNS gate latency and throughput vs. the upstream, the name check, the key
+    /// forwarder, and attached output through sandbox-attach's filter. Needs NET_ADMIN.
     Sandbox {
         /// Repetitions of each start measurement (the median is reported)
         #[arg(long, default_value_t = 7)]
