@@ -35,7 +35,8 @@ pub struct Outcome {
     pub stderr: String,
 }
 
-/// The launcher with a home folder of its own (for `--login-from-host`) and the variables given.
+/// The launcher with a home folder of its own (for `--login-from-host`, and its locks) and the
+/// variables given.
 pub struct Launcher {
     pub home: tempfile::TempDir,
     env: HashMap<String, String>,
@@ -54,7 +55,12 @@ impl Launcher {
     /// Runs `agent-sandbox ARGS…` to its end, without a terminal.
     pub async fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> anyhow::Result<Outcome> {
         let mut cmd = tokio::process::Command::new(binary()?);
-        cmd.args(args).env("HOME", self.home.path()).stdin(std::process::Stdio::null());
+        // The home folder is also where its change locks go (`approve::hold`), so that a
+        // sandbox removed by the test, not by `stop`, leaves nothing in the temporary folder.
+        cmd.args(args)
+            .env("HOME", self.home.path())
+            .env("XDG_RUNTIME_DIR", self.home.path())
+            .stdin(std::process::Stdio::null());
         for var in sandbox_init::apis::key_vars() {
             cmd.env_remove(var);
         }
