@@ -73,6 +73,16 @@ impl Launcher {
         })
     }
 
+    /// `run shell PROJECT --detach --offline --image <the shell image> EXTRA…`, the sandbox most
+    /// tests drive: its container id.
+    pub async fn offline_shell(&self, project: &Project, extra: &[&str]) -> anyhow::Result<String> {
+        let shell = crate::images::image("shell").await?;
+        let mut args = vec!["run", "shell", &project.path, "--detach", "--offline", "--image", &shell];
+        args.extend_from_slice(extra);
+        self.ok(&args).await?;
+        Ok(project.sandbox().await?.0)
+    }
+
     /// Runs it and requires success.
     pub async fn ok<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> anyhow::Result<Outcome> {
         let out = self.run(args).await?;
@@ -99,6 +109,17 @@ impl Project {
     /// The containers the launcher made for this project: (id, name).
     pub async fn containers(&self) -> anyhow::Result<Vec<(String, String)>> {
         containers_of(&self.path).await
+    }
+
+    /// The one sandbox the launcher made for this project: (id, name).
+    pub async fn sandbox(&self) -> anyhow::Result<(String, String)> {
+        let containers = self.containers().await?;
+        anyhow::ensure!(
+            containers.len() == 1,
+            "expected one sandbox for {}, found {containers:?}",
+            self.path
+        );
+        Ok(containers[0].clone())
     }
 
     /// The volumes the launcher made for this project.

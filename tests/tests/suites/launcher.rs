@@ -9,13 +9,6 @@ use sandbox_tests::peers::Peer;
 use sandbox_tests::probe::Probe;
 use sandbox_tests::sandbox::Sandbox;
 
-/// The sandbox the launcher made for `project` (there must be exactly one).
-async fn only_container(project: &Project) -> anyhow::Result<(String, String)> {
-    let containers = project.containers().await?;
-    anyhow::ensure!(containers.len() == 1, "expected one sandbox for {}, found {containers:?}", project.path);
-    Ok(containers[0].clone())
-}
-
 fn ls(json: &str) -> anyhow::Result<Vec<serde_json::Value>> {
     Ok(serde_json::from_str(json)?)
 }
@@ -26,7 +19,7 @@ async fn run_detached_is_listed_a_second_run_reattaches_and_stop_ends_it() -> an
     let (launcher, project) = (Launcher::new()?, Project::new()?);
     let run = ["run", "shell", &project.path, "--detach", "--offline", "--image", &shell];
     launcher.ok(&run).await?;
-    let (id, name) = only_container(&project).await?;
+    let (id, name) = project.sandbox().await?;
 
     let rows = ls(&launcher.ok(&["ls", "--json"]).await?.stdout)?;
     let row = rows.iter().find(|r| r["name"] == name.as_str()).expect("ls lists the sandbox");
@@ -40,12 +33,12 @@ async fn run_detached_is_listed_a_second_run_reattaches_and_stop_ends_it() -> an
     // The same agent on the same project: the running sandbox, not a second one.
     let again = launcher.ok(&["run", "shell", &project.path, "--detach"]).await?;
     assert!(again.stderr.contains("reattaching"), "{again:?}");
-    assert_eq!(only_container(&project).await?.0, id, "a second run started another container");
+    assert_eq!(project.sandbox().await?.0, id, "a second run started another container");
     // Options that would shape a new sandbox are refused, not dropped without a word.
     let shaped = launcher.run(&run).await?;
     assert_eq!(shaped.code, 64, "{shaped:?}");
     assert!(shaped.stderr.contains("--offline, --image would shape a new sandbox"), "{shaped:?}");
-    assert_eq!(only_container(&project).await?.0, id);
+    assert_eq!(project.sandbox().await?.0, id);
     // Without a terminal, attaching says what to do.
     let attach = launcher.run(&["attach", &name]).await?;
     assert_eq!(attach.code, 64, "{attach:?}");
@@ -96,8 +89,8 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
     assert_eq!(first_volumes.len(), 1, "{first_volumes:?}");
     assert_eq!(second_volumes.len(), 1, "{second_volumes:?}");
     assert_ne!(first_volumes, second_volumes, "two projects share a state volume");
-    let (first_id, _) = only_container(&first).await?;
-    let (second_id, _) = only_container(&second).await?;
+    let (first_id, _) = first.sandbox().await?;
+    let (second_id, _) = second.sandbox().await?;
     let inside = format!("/home/agent/{credentials}");
     assert_eq!(
         file_in(&first_id, &inside).await?,
@@ -121,10 +114,10 @@ async fn two_projects_get_two_state_volumes_and_only_the_one_asked_gets_the_host
     assert_eq!(recorded(second_id.clone()).await?, "--dangerously-skip-permissions");
     assert_eq!(recorded(first_id.clone()).await?, "", "started unattended without --unattended");
     // The volume keeps it: the first project's next sandbox, without the flag, still has it.
-    let (first_name, second_name) = (only_container(&first).await?.1, only_container(&second).await?.1);
+    let (first_name, second_name) = (first.sandbox().await?.1, second.sandbox().await?.1);
     launcher.ok(&["stop", &first_name]).await?;
     launcher.ok(&run(&first.path)).await?;
-    let (again, _) = only_container(&first).await?;
+    let (again, _) = first.sandbox().await?;
     assert_eq!(file_in(&again, &inside).await?.map(|f| f.1), Some(signed_in.to_string()));
     launcher.ok(&["stop", &second_name]).await?;
 
@@ -160,7 +153,7 @@ async fn the_key_goes_in_as_a_root_only_secret_and_no_key_is_refused_by_name() -
     let mut offline = run.to_vec();
     offline.push("--offline");
     launcher.ok(&offline).await?;
-    let (id, _) = only_container(&project).await?;
+    let (id, _) = project.sandbox().await?;
     let secret = exec(&id, &["stat", "-c", "%u %a", "/run/secrets/anthropic_api_key"], None).await?;
     assert_eq!(secret.stdout.trim(), "0 400", "{secret:?}");
     // Not in the container's configuration, not in the agent's environment.
@@ -231,22 +224,8 @@ async fn bad_input_no_engine_and_no_image_give_their_messages_and_codes() -> any
 
 #[tokio::test]
 async fn the_agent_cannot_write_the_runtime_drop_in_nor_signal_a_reload() -> anyhow::Result<()> {
-    let shell = image("shell").await?;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
-    launcher
-        .ok(&[
-            "run",
-            "shell",
-            &project.path,
-            "--detach",
-            "--offline",
-            "--image",
-            &shell,
-            "--allow",
-            "docs.rs",
-        ])
-        .await?;
-    let (id, _) = only_container(&project).await?;
+    let id = launcher.offline_shell(&project, &["--allow", "docs.rs"]).await?;
     let drop_in = "/etc/agent-sandbox/policy.d/launcher.txt";
     // Positive control: the launcher wrote it, as root, with the name asked for.
     let before = exec(&id, &["cat", drop_in], None).await?;
@@ -335,7 +314,7 @@ async fn with_nothing_built_the_image_is_pulled_by_the_digest_the_lock_pins() ->
         .env("AGENT_SANDBOX_IMAGES_LOCK", &lock_path);
     let out = launcher.ok(&["run", "shell", &project.path, "--detach", "--offline"]).await?;
     assert!(out.stderr.contains(&format!("pulling {pinned}")), "{out:?}");
-    let (container, _) = only_container(&project).await?;
+    let (container, _) = project.sandbox().await?;
     let started = sandbox_tests::docker::docker().await?.inspect_container(&container, None).await?;
     assert_eq!(started.image.as_deref(), Some(id.as_str()), "the sandbox's image");
     assert_eq!(started.config.and_then(|c| c.image).as_deref(), Some(pinned.as_str()));
@@ -358,24 +337,10 @@ async fn with_nothing_built_the_image_is_pulled_by_the_digest_the_lock_pins() ->
 /// after the other: none is lost, and each waits for the policy it made to be in force.
 #[tokio::test]
 async fn concurrent_allows_and_denies_lose_no_change() -> anyhow::Result<()> {
-    let shell = image("shell").await?;
     let runtime_dir = tempfile::tempdir()?;
     let launcher = Launcher::new()?.env("XDG_RUNTIME_DIR", &runtime_dir.path().to_string_lossy());
     let project = Project::new()?;
-    launcher
-        .ok(&[
-            "run",
-            "shell",
-            &project.path,
-            "--detach",
-            "--offline",
-            "--image",
-            &shell,
-            "--allow",
-            "gone.test",
-        ])
-        .await?;
-    let (id, _) = only_container(&project).await?;
+    let id = launcher.offline_shell(&project, &["--allow", "gone.test"]).await?;
     let names: Vec<String> = (0..6).map(|i| format!("n{i}.concurrent.test")).collect();
     let mut changes: Vec<Vec<&str>> = names.iter().map(|n| vec!["allow", &id, n.as_str()]).collect();
     changes.push(vec!["deny", &id, "gone.test"]);
@@ -435,7 +400,7 @@ async fn net_admin_allow_opens_a_refused_name_live_pending_lists_it_and_deny_clo
     launcher
         .ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
         .await?;
-    let (id, name) = only_container(&project).await?;
+    let (id, name) = project.sandbox().await?;
     let sb = Sandbox::adopt(&id).await?;
     let pid = pane_pid(&id).await?;
 

@@ -75,9 +75,9 @@ async fn sandbox_attach_shows_the_session_on_a_pty() -> anyhow::Result<()> {
 async fn sandbox_attach_passes_keys_and_follows_the_window_size() -> anyhow::Result<()> {
     let sb = start(&[]).await?;
     // The user's terminal: script(1)'s pty, 101x33, its keys from a fifo held open meanwhile.
-    let attach = "mkfifo /root/keys && (sleep 60 > /root/keys &) && \
+    let attach = "mkfifo /run/attach-test-keys && (sleep 60 > /run/attach-test-keys &) && \
                   (timeout 60 script -qfec 'stty cols 101 rows 33; exec sandbox-attach' /dev/null \
-                   < /root/keys > /dev/null 2>&1 &)";
+                   < /run/attach-test-keys > /dev/null 2>&1 &)";
     assert_eq!(sb.exec(&["sh", "-c", attach]).await?.code, 0);
     let size = |expected: &'static str| {
         let sb = &sb;
@@ -102,7 +102,10 @@ async fn sandbox_attach_passes_keys_and_follows_the_window_size() -> anyhow::Res
     let resized = sb.exec(&["sh", "-c", resize]).await?;
     assert_eq!(resized.code, 0, "{resized:?}");
     size("120x40").await?;
-    assert_eq!(sb.exec(&["sh", "-c", "printf 'echo typed-$((6*7))\\r' > /root/keys"]).await?.code, 0);
+    assert_eq!(
+        sb.exec(&["sh", "-c", "printf 'echo typed-$((6*7))\\r' > /run/attach-test-keys"]).await?.code,
+        0
+    );
     wait_for_pane(&sb, "typed-42").await?;
     Ok(())
 }

@@ -282,10 +282,8 @@ async fn the_agent_cannot_write_the_users_clipboard_through_sandbox_attach() -> 
 async fn clipboard_write_while_attached(attach: impl FnOnce(&str) -> String) -> anyhow::Result<()> {
     use sandbox_tests::launcher::{Launcher, Project};
     use tokio::io::AsyncReadExt as _;
-    let shell = sandbox_tests::images::image("shell").await?;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
-    launcher.ok(&["run", "shell", &project.path, "--detach", "--offline", "--image", &shell]).await?;
-    let id = project.containers().await?.first().map(|c| c.0.clone()).expect("the launcher's sandbox");
+    let id = launcher.offline_shell(&project, &[]).await?;
 
     // The user, on a terminal (script(1) gives the command one).
     let attach = attach(&id);
@@ -334,11 +332,9 @@ async fn the_agent_cannot_write_the_users_clipboard_through_the_containers_termi
 /// not wait on it for as long as the agent likes. It ends, and the sleep with it.
 #[tokio::test]
 async fn the_agent_cannot_keep_a_root_relay_alive_after_its_client_lets_go() -> anyhow::Result<()> {
-    let shell = sandbox_tests::images::image("shell").await?;
     let (launcher, project) =
         (sandbox_tests::launcher::Launcher::new()?, sandbox_tests::launcher::Project::new()?);
-    launcher.ok(&["run", "shell", &project.path, "--detach", "--offline", "--image", &shell]).await?;
-    let id = project.containers().await?.first().map(|c| c.0.clone()).expect("the launcher's sandbox");
+    let id = launcher.offline_shell(&project, &[]).await?;
     let _user = tokio::process::Command::new("script")
         .args(["-qfec", &format!("docker exec -it {id} sandbox-attach"), "/dev/null"])
         .env("TERM", "xterm-256color")
