@@ -11,32 +11,12 @@ use bollard::exec::{StartExecOptions, StartExecResults};
 use bollard::models::ExecConfig;
 use bollard::query_parameters::ResizeExecOptions;
 use futures_util::StreamExt as _;
-use rustix::termios::{OptionalActions, Termios, tcgetattr, tcgetwinsize, tcsetattr};
+use rustix::termios::tcgetwinsize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use sandbox_policy::terminal::Sanitizer;
+use sandbox_policy::terminal::{RawMode, Sanitizer};
 
 use crate::exit::{Code, Failure, Result};
-
-/// Puts the terminal back as it was, however attaching ends.
-struct RawMode(Termios);
-
-impl RawMode {
-    fn enable() -> Option<RawMode> {
-        let stdin = std::io::stdin();
-        let saved = tcgetattr(stdin.as_fd()).ok()?;
-        let mut raw = saved.clone();
-        raw.make_raw();
-        tcsetattr(stdin.as_fd(), OptionalActions::Now, &raw).ok()?;
-        Some(RawMode(saved))
-    }
-}
-
-impl Drop for RawMode {
-    fn drop(&mut self) {
-        let _ = tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.0);
-    }
-}
 
 async fn resize(docker: &Docker, exec: &str) {
     if let Ok(size) = tcgetwinsize(std::io::stdout().as_fd()) {

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use rustix::pty::{OpenptFlags, grantpt, ioctl_tiocgptpeer, openpt, ptsname, unlockpt};
-use rustix::termios::{OptionalActions, Termios, isatty, tcgetattr, tcgetwinsize, tcsetattr, tcsetwinsize};
-use sandbox_policy::terminal::{self, Sanitizer};
+use rustix::termios::{isatty, tcgetwinsize, tcsetwinsize};
+use sandbox_policy::terminal::{self, RawMode, Sanitizer};
 
 /// How long the screen may still drain once the client has ended, and the client may take to
 /// end once the screen has.
@@ -45,27 +45,6 @@ fn pty() -> std::io::Result<(OwnedFd, OwnedFd)> {
         }
     };
     Ok((master, client))
-}
-
-/// The user's terminal in raw mode while attached (the client's own terminal is the pty now, so
-/// the outer one must pass every key as typed), put back however the relay ends.
-struct RawMode(Termios);
-
-impl RawMode {
-    fn enable() -> Option<RawMode> {
-        let stdin = std::io::stdin();
-        let saved = tcgetattr(stdin.as_fd()).ok()?;
-        let mut raw = saved.clone();
-        raw.make_raw();
-        tcsetattr(stdin.as_fd(), OptionalActions::Now, &raw).ok()?;
-        Some(RawMode(saved))
-    }
-}
-
-impl Drop for RawMode {
-    fn drop(&mut self) {
-        let _ = tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.0);
-    }
 }
 
 /// The user's window size onto the pty (the client's foreground group gets SIGWINCH from it).

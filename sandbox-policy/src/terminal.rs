@@ -3,6 +3,10 @@
 //! the user's; and the launcher's `attach`, again, on the user's side). A policy like the
 //! allowlist: what the agent may send the person watching it.
 
+use std::os::fd::AsFd as _;
+
+use rustix::termios::{OptionalActions, Termios, tcgetattr, tcsetattr};
+
 /// What the session sends the user's terminal, less what the agent could use against it. The
 /// agent owns its tmux server, so it can turn tmux's own filtering off; this filter parses the
 /// stream as terminals do (ECMA-48: an ESC ends any string, CAN and SUB cancel one; OSC numbers
@@ -48,6 +52,28 @@ enum State {
     /// In a DCS, APC, PM or SOS string: dropped.
     Dropped,
     DroppedEscape,
+}
+
+/// The user's terminal (standard input) in raw mode while attached, every key passed as typed,
+/// and put back as it was however attaching ends: the launcher's and sandbox-attach's.
+pub struct RawMode(Termios);
+
+impl RawMode {
+    /// None when standard input is no terminal.
+    pub fn enable() -> Option<RawMode> {
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(stdin.as_fd()).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        tcsetattr(stdin.as_fd(), OptionalActions::Now, &raw).ok()?;
+        Some(RawMode(saved))
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = tcsetattr(std::io::stdin().as_fd(), OptionalActions::Now, &self.0);
+    }
 }
 
 /// The longest OSC 8 (parameters and link) that passes.
