@@ -14,7 +14,7 @@ use crate::console;
 use crate::denials::{DENIAL_LOG, DenialLog};
 use crate::exit::{Fatal, Refusal};
 use crate::keys::{self, Forwarder};
-use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, PASS_PORT};
+use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, FORWARDER_PORT, PASS_PORT};
 use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
 use crate::net::firewall::{
     DEFAULT_SET_SIZE, EGRESS_MARK, FirewallMode, INBOUND_MARK, NameCheck, Nft, Ruleset, verify_table,
@@ -184,7 +184,8 @@ pub fn run() -> Result<u8, Fatal> {
             summary
         }
     };
-    let forwarder = hold_keys(&agent)?;
+    let verdicts = enforcer.as_ref().and_then(|e| e.verdicts.as_deref());
+    let forwarder = hold_keys(&agent, &policy, verdicts)?;
     let upstreams = enforcer.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
 
@@ -234,7 +235,12 @@ pub fn run() -> Result<u8, Fatal> {
 
 /// Takes the API keys given to the container (keys.rs) and starts the forwarder that holds
 /// them; writes the variables the agent's processes get instead, an empty list without keys.
-fn hold_keys(agent: &AgentPrivileges) -> Result<Option<Arc<Forwarder>>, Fatal> {
+/// With the name check, the hosts of the held keys are the forwarder's alone from then on.
+fn hold_keys(
+    agent: &AgentPrivileges,
+    policy: &Policy,
+    verdicts: Option<&Verdicts>,
+) -> Result<Option<Arc<Forwarder>>, Fatal> {
     let secrets = Path::new(keys::SECRETS_DIR);
     let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
     let env = keys::session_env(&held);
@@ -244,8 +250,11 @@ fn hold_keys(agent: &AgentPrivileges) -> Result<Option<Arc<Forwarder>>, Fatal> {
     if held.is_empty() {
         return Ok(None);
     }
+    if let Some(verdicts) = verdicts {
+        verdicts.hold(held.iter().map(|key| key.host.clone()));
+    }
     let extra_ca = keys::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
-    let forwarder = Forwarder::bind(&held, extra_ca)
+    let forwarder = Forwarder::bind(&held, extra_ca, policy)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot listen for the key forwarder: {e}")))?;
     let pid = forwarder
         .start(&sandbox_init_exe())
@@ -305,8 +314,12 @@ async fn enforce(
     if upstreams.is_empty() {
         console::err("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
     }
-    let name_check =
-        name_check.then_some(NameCheck { uid: CHECKER_UID, check_port: CHECK_PORT, pass_port: PASS_PORT });
+    let name_check = name_check.then_some(NameCheck {
+        uid: CHECKER_UID,
+        check_port: CHECK_PORT,
+        pass_port: PASS_PORT,
+        forwarder_port: FORWARDER_PORT,
+    });
     let mut ruleset =
         Ruleset { policy, upstreams: &upstreams, elements: &[], log: true, set_size, name_check };
     if let Err(first) = nft.apply(&ruleset.render()) {

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use crate::apis::{Api, KeyVar};
 use crate::exit::{Fatal, Refusal};
 use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, Route};
+use crate::policy::{Policy, RemoteTools};
 use crate::privileges::AgentPrivileges;
 
 pub const SECRETS_DIR: &str = "/run/secrets";
@@ -215,7 +216,8 @@ pub struct Forwarder {
 
 impl Forwarder {
     /// Binds one loopback port per held key's API.
-    pub fn bind(held: &[HeldKey], extra_ca: Option<String>) -> std::io::Result<Forwarder> {
+    /// `policy` says which APIs' remote tools a request may name.
+    pub fn bind(held: &[HeldKey], extra_ca: Option<String>, policy: &Policy) -> std::io::Result<Forwarder> {
         let mut listeners = Vec::new();
         let mut routes = Vec::new();
         for (i, key) in held.iter().enumerate() {
@@ -228,6 +230,8 @@ impl Forwarder {
                 value: format!("{}{}", key.var.prefix, key.key),
                 strip: key.api.keys.iter().map(|k| k.header.to_string()).collect(),
                 path: key.base_path.clone(),
+                inspect: (policy.api_settings(key.api.name).remote_tools == RemoteTools::Refuse)
+                    .then(|| key.api.name.to_string()),
             });
         }
         let config = serde_json::to_string(&Config { routes, extra_ca }).map_err(std::io::Error::other)?;

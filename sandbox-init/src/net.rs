@@ -11,6 +11,7 @@ pub mod forwarder;
 pub mod interfaces;
 pub mod netlink;
 pub mod nflog;
+pub mod remote_tools;
 pub mod sink;
 pub mod verdicts;
 pub mod wire;

@@ -145,6 +145,12 @@ pub struct Access {
     /// TCP ports that pass on the address alone.
     pub opaque: Ports,
     pub udp: Ports,
+    /// A TLS ClientHello with an encrypted_client_hello extension passes the name check. Off by
+    /// default: its inner hello, which the check cannot read, names the site a front end that
+    /// serves many (a CDN) picks, so its outer name says nothing of where it goes. The DNS gate
+    /// empties HTTPS and SVCB answers, so a client learns no ECH configuration from it: one
+    /// that sends ECH brought its own.
+    pub ech: bool,
 }
 
 impl Access {
@@ -157,6 +163,7 @@ impl Access {
         self.tcp.extend(&other.tcp);
         self.opaque.extend(&other.opaque);
         self.udp.extend(&other.udp);
+        self.ech |= other.ech;
     }
 
     /// Whether it opens `port` this way.
@@ -197,6 +204,9 @@ impl fmt::Display for Access {
         }
         if !self.udp.is_empty() {
             parts.push(format!("udp {}", list(&self.udp)));
+        }
+        if self.ech {
+            parts.push("ech".into());
         }
         f.write_str(&parts.join("; "))
     }
@@ -378,9 +388,11 @@ fn entry_with_ports<'de, A: MapAccess<'de>, T>(
             access.opaque = map.next_value::<PortList>()?.0;
         } else if name == "udp" && domain {
             access.udp = map.next_value::<PortList>()?.0;
+        } else if name == "ech" && domain {
+            access.ech = map.next_value::<bool>()?;
         } else {
             let expected =
-                if domain { format!("{key}, ports, opaque, udp") } else { format!("{key}, ports") };
+                if domain { format!("{key}, ports, opaque, udp, ech") } else { format!("{key}, ports") };
             return Err(de::Error::custom(format!("unknown key `{name}` (expected one of: {expected})")));
         }
     }
@@ -393,6 +405,11 @@ fn entry_with_ports<'de, A: MapAccess<'de>, T>(
     };
     if let Some(port) = access.tcp.intersection(&access.opaque).next() {
         return Err(de::Error::custom(format!("port {port} is in both `ports` and `opaque`: choose one")));
+    }
+    if access.ech && access.tcp.is_empty() {
+        return Err(de::Error::custom(
+            "`ech` concerns the name check of `ports`, and this entry opens none".to_string(),
+        ));
     }
     Ok((value, access))
 }
@@ -483,6 +500,40 @@ impl<'de> Deserialize<'de> for ServiceRef {
     }
 }
 
+/// What a model API's requests may ask of the provider, under `apis: {NAME: …}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSettings {
+    /// Whether a request may name tools that make the provider's servers contact a URL the
+    /// request gives (remote MCP servers, URL fetching), carrying what the agent put there.
+    #[serde(default)]
+    pub remote_tools: RemoteTools,
+}
+
+/// `remote_tools: refuse` (the default) or `allow`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemoteTools {
+    #[default]
+    Refuse,
+    Allow,
+}
+
+/// The name of a model API of [`apis::APIS`], checked.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct ApiName(String);
+
+impl<'de> Deserialize<'de> for ApiName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        if apis::api(&name).is_none() {
+            let known: Vec<&str> = apis::APIS.iter().map(|a| a.name).collect();
+            return Err(de::Error::custom(format!("unknown API `{name}` (known: {})", known.join(", "))));
+        }
+        Ok(ApiName(name))
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
@@ -504,6 +555,8 @@ struct PolicyFile {
     inbound: Option<PortList>,
     #[serde(default)]
     allow: Option<AllowNone>,
+    #[serde(default)]
+    apis: BTreeMap<ApiName, ApiSettings>,
 }
 
 /// A service bundle of policies/services.yaml.
@@ -533,6 +586,8 @@ pub struct Policy {
     /// publishes); every other inbound connection is refused.
     pub inbound: Ports,
     pub services: BTreeSet<String>,
+    /// The model APIs' settings, by API name; an API not named has the defaults.
+    pub apis: BTreeMap<String, ApiSettings>,
     /// The files this policy was read from, in merge order.
     pub files: Vec<PathBuf>,
 }
@@ -555,7 +610,7 @@ impl Policy {
             invalid(line, column, strip_location(&e.to_string()))
         })?;
         let mut policy = Policy { files: vec![file.to_path_buf()], ..Policy::default() };
-        let entries = parsed.domains.len() + parsed.services.len() + parsed.cidrs.len();
+        let entries = parsed.domains.len() + parsed.services.len() + parsed.cidrs.len() + parsed.apis.len();
         match (parsed.allow.is_some(), entries) {
             (false, 0) if parsed.inbound.is_none() => {
                 return Err(invalid(
@@ -588,6 +643,7 @@ impl Policy {
             policy.cidrs.entry(rule.net).or_default().extend(rule.ports);
         }
         policy.inbound = parsed.inbound.map(|p| p.0).unwrap_or_default();
+        policy.apis = parsed.apis.into_iter().map(|(ApiName(name), settings)| (name, settings)).collect();
         Ok(policy)
     }
 
@@ -656,11 +712,23 @@ impl Policy {
         }
         self.inbound.extend(other.inbound);
         self.services.extend(other.services);
+        // Drop-ins widen, as with domains: what one file allows stays allowed.
+        for (name, settings) in other.apis {
+            let merged = self.apis.entry(name).or_default();
+            if settings.remote_tools == RemoteTools::Allow {
+                merged.remote_tools = RemoteTools::Allow;
+            }
+        }
         self.files.extend(other.files);
     }
 
     fn add_domain(&mut self, pattern: DomainPattern, access: &Access) {
         self.domains.entry(pattern).or_default().merge(access);
+    }
+
+    /// The settings of the API named `name`.
+    pub fn api_settings(&self, name: &str) -> ApiSettings {
+        self.apis.get(name).copied().unwrap_or_default()
     }
 
     /// `N domains, M cidrs`, as the ready line, `check` and the reload line say it.

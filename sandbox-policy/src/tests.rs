@@ -85,9 +85,17 @@ fn valid_policies_parse_to_normalised_entries() {
     assert_eq!(policy.cidrs[&"fd00:1234::/32".parse().unwrap()], ports(&[8080]));
     assert_eq!(
         policy.domains[&d("media.example.net")],
-        Access { tcp: ports(&[443]), opaque: ports(&[]), udp: ports(&[3478]) }
+        Access { tcp: ports(&[443]), opaque: ports(&[]), udp: ports(&[3478]), ech: false }
     );
+    assert_eq!(
+        policy.domains[&d("ech.example.net")],
+        Access { tcp: ports(&[80, 443]), ech: true, ..Access::default() },
+        "ECH allowed for one name"
+    );
+    assert!(!policy.domains[&d("models.example.net")].ech, "and for no other");
     assert_eq!(policy.inbound, ports(&[3000, 5173]));
+    assert_eq!(policy.api_settings("gemini").remote_tools, RemoteTools::Allow);
+    assert_eq!(policy.api_settings("openai").remote_tools, RemoteTools::Refuse, "the default");
     assert_eq!(policy.services, BTreeSet::from(["anthropic".to_string(), "github".to_string()]));
     let locked = Policy::read(&corpus("valid")[2]).unwrap();
     assert!(locked.domains.is_empty() && locked.cidrs.is_empty());
@@ -206,4 +214,19 @@ fn every_image_policy_in_the_repository_is_valid() {
         checked += 1;
     }
     assert!(checked >= 2, "only {checked} policies found in {}", dir.display());
+}
+
+/// A drop-in may allow an API's remote tools; the baked policy's default (refuse) does not take
+/// it back, in either order.
+#[test]
+fn remote_tools_are_refused_unless_a_policy_allows_them() {
+    let refuse = yaml("version: 1\napis:\n  openai: {}\n").unwrap();
+    let allow = yaml("version: 1\napis:\n  openai:\n    remote_tools: allow\n").unwrap();
+    assert_eq!(refuse.api_settings("openai").remote_tools, RemoteTools::Refuse);
+    for (first, second) in [(&refuse, &allow), (&allow, &refuse)] {
+        let mut merged = first.clone();
+        merged.merge(second.clone());
+        assert_eq!(merged.api_settings("openai").remote_tools, RemoteTools::Allow);
+        assert_eq!(merged.api_settings("anthropic").remote_tools, RemoteTools::Refuse);
+    }
 }

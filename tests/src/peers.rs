@@ -40,15 +40,54 @@ const ZONE: &str = "/tmp/zone";
 const QUERIES: &str = "/tmp/queries.log";
 const ICMP6_LOG: &str = "/tmp/icmp6.log";
 
+/// How a peer starts: its names, and what it serves beyond the defaults (see [`PEER_TLS`]).
+/// `Peer::start` and its kin are the common specs; a test with an unusual peer builds one.
+#[derive(Clone, Debug, Default)]
+pub struct PeerSpec {
+    aliases: Vec<String>,
+    dns: bool,
+    files: Option<std::path::PathBuf>,
+    options: Vec<String>,
+}
+
+impl PeerSpec {
+    /// A peer answering to `aliases` through Docker's DNS.
+    pub fn named(aliases: &[&str]) -> PeerSpec {
+        PeerSpec { aliases: aliases.iter().map(|a| a.to_string()).collect(), ..Default::default() }
+    }
+
+    /// Also a DNS server: it answers from a zone it re-reads per query and logs every query.
+    pub fn dns(mut self) -> PeerSpec {
+        self.dns = true;
+        self
+    }
+
+    /// Its HTTP and HTTPS ports serve the files of `dir` instead of a greeting.
+    pub fn files(mut self, dir: &std::path::Path) -> PeerSpec {
+        self.files = Some(dir.to_path_buf());
+        self
+    }
+
+    /// An option of `sandbox-probe serve` (tests/probe/src/peer.rs), such as `--mock-api`.
+    pub fn option(mut self, option: &str) -> PeerSpec {
+        self.options.push(option.to_string());
+        self
+    }
+
+    pub async fn start(self, net: &TestNet) -> anyhow::Result<Peer> {
+        Peer::start_spec(net, self).await
+    }
+}
+
 impl Peer {
     pub async fn start(net: &TestNet, aliases: &[&str]) -> anyhow::Result<Peer> {
-        Self::start_with(net, aliases, false).await
+        PeerSpec::named(aliases).start(net).await
     }
 
     /// A peer that is also a DNS server: it answers from a zone it re-reads per query and logs
     /// every query it receives.
     pub async fn start_dns(net: &TestNet) -> anyhow::Result<Peer> {
-        Self::start_with(net, &["dns-peer"], true).await
+        PeerSpec::named(&["dns-peer"]).dns().start(net).await
     }
 
     /// A peer whose HTTP and HTTPS ports serve the files of `dir` (a git repository for git's
@@ -58,35 +97,18 @@ impl Peer {
         aliases: &[&str],
         dir: &std::path::Path,
     ) -> anyhow::Result<Peer> {
-        Self::start_with_files(net, aliases, false, Some(dir)).await
+        PeerSpec::named(aliases).files(dir).start(net).await
     }
 
     /// A peer whose HTTPS port is the mock model API (the probe's mock.rs), under `aliases`
     /// (the real API host names): it logs every request with its credentials and the turn.
     pub async fn start_mock_api(net: &TestNet, aliases: &[&str]) -> anyhow::Result<Peer> {
-        Self::start_with_options(net, aliases, false, None, &["--mock-api"]).await
+        PeerSpec::named(aliases).option("--mock-api").start(net).await
     }
 
-    async fn start_with(net: &TestNet, aliases: &[&str], dns: bool) -> anyhow::Result<Peer> {
-        Self::start_with_files(net, aliases, dns, None).await
-    }
-
-    async fn start_with_files(
-        net: &TestNet,
-        aliases: &[&str],
-        dns: bool,
-        files: Option<&std::path::Path>,
-    ) -> anyhow::Result<Peer> {
-        Self::start_with_options(net, aliases, dns, files, &[]).await
-    }
-
-    async fn start_with_options(
-        net: &TestNet,
-        aliases: &[&str],
-        dns: bool,
-        files: Option<&std::path::Path>,
-        options: &[&str],
-    ) -> anyhow::Result<Peer> {
+    async fn start_spec(net: &TestNet, spec: PeerSpec) -> anyhow::Result<Peer> {
+        let aliases: Vec<&str> = spec.aliases.iter().map(String::as_str).collect();
+        let aliases = &aliases[..];
         let image = peer_image().await?;
         let docker = docker().await?;
         let certs = tempfile::tempdir()?;
@@ -118,14 +140,14 @@ impl Peer {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        if let Some(dir) = files {
+        if let Some(dir) = &spec.files {
             binds.push(format!("{}:/files:ro", dir.display()));
             cmd.extend(["--files".into(), "/files".into()]);
         }
-        if dns {
+        if spec.dns {
             cmd.extend(["--dns".into(), ZONE.into(), QUERIES.into()]);
         }
-        cmd.extend(options.iter().map(|o| o.to_string()));
+        cmd.extend(spec.options.iter().cloned());
         let endpoint = EndpointSettings {
             aliases: Some(aliases.iter().map(|a| a.to_string()).collect()),
             ..Default::default()

@@ -21,7 +21,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, UnixDatagram};
 use tokio::sync::oneshot;
 
-use crate::net::check_protocol::{LISTENERS_ENV, Order, Report, VERDICT_FD, VERDICT_TIMEOUT};
+use crate::net::check_protocol::{LISTENERS_ENV, Listener, Order, Report, VERDICT_FD, VERDICT_TIMEOUT};
 use crate::net::wire::{ClientBytes, HttpRequests, MAX_FIRST_BYTES, Sniffed, TlsRetry, hello_retry, sniff};
 
 /// How long a client may take to say whom it wants.
@@ -74,9 +74,9 @@ pub fn run() -> u8 {
             next_id: AtomicU64::new(1),
             connections: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
         });
-        for (listener, check) in listeners {
+        for (listener, kind) in listeners {
             let checker = checker.clone();
-            tokio::spawn(async move { checker.accept(listener, check).await });
+            tokio::spawn(async move { checker.accept(listener, kind).await });
         }
         checker.orders().await;
         // PID 1 is gone: nothing can be allowed any more.
@@ -84,22 +84,23 @@ pub fn run() -> u8 {
     })
 }
 
-fn listeners() -> Result<Vec<(TcpListener, bool)>, String> {
+fn listeners() -> Result<Vec<(TcpListener, Listener)>, String> {
     let spec = std::env::var(LISTENERS_ENV).map_err(|_| format!("{LISTENERS_ENV} is not set"))?;
     let mut out = Vec::new();
     for item in spec.split(',').filter(|i| !i.is_empty()) {
         let (fd, kind) = item.split_once(':').ok_or_else(|| format!("{LISTENERS_ENV}: bad item {item}"))?;
         let fd: i32 = fd.parse().map_err(|_| format!("{LISTENERS_ENV}: bad descriptor {fd}"))?;
+        let kind = Listener::from_name(kind).ok_or_else(|| format!("{LISTENERS_ENV}: bad kind {kind}"))?;
         // SAFETY: PID 1 passed this descriptor for this listener.
         let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        out.push((TcpListener::from_std(listener).map_err(|e| e.to_string())?, kind == "check"));
+        out.push((TcpListener::from_std(listener).map_err(|e| e.to_string())?, kind));
     }
     Ok(out)
 }
 
 impl Checker {
-    async fn accept(self: Arc<Self>, listener: TcpListener, check: bool) {
+    async fn accept(self: Arc<Self>, listener: TcpListener, kind: Listener) {
         loop {
             // At most MAX_CONNECTIONS at once: past it, connections wait in the backlog.
             let Ok(permit) = self.connections.clone().acquire_owned().await else { return };
@@ -114,7 +115,7 @@ impl Checker {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let checker = self.clone();
             let task = tokio::spawn(async move {
-                checker.connection(id, stream, check).await;
+                checker.connection(id, stream, kind).await;
                 checker.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
                 drop(permit);
             });
@@ -159,12 +160,14 @@ impl Checker {
         matches!(verdict, Ok(Ok((true, _))))
     }
 
-    async fn connection(&self, id: u64, mut client: TcpStream, check: bool) {
+    async fn connection(&self, id: u64, mut client: TcpStream, kind: Listener) {
         let Some(dst) = original_destination(&client) else {
             return reset(client);
         };
+        let (check, forwarder) = (kind.checks(), kind == Listener::Forwarder);
         if !check {
-            let ask = Report::Ask { id, dst, check, name: None, via: "address".into(), ech: false };
+            let ask =
+                Report::Ask { id, dst, check, name: None, via: "address".into(), ech: false, forwarder };
             if self.ask(id, ask).await {
                 self.relay(id, client, dst, Vec::new(), Later::Unchecked).await;
             } else {
@@ -212,7 +215,7 @@ impl Checker {
             }
             Sniffed::NeedMore => unreachable!("the loop ends on anything else"),
         };
-        let ask = Report::Ask { id, dst, check, name: Some(name), via: via.into(), ech };
+        let ask = Report::Ask { id, dst, check, name: Some(name), via: via.into(), ech, forwarder };
         if self.ask(id, ask).await {
             self.relay(id, client, dst, first, later).await;
         } else {

@@ -120,6 +120,9 @@ pub struct NameCheck {
     pub check_port: u16,
     /// Where connections to `opaque` elements and static ranges go: logged, passed on.
     pub pass_port: u16,
+    /// Where the key forwarder's connections to `checked` elements go: checked, and known to
+    /// be the forwarder's, since nft chose the port by the socket's uid.
+    pub forwarder_port: u16,
 }
 
 /// What the ruleset is made from: the policy, the upstream resolvers only the DNS gate may
@@ -212,7 +215,7 @@ impl Ruleset<'_> {
         if let Some(check) = self.name_check {
             // Connections the nat chain redirected to the checker: this hook still sees the
             // device they were routed to before, so they are known by their new destination.
-            let ports = format!("{{ {}, {} }}", check.check_port, check.pass_port);
+            let ports = format!("{{ {}, {}, {} }}", check.check_port, check.pass_port, check.forwarder_port);
             rules.push(format!("ip daddr 127.0.0.1 tcp dport {ports} accept"));
             rules.push(format!("ip6 daddr ::1 tcp dport {ports} accept"));
         }
@@ -260,6 +263,13 @@ impl Ruleset<'_> {
     pub fn redirect_rules(&self) -> Vec<String> {
         let Some(check) = self.name_check else { return Vec::new() };
         let mut rules = vec![format!("meta skuid {} return", check.uid)];
+        for (ipv4, family) in [(true, "ip"), (false, "ip6")] {
+            let set = set_name(Opening::Checked, ipv4);
+            rules.push(format!(
+                "meta skuid {FORWARDER_UID} {family} daddr . tcp dport @{set} redirect to :{}",
+                check.forwarder_port
+            ));
+        }
         for (opening, port) in [(Opening::Checked, check.check_port), (Opening::Opaque, check.pass_port)] {
             for (ipv4, family) in [(true, "ip"), (false, "ip6")] {
                 let set = set_name(opening, ipv4);
@@ -462,7 +472,8 @@ mod tests {
         .unwrap()
     }
 
-    const CHECK: NameCheck = NameCheck { uid: 65533, check_port: 15001, pass_port: 15002 };
+    const CHECK: NameCheck =
+        NameCheck { uid: 65533, check_port: 15001, pass_port: 15002, forwarder_port: 15003 };
 
     fn ruleset<'a>(policy: &'a Policy, upstreams: &'a [IpAddr], elements: &'a [Element]) -> Ruleset<'a> {
         Ruleset { policy, upstreams, elements, log: true, set_size: 1024, name_check: Some(CHECK) }
@@ -540,7 +551,7 @@ mod tests {
         let mut elements: Vec<Element> =
             Element::for_answer("203.0.113.9".parse().unwrap(), &web, 5).collect();
         assert!(elements.iter().all(|e| e.opening == Opening::Checked), "{elements:?}");
-        let media = Access { tcp: [443].into(), opaque: [22].into(), udp: [3478].into() };
+        let media = Access { tcp: [443].into(), opaque: [22].into(), udp: [3478].into(), ech: false };
         elements.extend(Element::for_answer("2001:db8::9".parse().unwrap(), &media, 90_000_000));
         assert_eq!(elements[0].timeout, MIN_TIMEOUT, "TTL floor");
         assert_eq!(elements[2].timeout, MAX_TIMEOUT, "TTL ceiling");

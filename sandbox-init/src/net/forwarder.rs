@@ -7,7 +7,10 @@
 //! What a request may not do: name another host (an absolute target, a `Host` header, a
 //! `CONNECT`), carry more than one request (the upstream is told `Connection: close`), or take
 //! the key anywhere (no header the agent sent survives under the key's name). Redirects are not
-//! followed: they go back to the agent's CLI, with no key in them.
+//! followed: they go back to the agent's CLI, with no key in them. Unless the policy allows the
+//! API's remote tools, a request's body is read whole first (bounded in size and time) and
+//! refused if it names one (net/remote_tools.rs): the provider would contact a URL of the
+//! agent's choosing with it.
 
 use std::os::fd::{FromRawFd as _, RawFd};
 use std::sync::Arc;
@@ -24,6 +27,10 @@ pub const CONFIG_FD: RawFd = 3;
 /// The largest request head the forwarder reads.
 const MAX_HEAD: usize = 64 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest request body read whole to look for remote tools: model requests with long
+/// contexts and images stay well under it.
+const MAX_INSPECTED_BODY: usize = 32 << 20;
+const BODY_TIMEOUT: Duration = Duration::from_secs(120);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// The system's trust store, as Debian's ca-certificates writes it.
 pub const SYSTEM_CAS: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -50,6 +57,10 @@ pub struct Route {
     /// `/compatible-mode/v1`), so that the key goes to no other service on that host.
     #[serde(default)]
     pub path: Option<String>,
+    /// The API whose remote tools a request's body may not name (net/remote_tools.rs), unless
+    /// the policy allows them (None).
+    #[serde(default)]
+    pub inspect: Option<String>,
 }
 
 impl std::fmt::Debug for Route {
@@ -95,12 +106,10 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Vec<u8>, Refused> {
             route.host
         )));
     }
+    let path = canonical_path(target).map_err(|why| Refused(400, format!("`{target}`: {why}")))?;
     if let Some(prefix) = route.path.as_deref().filter(|p| *p != "/") {
-        let rest = target.strip_prefix(prefix).unwrap_or("x");
-        if !(rest.is_empty() || rest.starts_with('/') || rest.starts_with('?'))
-            || target.contains("/../")
-            || target.ends_with("/..")
-        {
+        let rest = path.strip_prefix(prefix).unwrap_or("x");
+        if !(rest.is_empty() || rest.starts_with('/')) {
             return Err(Refused(403, format!("only paths under {prefix} are forwarded to {}", route.host)));
         }
     }
@@ -133,8 +142,56 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Vec<u8>, Refused> {
     Ok(out.into_bytes())
 }
 
-/// Headers that concern one hop, or name a host: never passed on.
+/// The path of a request target as every server reads it, for the rules to match: the query
+/// left out, percent-escapes decoded. What servers could read differently from this is refused
+/// rather than guessed at: an escaped `/`, `\`, `.`, `;`, `%`, `?` or `#`, or a control
+/// character; a `\` or `;` (a separator to some servers); a `.` or `..` segment, or an empty
+/// one (`//`), which some servers remove or merge and others keep.
+pub fn canonical_path(target: &str) -> Result<String, &'static str> {
+    let raw = target.split_once('?').map_or(target, |(path, _)| path);
+    if !raw.starts_with('/') || raw.contains('#') {
+        return Err("not a path");
+    }
+    if raw.contains(['\\', ';']) {
+        return Err("a `\\` or `;` in the path, which servers split differently");
+    }
+    let mut decoded = Vec::with_capacity(raw.len());
+    let mut bytes = raw.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'%' {
+            decoded.push(b);
+            continue;
+        }
+        let hex = [bytes.next(), bytes.next()];
+        let value = match hex {
+            [Some(h), Some(l)] => {
+                std::str::from_utf8(&[h, l]).ok().and_then(|t| u8::from_str_radix(t, 16).ok())
+            }
+            _ => None,
+        };
+        match value {
+            None => return Err("a malformed percent-escape in the path"),
+            Some(v) if v < 0x20 || v == 0x7f || b"/\\.;%?#".contains(&v) => {
+                return Err("an escaped separator, dot, percent or control character in the path");
+            }
+            Some(v) => decoded.push(v),
+        }
+    }
+    let path = String::from_utf8(decoded).map_err(|_| "a path that is not UTF-8 once decoded")?;
+    let segments: Vec<&str> = path[1..].split('/').collect();
+    let last = segments.len() - 1;
+    if segments.iter().enumerate().any(|(i, s)| *s == "." || *s == ".." || (s.is_empty() && i != last)) {
+        return Err("a `.`, `..` or empty segment in the path");
+    }
+    Ok(path)
+}
+
+/// Headers that concern one hop, or name a host, or change the method a server acts on: never
+/// passed on.
 const HOP_BY_HOP: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
     "host",
     "connection",
     "keep-alive",
@@ -253,12 +310,39 @@ async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::Clien
             Ok(read) => read?,
             Err(_) => return Err(Refused(408, "no request head in time".into())),
         };
-        let head = rewrite_head(&head, &route)?;
+        let upstream_head = rewrite_head(&head, &route)?;
+        let Some(api) = route.inspect.as_deref() else {
+            let mut upstream = connect(&route.host, tls).await.map_err(|e| Refused(502, e))?;
+            upstream.write_all(&upstream_head).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
+            upstream.write_all(&rest).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
+            // Both ways as the bytes come: a streamed answer is never held back.
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            return Ok(());
+        };
+        let framing = body_framing(&head)?;
+        if framing.expect_continue {
+            client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.map_err(|e| Refused(400, e.to_string()))?;
+        }
+        let body = match tokio::time::timeout(BODY_TIMEOUT, read_body(&mut client, rest, framing.body)).await {
+            Ok(body) => body?,
+            Err(_) => return Err(Refused(408, "no whole request body in time".into())),
+        };
+        if let Some(tool) = judge_body(api, &body)? {
+            return Err(Refused(
+                403,
+                format!(
+                    "the request names {tool}; with the key it holds, the provider would carry the \
+                     request's data to an address of the agent's choosing. `apis: {{{api}: {{remote_tools: allow}}}}` \
+                     in a policy allows it"
+                ),
+            ));
+        }
         let mut upstream = connect(&route.host, tls).await.map_err(|e| Refused(502, e))?;
-        upstream.write_all(&head).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
-        upstream.write_all(&rest).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
-        // Both ways as the bytes come: a streamed answer is never held back.
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        let sent = [inspected_head(&upstream_head, body.len()), body].concat();
+        upstream.write_all(&sent).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
+        // One request: anything the agent sends after it goes nowhere; the answer streams back.
+        let _ = tokio::io::copy(&mut upstream, &mut client).await;
+        let _ = client.shutdown().await;
         Ok(())
     }
     .await;
@@ -271,6 +355,213 @@ async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::Clien
         let _ = client.write_all(answer.as_bytes()).await;
         let _ = client.shutdown().await;
     }
+}
+
+/// How the agent's request frames its body.
+#[derive(Debug, PartialEq, Eq)]
+struct Framing {
+    body: BodyLength,
+    /// `Expect: 100-continue`: the client waits for a go-ahead before its body.
+    expect_continue: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum BodyLength {
+    Length(usize),
+    Chunked,
+}
+
+/// The framing of the agent's request head (without its blank line). A body this reader could
+/// frame otherwise than the API (two lengths, both a length and chunked, another coding), or
+/// one compressed, which could not be read for tools, is refused.
+fn body_framing(head: &[u8]) -> Result<Framing, Refused> {
+    let bad = |why: &str| Refused(400, why.to_string());
+    let text = std::str::from_utf8(head).map_err(|_| bad("the request head is not UTF-8"))?;
+    let (mut length, mut chunked, mut expect_continue) = (None, false, false);
+    for line in text.split("\r\n").skip(1) {
+        let Some((name, value)) = line.split_once(':') else { continue };
+        let value = value.trim();
+        match name.trim().to_ascii_lowercase().as_str() {
+            "content-length" if length.is_some() => return Err(bad("two Content-Length headers")),
+            "content-length" => {
+                let n = value.parse::<usize>().map_err(|_| bad("a malformed Content-Length"))?;
+                if n > MAX_INSPECTED_BODY {
+                    return Err(Refused(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
+                }
+                length = Some(n);
+            }
+            "transfer-encoding" if chunked || !value.eq_ignore_ascii_case("chunked") => {
+                return Err(bad("a Transfer-Encoding other than chunked"));
+            }
+            "transfer-encoding" => chunked = true,
+            "content-encoding" if !value.eq_ignore_ascii_case("identity") => {
+                return Err(Refused(
+                    415,
+                    "a compressed request body, which cannot be read for remote tools".into(),
+                ));
+            }
+            "expect" => expect_continue = value.eq_ignore_ascii_case("100-continue"),
+            _ => {}
+        }
+    }
+    let body = match (length, chunked) {
+        (Some(_), true) => return Err(bad("both Content-Length and Transfer-Encoding")),
+        (Some(n), false) => BodyLength::Length(n),
+        (None, true) => BodyLength::Chunked,
+        (None, false) => BodyLength::Length(0),
+    };
+    Ok(Framing { body, expect_continue })
+}
+
+/// The whole body, from `first` (what came with the head) and the client; chunks decoded.
+async fn read_body(client: &mut TcpStream, first: Vec<u8>, length: BodyLength) -> Result<Vec<u8>, Refused> {
+    let mut buf = first;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let done = match length {
+            BodyLength::Length(n) => (buf.len() >= n).then(|| Ok(buf[..n].to_vec())),
+            BodyLength::Chunked => dechunk(&buf).transpose(),
+        };
+        if let Some(body) = done {
+            return body;
+        }
+        if buf.len() > MAX_INSPECTED_BODY + 64 * 1024 {
+            return Err(Refused(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
+        }
+        let n = client.read(&mut chunk).await.map_err(|e| Refused(400, e.to_string()))?;
+        if n == 0 {
+            return Err(Refused(400, "the connection ended inside the request body".into()));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A chunked body decoded, once it is whole (None before); strict, so that no server could read
+/// the chunks otherwise.
+fn dechunk(mut bytes: &[u8]) -> Result<Option<Vec<u8>>, Refused> {
+    let bad = |why: &str| Refused(400, format!("a malformed chunked body: {why}"));
+    let mut body = Vec::new();
+    loop {
+        let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+        let line = std::str::from_utf8(&bytes[..end]).map_err(|_| bad("a size that is not text"))?;
+        let digits = line.split(';').next().unwrap_or_default();
+        if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad("a size that is not hexadecimal"));
+        }
+        if line.bytes().any(|b| b < 0x20 && b != b'\t') {
+            return Err(bad("a control character in a size line"));
+        }
+        let size = usize::from_str_radix(digits, 16).map_err(|_| bad("a size too large"))?;
+        bytes = &bytes[end + 2..];
+        if size == 0 {
+            // No trailers: the body ends with the empty line.
+            return match bytes.get(..2) {
+                None | Some([b'\r']) => Ok(None),
+                Some(b"\r\n") => Ok(Some(body)),
+                Some(_) => Err(bad("trailers")),
+            };
+        }
+        if body.len() + size > MAX_INSPECTED_BODY {
+            return Err(Refused(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
+        }
+        let Some(data) = bytes.get(..size + 2) else { return Ok(None) };
+        if &data[size..] != b"\r\n" {
+            return Err(bad("a chunk longer than its size"));
+        }
+        body.extend_from_slice(&data[..size]);
+        bytes = &bytes[size + 2..];
+    }
+}
+
+/// The remote tool the body names, if any. A body that looks like JSON must be JSON as strict
+/// as any server reads it: no duplicate key, which one server would take first and another
+/// last. Any other body (a file upload) names no tool.
+fn judge_body(api: &str, body: &[u8]) -> Result<Option<String>, Refused> {
+    let start = body.iter().find(|b| !b.is_ascii_whitespace());
+    if !matches!(start, Some(b'{' | b'[')) {
+        return Ok(None);
+    }
+    let value = strict_json(body)
+        .map_err(|e| Refused(400, format!("a request body that is not strict JSON: {e}")))?;
+    Ok(crate::net::remote_tools::named(api, &value))
+}
+
+/// JSON parsed into a value, refusing a key repeated in one object.
+fn strict_json(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    use serde::de::{Deserializer as _, Error as _, MapAccess, SeqAccess, Visitor};
+    struct Strict;
+    impl<'de> Visitor<'de> for Strict {
+        type Value = serde_json::Value;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+            Ok(v.into())
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(v.into())
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(v.into())
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+            Ok(serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(v.into())
+        }
+        fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+            Ok(v.into())
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(serde_json::Value::Null)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element_seed(StrictSeed)? {
+                items.push(item);
+            }
+            Ok(items.into())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut object = serde_json::Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if object.contains_key(&key) {
+                    return Err(A::Error::custom(format!("the key `{key}` twice in one object")));
+                }
+                let value = map.next_value_seed(StrictSeed)?;
+                object.insert(key, value);
+            }
+            Ok(object.into())
+        }
+    }
+    struct StrictSeed;
+    impl<'de> serde::de::DeserializeSeed<'de> for StrictSeed {
+        type Value = serde_json::Value;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(Strict)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = (&mut de).deserialize_any(Strict)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// The upstream head of an inspected request: its body, read whole, goes with a length (any
+/// `Transfer-Encoding` and `Expect` of the agent's out; the forwarder answered the latter).
+fn inspected_head(head: &[u8], length: usize) -> Vec<u8> {
+    let text = String::from_utf8_lossy(head);
+    let mut out = String::new();
+    for line in text.trim_end_matches("\r\n").split("\r\n") {
+        let name = line.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
+        if out.is_empty() || !matches!(name.as_str(), "content-length" | "transfer-encoding" | "expect") {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str(&format!("content-length: {length}\r\n\r\n"));
+    out.into_bytes()
 }
 
 /// The head up to and with its blank line, and whatever came after it in the same reads.
@@ -389,6 +680,7 @@ mod tests {
             value: "sk-real".into(),
             strip: vec!["x-api-key".into(), "authorization".into()],
             path: None,
+            inspect: None,
         }
     }
 
@@ -436,10 +728,99 @@ mod tests {
             |target: &str| rewrite_head(format!("POST {target} HTTP/1.1").as_bytes(), &route).map(|_| ());
         assert!(rewrite("/compatible-mode/v1/chat/completions").is_ok());
         assert!(rewrite("/compatible-mode/v1?x=1").is_ok());
-        for other in ["/other-tenant/v1/chat", "/compatible-mode/v10", "/compatible-mode/v1/../../admin", "/"]
+        for other in
+            ["/other-tenant/v1/chat", "/compatible-mode/v10", "/", "/compatible-mode?x=/compatible-mode/v1"]
         {
             assert_eq!(rewrite(other).unwrap_err().0, 403, "{other}");
         }
+        // Ways out of the prefix that a server resolves after the check: dot segments, plain,
+        // escaped or doubly escaped, escaped slashes and backslashes, parameters.
+        for hidden in [
+            "/compatible-mode/v1/../../admin",
+            "/compatible-mode/v1/%2e%2e/%2e%2e/other-tenant/x",
+            "/compatible-mode/v1/%2E%2E/%2E%2E/other-tenant/x",
+            "/compatible-mode/v1/..%2f..%2fother-tenant/x",
+            "/compatible-mode/v1/..%5c..%5cother-tenant",
+            "/compatible-mode/v1/..\\..\\other-tenant",
+            "/compatible-mode/v1/..;/..;/other-tenant",
+            "/compatible-mode/v1/%252e%252e/other",
+            "/compatible-mode/v1/..?x",
+            "/compatible-mode/v1/.",
+            "/compatible-mode/v1//x",
+            "/compatible-mode/v1/%",
+            "/compatible-mode/v1/%00",
+        ] {
+            let refused = rewrite(hidden).unwrap_err();
+            assert!(refused.0 == 400 || refused.0 == 403, "{hidden}: {refused:?}");
+        }
+        assert!(rewrite("/compatible-mode/v1/models/qwen%2Dmax/").is_ok(), "a harmless escape");
+    }
+
+    #[test]
+    fn method_override_headers_are_dropped() {
+        let out = rewrite(
+            "POST /v1/messages HTTP/1.1\r\nX-HTTP-Method-Override: DELETE\r\nx-http-method: PUT\r\n\
+             X-Method-Override: PATCH\r\nContent-Length: 2",
+        )
+        .unwrap();
+        assert!(!out.to_ascii_lowercase().contains("method"), "{out}");
+    }
+
+    #[test]
+    fn a_body_is_framed_strictly_before_it_is_read_for_tools() {
+        let framing = |head: &str| body_framing(head.as_bytes());
+        assert_eq!(
+            framing("POST /v1/messages HTTP/1.1\r\nContent-Length: 12\r\nExpect: 100-continue").unwrap(),
+            Framing { body: BodyLength::Length(12), expect_continue: true }
+        );
+        assert_eq!(
+            framing("POST / HTTP/1.1\r\ntransfer-encoding: chunked").unwrap().body,
+            BodyLength::Chunked
+        );
+        assert_eq!(framing("GET / HTTP/1.1").unwrap().body, BodyLength::Length(0));
+        for (head, status) in [
+            ("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2", 400),
+            ("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked", 400),
+            ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked", 400),
+            ("POST / HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 3", 415),
+            ("POST / HTTP/1.1\r\nContent-Length: 999999999999", 413),
+        ] {
+            assert_eq!(framing(head).unwrap_err().0, status, "{head}");
+        }
+    }
+
+    #[test]
+    fn chunks_are_decoded_strictly_once_whole() {
+        assert_eq!(
+            dechunk(b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\n\r\n").unwrap(),
+            Some(b"hello world".to_vec())
+        );
+        assert_eq!(dechunk(b"5\r\nhel").unwrap(), None, "not whole yet");
+        assert_eq!(dechunk(b"5\r\nhello\r\n0\r\n").unwrap(), None);
+        for bad in [&b"x\r\n"[..], b"5\r\nhello!\r\n", b"0\r\nX-Trailer: 1\r\n\r\n", b"+5\r\nhello\r\n"] {
+            assert!(dechunk(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn a_body_naming_a_remote_tool_is_refused_however_its_json_is_written() {
+        let tools = |body: &str| judge_body("anthropic", body.as_bytes());
+        assert!(tools(r#"{"model":"m","mcp_servers":[{"url":"https://x.test"}]}"#).unwrap().is_some());
+        assert!(tools(r#" {"model":"m","tools":[{"type":"web_fetch_20250910"}]} "#).unwrap().is_some());
+        // The key twice: one server reads the first, another the last.
+        assert_eq!(tools(r#"{"tools":[{"type":"web_fetch_20250910"}],"tools":[]}"#).unwrap_err().0, 400);
+        assert_eq!(tools(r#"{"model":"m"} trailing"#).unwrap_err().0, 400);
+        assert_eq!(tools(r#"{"model":"m","messages":[]}"#).unwrap(), None);
+        assert_eq!(tools("--boundary\r\nContent-Disposition: form-data").unwrap(), None, "an upload");
+    }
+
+    #[test]
+    fn an_inspected_request_goes_with_its_length() {
+        let head = b"POST /v1/messages HTTP/1.1\r\nhost: api.anthropic.com\r\ntransfer-encoding: chunked\r\nExpect: 100-continue\r\nx-api-key: k\r\nconnection: close\r\n\r\n";
+        assert_eq!(
+            String::from_utf8(inspected_head(head, 11)).unwrap(),
+            "POST /v1/messages HTTP/1.1\r\nhost: api.anthropic.com\r\nx-api-key: k\r\nconnection: close\r\ncontent-length: 11\r\n\r\n"
+        );
     }
 
     #[test]

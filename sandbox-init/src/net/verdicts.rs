@@ -11,19 +11,31 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::net::{TcpSocket, UnixDatagram};
 
 use crate::connections::{Connection, ConnectionLog};
-use crate::net::check_protocol::{Order, Report};
+use crate::net::check_protocol::{Listener, Order, Report};
 use crate::net::dns::AddressSink as _;
 use crate::net::sink::NftSink;
 use crate::policy::{IpNet, Opening, Ports, Protocol};
 use crate::privileges::AgentPrivileges;
 use std::net::IpAddr;
 
+/// What a connection asked to do, as PID 1 judges it (at its start, and again at a reload).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Asked {
+    pub dst: SocketAddr,
+    /// It came to a port that checks names.
+    pub check: bool,
+    /// The name the client sent.
+    pub name: Option<String>,
+    /// Its ClientHello carried an encrypted one.
+    pub ech: bool,
+    /// The key forwarder made it (nft sent it to the forwarder's port by the socket's uid).
+    pub forwarder: bool,
+}
+
 /// An allowed connection still open: what its log line will say when it closes.
 struct Live {
     line: Connection,
-    dst: SocketAddr,
-    check: bool,
-    name: Option<String>,
+    asked: Asked,
 }
 
 pub struct Verdicts {
@@ -35,6 +47,8 @@ pub struct Verdicts {
     socket: Mutex<Option<Arc<UnixDatagram>>>,
     /// PID 1's own test connection at start, which is not the agent's to log.
     quiet: Mutex<Option<SocketAddr>>,
+    /// The hosts the key forwarder holds a key for: only it may connect to them.
+    held: RwLock<std::collections::BTreeSet<String>>,
 }
 
 /// Why a connection may go on: the name to log and the reason.
@@ -49,20 +63,39 @@ impl Verdicts {
             live: Mutex::new(HashMap::new()),
             socket: Mutex::new(None),
             quiet: Mutex::new(None),
+            held: RwLock::new(Default::default()),
         })
+    }
+
+    /// The hosts whose keys the forwarder holds: from now on, only its connections reach them.
+    pub fn hold(&self, hosts: impl IntoIterator<Item = String>) {
+        self.held.write().unwrap_or_else(|e| e.into_inner()).extend(hosts);
     }
 
     /// Whether a connection to `dst` may go on: on the checking port, the address must be open
     /// (resolved for an allowed name, not expired) and the name the client sent allowed on that
-    /// port; on the passing port, the address must be open on an opaque port, or in a range.
-    pub fn decide(&self, dst: SocketAddr, check: bool, name: Option<&str>) -> Result<Allowed, String> {
+    /// port, and a hello with ECH only where its entry says `ech`; a host whose key the
+    /// forwarder holds, from the forwarder alone, and the forwarder to those hosts alone; on the
+    /// passing port, the address must be open on an opaque port, or in a range.
+    pub fn decide(&self, asked: &Asked) -> Result<Allowed, String> {
+        let Asked { dst, check, ech, forwarder, .. } = *asked;
         let opened = self.sink.opened(dst.ip(), dst.port());
         if check {
             let Some((_, entries)) = opened else {
                 return Err("the address is not open for an allowed name".into());
             };
-            let name = name.ok_or("no name")?;
+            let name = asked.name.as_deref().ok_or("no name")?;
             let port = dst.port();
+            let held = self.held.read().unwrap_or_else(|e| e.into_inner()).contains(name);
+            if held && !forwarder {
+                return Err(format!(
+                    "{name} is reached through the key forwarder alone: sandbox-init holds its key, and \
+                     a connection of the agent's own could carry a key of its own"
+                ));
+            }
+            if forwarder && !held {
+                return Err(format!("the key forwarder holds no key for {name}"));
+            }
             return match self.sink.allowlist().matches(name) {
                 // The name must be one the address was opened for (by an entry that allows it):
                 // an allowed name sent to another allowed name's address would reach whichever
@@ -78,6 +111,10 @@ impl Verdicts {
                         opened_for.join(", ")
                     ))
                 }
+                Some(m) if ech && !m.access.ech && m.access.allows(Protocol::Tcp, port) => Err(format!(
+                    "{name} came with an encrypted ClientHello (ECH), whose inner name the check cannot \
+                     read; `ech: true` on its domain entry allows it"
+                )),
                 Some(m) if m.access.allows(Protocol::Tcp, port) => {
                     Ok((Some(name.to_string()), format!("{name} is allowed on port {port}")))
                 }
@@ -124,12 +161,17 @@ impl Verdicts {
     /// One report of the checker: a verdict to send back, for an ask.
     pub fn handle(&self, report: Report) -> Option<Order> {
         match report {
-            Report::Ask { id, dst, check, name, via, ech } => {
-                let via = if ech { format!("{via} (ech)") } else { via };
-                match self.decide(dst, check, name.as_deref()) {
+            Report::Ask { id, dst, check, name, via, ech, forwarder } => {
+                let via = match (ech, forwarder) {
+                    (true, _) => format!("{via} (ech)"),
+                    (false, true) => format!("{via} (key forwarder)"),
+                    (false, false) => via,
+                };
+                let asked = Asked { dst, check, name: name.clone(), ech, forwarder };
+                match self.decide(&asked) {
                     Ok((logged, reason)) => {
                         let line = Connection::new("tcp", dst, &via, "allowed", reason.clone()).named(logged);
-                        let live = Live { line, dst, check, name };
+                        let live = Live { line, asked };
                         self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(id, live);
                         Some(Order::Verdict { id, allow: true, reason })
                     }
@@ -166,7 +208,7 @@ impl Verdicts {
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
             let mut cut = Vec::new();
             for (id, conn) in live.iter_mut() {
-                if let Err(reason) = self.decide(conn.dst, conn.check, conn.name.as_deref()) {
+                if let Err(reason) = self.decide(&conn.asked) {
                     conn.line.reason = format!("cut at a reload: {reason}");
                     cut.push(*id);
                 }
@@ -199,8 +241,8 @@ const LISTEN_BACKLOG: u32 = 4096;
 /// that while no checker runs, connections wait unaccepted instead of being refused by a port
 /// the agent could take), and the child, started again when it dies.
 pub struct CheckerProcess {
-    /// The listeners and whether each checks names (`check`) or passes on addresses.
-    listeners: Vec<(std::net::TcpListener, bool)>,
+    /// The listeners, and which each is.
+    listeners: Vec<(std::net::TcpListener, Listener)>,
     verdicts: Arc<Verdicts>,
     pid: Mutex<i32>,
     serving: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -209,20 +251,19 @@ pub struct CheckerProcess {
 impl CheckerProcess {
     /// Binds the checker's ports on loopback (IPv6 too, where it is up).
     pub fn bind(verdicts: Arc<Verdicts>, ipv6: bool) -> std::io::Result<CheckerProcess> {
-        use crate::net::check_protocol::{CHECK_PORT, PASS_PORT};
         let mut listeners = Vec::new();
         let mut hosts: Vec<IpAddr> = vec![IpAddr::from([127, 0, 0, 1])];
         if ipv6 {
             hosts.push(IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
         }
         for host in hosts {
-            for (port, check) in [(CHECK_PORT, true), (PASS_PORT, false)] {
+            for kind in Listener::ALL {
                 let socket = if host.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-                socket.bind(SocketAddr::new(host, port))?;
+                socket.bind(SocketAddr::new(host, kind.port()))?;
                 // Room for a burst of connections while the checker accepts: past the backlog
                 // the kernel answers with SYN cookies, and a connection whose ACK finds the
                 // queue still full is reset.
-                listeners.push((socket.listen(LISTEN_BACKLOG)?.into_std()?, check));
+                listeners.push((socket.listen(LISTEN_BACKLOG)?.into_std()?, kind));
             }
         }
         Ok(CheckerProcess { listeners, verdicts, pid: Mutex::new(0), serving: Mutex::new(None) })
@@ -242,9 +283,9 @@ impl crate::process::Service for CheckerProcess {
         let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().map_err(|e| e.to_string())?;
         let mut fds = vec![theirs.as_raw_fd()];
         let mut spec = Vec::new();
-        for (i, (listener, check)) in self.listeners.iter().enumerate() {
+        for (i, (listener, kind)) in self.listeners.iter().enumerate() {
             fds.push(listener.as_raw_fd());
-            spec.push(format!("{}:{}", VERDICT_FD + 1 + i as i32, if *check { "check" } else { "pass" }));
+            spec.push(format!("{}:{}", VERDICT_FD + 1 + i as i32, kind.name()));
         }
         let mut command = AgentPrivileges::system(CHECKER_UID)
             .service(program, "sandbox-checker")
@@ -276,6 +317,7 @@ mod tests {
             name: Some("api.example.com".into()),
             via: "tls".into(),
             ech: false,
+            forwarder: false,
         };
         let text = serde_json::to_string(&ask).unwrap();
         assert!(text.starts_with(r#"{"t":"ask","id":7,"dst":"203.0.113.7:443","check":true"#), "{text}");

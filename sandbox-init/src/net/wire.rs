@@ -200,6 +200,8 @@ fn valid_host(name: &[u8]) -> Option<String> {
 }
 
 const METHODS: [&str; 8] = ["GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ", "TRACE "];
+/// Methods whose requests carry no body as clients send them; a body on one is refused.
+const BODYLESS: [&str; 5] = ["GET", "HEAD", "OPTIONS", "TRACE", "DELETE"];
 
 fn looks_like_http(bytes: &[u8]) -> bool {
     METHODS.iter().any(|m| bytes.starts_with(m.as_bytes()))
@@ -253,7 +255,7 @@ fn request_head(bytes: &[u8]) -> Result<Option<RequestHead>, &'static str> {
     let mut lines = head.split("\r\n");
     let request_line = lines.next().unwrap_or_default();
     let parts: Vec<&str> = request_line.split(' ').collect();
-    let [_, target, version] = parts[..] else { return Err("a malformed HTTP request line") };
+    let [method, target, version] = parts[..] else { return Err("a malformed HTTP request line") };
     if version != "HTTP/1.1" && version != "HTTP/1.0" {
         return Err("an HTTP version other than 1.0 and 1.1");
     }
@@ -300,6 +302,11 @@ fn request_head(bytes: &[u8]) -> Result<Option<RequestHead>, &'static str> {
         (None, true) => Body::Chunked,
         (None, false) => Body::Length(0),
     };
+    // A server that ignores the body of a method that has none (or leaves it unread) reads it
+    // as the next request, one this reader took for body (CL.0 desync).
+    if BODYLESS.contains(&method) && body != Body::Length(0) {
+        return Err("a body on a GET, HEAD, OPTIONS, TRACE or DELETE, which a server may read as a request");
+    }
     let host = host.ok_or("an HTTP request without a Host header")?;
     let host = authority_host(&host).ok_or("a Host that is not a host name")?;
     // An absolute URI names the host a server must use instead of Host (RFC 9112 §3.2.2),
@@ -335,6 +342,8 @@ pub struct HttpRequests {
     refused: Option<&'static str>,
     /// The host that request named, if it named one.
     refused_host: Option<String>,
+    /// The lines of the body being relayed.
+    body: BodyLines,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,6 +367,7 @@ impl HttpRequests {
             held: Vec::new(),
             refused: None,
             refused_host: None,
+            body: BodyLines::default(),
         }
     }
 
@@ -411,10 +421,13 @@ impl HttpRequests {
             }
             Framing::Body(left) | Framing::ChunkData(left) => {
                 let take = rest.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-                out.extend_from_slice(&rest[..take]);
+                self.body.feed(&rest[..take], &self.host, out)?;
                 let left = left - take as u64;
                 self.state = match (self.state, left) {
-                    (Framing::Body(_), 0) => Framing::Head,
+                    (Framing::Body(_), 0) => {
+                        self.body.end(out)?;
+                        Framing::Head
+                    }
                     (Framing::Body(_), n) => Framing::Body(n),
                     (_, 0) => Framing::ChunkEnd,
                     (_, n) => Framing::ChunkData(n),
@@ -446,14 +459,101 @@ impl HttpRequests {
             }
             Framing::Trailers => {
                 let Some(end) = line_end(rest, MAX_CHUNK_LINE)? else { return Ok(None) };
-                out.extend_from_slice(&rest[..end + 2]);
                 if end == 0 {
+                    self.body.end(out)?;
                     self.state = Framing::Head;
                 }
+                out.extend_from_slice(&rest[..end + 2]);
                 Ok(Some(end + 2))
             }
         }
     }
+}
+
+/// The lines of a request body, judged as a server would read them if it took the body for the
+/// next request (a server that ignores a body, or answers before reading it): a request line,
+/// or a `Host` line naming another host than the connection's, ends the connection. A line that
+/// might be one is held until it ends, so no byte of it reaches the server before the verdict;
+/// any other line goes on as it comes. JSON, compressed and binary bodies have no such lines.
+#[derive(Debug, Default)]
+struct BodyLines {
+    /// The start of the current line, held while it might be a request line or a Host line.
+    line: Vec<u8>,
+    /// The current line cannot be either: its bytes pass until it ends.
+    passing: bool,
+}
+
+/// The longest line start that tells whether a line might be a request or a Host line.
+const LINE_PREFIX: usize = "OPTIONS ".len();
+
+impl BodyLines {
+    fn feed(&mut self, mut bytes: &[u8], host: &str, out: &mut Vec<u8>) -> Result<(), &'static str> {
+        while !bytes.is_empty() {
+            if self.passing {
+                let end = bytes.iter().position(|&b| b == b'\n').map_or(bytes.len(), |i| i + 1);
+                out.extend_from_slice(&bytes[..end]);
+                self.passing = bytes[end - 1] != b'\n';
+                bytes = &bytes[end..];
+                continue;
+            }
+            let b = bytes[0];
+            bytes = &bytes[1..];
+            self.line.push(b);
+            if b == b'\n' {
+                judge_body_line(&self.line, host)?;
+                out.append(&mut self.line);
+            } else if self.line.len() > MAX_HEAD {
+                return Err("a line in a body too long to tell from a request");
+            } else if self.line.len() <= LINE_PREFIX && !might_be_request_or_host(&self.line) {
+                out.append(&mut self.line);
+                self.passing = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The body ended: a line held then runs into the next request as a server reads it.
+    fn end(&mut self, out: &mut Vec<u8>) -> Result<(), &'static str> {
+        let held = std::mem::take(&mut self.line);
+        self.passing = false;
+        let prefix = &held[..held.len().min(LINE_PREFIX)];
+        if prefix.len() == LINE_PREFIX || prefix.ends_with(b" ") || prefix.ends_with(b":") {
+            // Past what a partial word could be: a request or Host line, cut by the next head.
+            return Err("a body that ends inside what may be a request or Host line");
+        }
+        out.extend_from_slice(&held);
+        Ok(())
+    }
+}
+
+/// Whether a line starting with `start` (at most LINE_PREFIX bytes) may be a request line or a
+/// Host header line, as a lenient server reads them (any case).
+fn might_be_request_or_host(start: &[u8]) -> bool {
+    let candidate = |word: &[u8]| {
+        let n = start.len().min(word.len());
+        start[..n].eq_ignore_ascii_case(&word[..n])
+    };
+    METHODS.iter().any(|m| candidate(m.as_bytes())) || candidate(b"host:")
+}
+
+/// A whole line of a body (ending at LF): refused if a server would take it for a request line,
+/// or for a Host header naming another host than `host`.
+fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
+    let text = line.strip_suffix(b"\n").unwrap_or(line);
+    let text = text.strip_suffix(b"\r").unwrap_or(text);
+    let upper = text.to_ascii_uppercase();
+    if METHODS.iter().any(|m| upper.starts_with(m.as_bytes()))
+        && (upper.ends_with(b" HTTP/1.1") || upper.ends_with(b" HTTP/1.0"))
+    {
+        return Err("a request line hidden in a request body");
+    }
+    if upper.starts_with(b"HOST:") {
+        let value = String::from_utf8_lossy(&text[5..]);
+        if authority_host(value.trim_matches([' ', '\t'])).as_deref() != Some(host) {
+            return Err("a Host line naming another host hidden in a request body");
+        }
+    }
+    Ok(())
 }
 
 /// What the checker passes a client's later bytes through once its first request or
@@ -571,12 +671,11 @@ impl TlsRetry {
                         _ => Err("no second ClientHello within the first bytes"),
                     };
                 }
-                // The client gives up: its alert goes on, and nothing is left to check.
-                CONTENT_ALERT => {
-                    self.done = true;
-                    self.release(self.held.len(), out);
-                    return Ok(());
-                }
+                // Not an end the server must honour: a TLS 1.3 server built on OpenSSL reads
+                // past a `user_canceled` alert to the second hello and picks its site by that
+                // hello's name. So an alert before the hello has been judged ends the
+                // connection, and neither it nor anything after it reaches the server.
+                CONTENT_ALERT => return Err("an alert before the second ClientHello was judged"),
                 _ => return Err("a record other than the second ClientHello the server asked for"),
             }
         }

@@ -662,11 +662,13 @@ fn client_hello(sni: Option<&str>, ech: bool, pad: usize, share: bool) -> Vec<u8
 }
 
 /// `tls-hello HOST PORT [--sni NAME] [--no-sni] [--ech] [--pad N] [--split N] [--records]
-/// [--retry NAME]`: a ClientHello written in two segments (the first N bytes, a pause, the rest)
-/// or, with `--records`, in two TLS records; `outcome=answered` if the server answered anything,
-/// `reset` if the connection was refused after it was taken. With `--retry`, the hello offers no
-/// key share, so that the server asks for another (`retry=yes`), and the second hello names
-/// NAME; the outcome is the answer to that one.
+/// [--retry NAME [--alert first|after-ccs] [--alert-apart]]`: a ClientHello written in two
+/// segments (the first N bytes, a pause, the rest) or, with `--records`, in two TLS records;
+/// `outcome=answered` if the server answered anything, `reset` if the connection was refused
+/// after it was taken. With `--retry`, the hello offers no key share, so that the server asks for
+/// another (`retry=yes`), and the second hello names NAME, after a change_cipher_spec and, with
+/// `--alert`, an alert (in a segment of its own with `--alert-apart`); the outcome is the answer
+/// to that hello.
 pub fn tls_hello(args: &Args) {
     use std::io::Read as _;
     let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
@@ -711,8 +713,22 @@ pub fn tls_hello(args: &Args) {
             asked_again.set(
                 answer[0] == 22 && body.len() >= 38 && body[0] == 2 && body[6..38] == HELLO_RETRY_RANDOM,
             );
-            let mut again = vec![20, 3, 3, 0, 1, 1];
-            again.extend(record(&client_hello(Some(name), false, 0, true)));
+            // A `user_canceled` alert, which OpenSSL's TLS 1.3 server reads past: before the
+            // change_cipher_spec (`--alert first`) or after it (`--alert after-ccs`).
+            let (ccs, alert) = ([20u8, 3, 3, 0, 1, 1], [21u8, 3, 3, 0, 2, 1, 90]);
+            let mut again = match args.flag("--alert").as_deref() {
+                Some("first") => [&alert[..], &ccs].concat(),
+                Some(_) => [&ccs[..], &alert].concat(),
+                None => ccs.to_vec(),
+            };
+            let hello = record(&client_hello(Some(name), false, 0, true));
+            if args.has("--alert-apart") {
+                // The hello in a segment of its own, after the alert has gone.
+                stream.write_all(&again)?;
+                std::thread::sleep(Duration::from_millis(200));
+                again.clear();
+            }
+            again.extend(hello);
             stream.write_all(&again)?;
             // The answer to the second hello, past the change_cipher_spec a server may send
             // after its request (middlebox compatibility).

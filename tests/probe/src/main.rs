@@ -59,9 +59,11 @@ pub fn report(pairs: &[(&str, String)]) {
 const USAGE: &str = "\
 usage: sandbox-probe serve [--tcp P,P] [--echo P,P] [--udp P,P] [--dns ZONE LOG]
                            [--http P,P] [--tls P,P --cert F --key F] [--files DIR] [--log FILE]
+                           [--mock-api] [--ignore-bodies]
        sandbox-probe tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME]
        sandbox-probe fetch HOST PORT PATH [--tls] | concurrent HOST PORT N [--tls]
        sandbox-probe tls-hello HOST PORT [--sni NAME] [--ech] [--pad N] [--split N]
+                           [--retry NAME [--alert first|after-ccs] [--alert-apart]]
        sandbox-probe udp HOST PORT | icmp ADDR | hold HOST PORT --ms N
        sandbox-probe dns NAME [--type T] [--id N] [--server IP] [--timeout-ms MS]
        sandbox-probe dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K]

@@ -33,7 +33,7 @@ pub fn serve(args: &[String]) {
     while i < args.len() {
         match args[i].as_str() {
             "--log" | "--files" | "--cert" | "--key" => i += 2,
-            "--mock-api" => i += 1,
+            "--mock-api" | "--ignore-bodies" => i += 1,
             "--http" | "--tls" => {
                 let tls = (args[i] == "--tls").then(|| {
                     let (cert, key) = (
@@ -51,6 +51,7 @@ pub fn serve(args: &[String]) {
                         files: files.clone(),
                         log: log.clone(),
                         mock: args.iter().any(|a| a == "--mock-api"),
+                        ignores_bodies: args.iter().any(|a| a == "--ignore-bodies"),
                     };
                     threads.push(std::thread::spawn(move || crate::web::serve(listener, site)));
                 }

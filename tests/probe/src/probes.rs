@@ -116,7 +116,7 @@ fn mode(args: &Args, port: u16) -> &'static str {
 
 /// `tcp HOST PORT`: connect as any program would, and say what came back. Over TLS (SNI HOST, or
 /// `--sni`) and HTTP (Host HOST, or `--host`) a GET /, whose body's first line is the greeting;
-/// raw, the server's greeting.
+/// raw, the server's whole answer, its line breaks written `\n`.
 pub fn tcp(args: &Args) {
     let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
     let started = Instant::now();
@@ -148,7 +148,10 @@ pub fn tcp(args: &Args) {
                     }
                     other => other,
                 })
-                .map(|_| String::from_utf8_lossy(&greeting).trim().to_string())
+                // One line of the report: the answer's line breaks written as `\n`.
+                .map(|_| {
+                    String::from_utf8_lossy(&greeting).trim().replace("\r\n", "\\n").replace('\n', "\\n")
+                })
             } else {
                 let sni = args.flag("--sni").unwrap_or_else(|| host.clone());
                 let http_host = args.flag("--host").unwrap_or_else(|| host.clone());

@@ -79,6 +79,9 @@ pub struct Site {
     pub log: String,
     /// Answer as the mock model API (mock.rs) instead of with a greeting.
     pub mock: bool,
+    /// Plain HTTP ignores the body of a GET or HEAD, reading it as the next request, as servers
+    /// open to a CL.0 desync do.
+    pub ignores_bodies: bool,
 }
 
 pub fn tls_server_config(cert: &str, key: &str) -> Arc<rustls::ServerConfig> {
@@ -129,8 +132,9 @@ pub fn serve(listener: TcpListener, site: Site) {
                     // Keep-alive: every request of the connection is served, and logged.
                     let mut request = BufReader::new(&mut counted);
                     while let Some(head) = read_head(&mut request) {
-                        if std::io::copy(&mut (&mut request).take(head.length), &mut std::io::sink()).is_err()
-                        {
+                        let ignored = site.ignores_bodies && matches!(head.method.as_str(), "GET" | "HEAD");
+                        let length = if ignored { 0 } else { head.length };
+                        if std::io::copy(&mut (&mut request).take(length), &mut std::io::sink()).is_err() {
                             break;
                         }
                         respond(&site, &head, request.get_mut());
@@ -152,16 +156,22 @@ struct Head {
     chunked: bool,
     /// The credentials the request carried (`x-api-key: …`, `authorization: …`), as sent.
     auth: Vec<String>,
+    /// The headers that ask a server to act as if the method were another, as sent.
+    overrides: Vec<String>,
 }
 
 /// The headers API keys travel in.
 const CREDENTIALS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
+/// The headers that override a request's method at servers that honour them.
+const METHOD_OVERRIDES: &[&str] = &["x-http-method-override", "x-http-method", "x-method-override"];
 
 impl Head {
-    /// `http PORT host=NAME path=P [auth=HEADER:VALUE…]`, as the peer logs a request.
+    /// `http PORT host=NAME path=P [auth=HEADER:VALUE…] [override=HEADER:VALUE…]`, as the peer
+    /// logs a request.
     fn log_line(&self, port: u16) -> String {
         let auth: String = self.auth.iter().map(|a| format!(" auth={a}")).collect();
-        format!("http {port} host={} path={}{auth}", self.host, self.path)
+        let overrides: String = self.overrides.iter().map(|o| format!(" override={o}")).collect();
+        format!("http {port} host={} path={}{auth}{overrides}", self.host, self.path)
     }
 }
 
@@ -171,6 +181,7 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
     let method = line.split_whitespace().next()?.to_string();
     let path = line.split_whitespace().nth(1)?.to_string();
     let (mut host, mut length, mut auth, mut chunked) = (String::new(), 0, Vec::new(), false);
+    let mut overrides = Vec::new();
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).ok()? == 0 {
@@ -191,10 +202,13 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
             Some((name, value)) if CREDENTIALS.iter().any(|c| name.eq_ignore_ascii_case(c)) => {
                 auth.push(format!("{}:{}", name.to_ascii_lowercase(), value.trim()));
             }
+            Some((name, value)) if METHOD_OVERRIDES.iter().any(|o| name.eq_ignore_ascii_case(o)) => {
+                overrides.push(format!("{}:{}", name.to_ascii_lowercase(), value.trim()));
+            }
             _ => {}
         }
     }
-    Some(Head { path, host, length, method, chunked, auth })
+    Some(Head { path, host, length, method, chunked, auth, overrides })
 }
 
 /// The request's body, by Content-Length or chunked.

@@ -160,16 +160,18 @@ fn every_request_of_a_keep_alive_connection_must_name_the_same_host() {
 }
 
 #[test]
-fn a_request_hidden_in_a_body_is_body_and_the_one_after_it_is_checked() {
+fn a_body_is_framed_as_the_server_frames_it_and_the_request_after_it_is_checked() {
+    let body = "{\"a\": 1}\nGETTING / there\r\nhost-name: x\r\nHost: a.example.com\r\n";
+    let sized =
+        format!("POST / HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: {}\r\n\r\n{body}", body.len());
     let smuggled = "GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n";
-    let sized = format!(
-        "POST / HTTP/1.1\r\nHost: a.example.com\r\nContent-Length: {}\r\n\r\n{smuggled}",
-        smuggled.len()
-    );
-    assert_eq!(through("a.example.com", &sized, 3).unwrap(), sized);
+    for step in [1, 3, 4096] {
+        assert_eq!(through("a.example.com", &sized, step).unwrap(), sized);
+        assert!(through("a.example.com", &format!("{sized}{smuggled}"), step).is_err());
+    }
     let chunked = format!(
-        "POST / HTTP/1.1\r\nHost: a.example.com\r\nTransfer-Encoding: chunked\r\n\r\n{:x};ext=1\r\n{smuggled}\r\n0\r\nX-Trailer: t\r\n\r\n",
-        smuggled.len()
+        "POST / HTTP/1.1\r\nHost: a.example.com\r\nTransfer-Encoding: chunked\r\n\r\n{:x};ext=1\r\n{body}\r\n0\r\nX-Trailer: t\r\n\r\n",
+        body.len()
     );
     for step in [1, 5, 4096] {
         assert_eq!(through("a.example.com", &chunked, step).unwrap(), chunked);
@@ -294,4 +296,107 @@ fn after_a_retry_the_second_hello_must_name_the_same_host() {
         (pass, refused),
         (first[first.len() - 3..].to_vec(), Some("a second ClientHello names another host"))
     );
+}
+
+/// OpenSSL's TLS 1.3 server reads on past a `user_canceled` alert to the second hello and picks
+/// its site by that hello's name: an alert before the second hello is judged ends the
+/// connection, with or without a change_cipher_spec before it, whatever the segments, and
+/// nothing of it or after it goes on.
+#[test]
+fn an_alert_before_the_second_hello_ends_the_connection() {
+    let first = records(&hello(&["a.example.com"], &[]), &[]);
+    let ccs = [20u8, 3, 3, 0, 1, 1];
+    let alert = [21u8, 3, 3, 0, 2, 1, 90];
+    let other = records(&hello(&["other.example.com"], &[]), &[]);
+    let same = records(&hello(&["a.example.com"], &[]), &[]);
+    let orders: [Vec<&[u8]>; 4] = [
+        vec![&alert, &other],
+        vec![&ccs, &alert, &other],
+        vec![&alert, &ccs, &other],
+        vec![&ccs, &alert, &same],
+    ];
+    for order in orders {
+        let stream = order.concat();
+        for step in [1, 5, 7, 13, 4096] {
+            let mut retry = TlsRetry::new("a.example.com", &first);
+            let mut out = Vec::new();
+            let mut refused = None;
+            for piece in stream.chunks(step) {
+                let (pass, why) = retry.feed(piece);
+                out.extend(pass);
+                if why.is_some() {
+                    refused = why;
+                    break;
+                }
+            }
+            assert_eq!(
+                refused,
+                Some("an alert before the second ClientHello was judged"),
+                "step {step}: {stream:?}"
+            );
+            assert!(out.is_empty(), "step {step}: bytes went on: {out:?}");
+        }
+    }
+}
+
+/// A server that ignores a body (a GET's, most often) or answers before reading it reads the
+/// body as the next request (CL.0): a body on a method that has none is refused, and so is a
+/// body with a request line, or a Host line for another host, in it. Nothing of such a line
+/// goes on, whatever the segments, and with `Expect: 100-continue` too (the body comes after
+/// the server's go-ahead, through the same check).
+#[test]
+fn a_request_hidden_in_a_body_is_refused() {
+    let host = "a.example.com";
+    for method in ["GET", "HEAD", "OPTIONS", "TRACE", "DELETE", "get"] {
+        for framing in ["Content-Length: 3", "Transfer-Encoding: chunked"] {
+            let head = format!("{method} / HTTP/1.1\r\nHost: {host}\r\n{framing}\r\n\r\n");
+            assert!(passed(host, &head, 4096).1.is_some(), "{head:?}");
+            if method != "get" {
+                assert!(matches!(http(&head), Sniffed::Refused(_)), "{head:?}");
+            }
+        }
+    }
+    let ok = format!("GET / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(through(host, &ok, 4096).unwrap(), ok, "an empty body is no body");
+    let post = |body: &str, expect: &str| {
+        format!("POST /x HTTP/1.1\r\nHost: {host}\r\n{expect}Content-Length: {}\r\n\r\n{body}", body.len())
+    };
+    for body in [
+        "GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n",
+        "GET / HTTP/1.0\r\n\r\n",
+        "\r\nPOST /y HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+        "x=1\nHost: other.example.com\n",
+        "x=1\r\nhOsT:   other.example.com:80\r\n",
+        "get http://other.example.com/ http/1.1\n",
+        "GET / HTTP/1.1\r\nHost: a.example",
+        "x\r\nHost:",
+    ] {
+        for expect in ["", "Expect: 100-continue\r\n"] {
+            let request = post(body, expect);
+            let head_len = request.len() - body.len();
+            for step in [1, 2, 7, 4096] {
+                let (out, refused) = passed(host, &request, step);
+                assert!(refused.is_some(), "{body:?} step {step}: {out:?}");
+                let sent = &out[head_len.min(out.len())..];
+                for line in ["GET", "POST /y", "Host: other", "hOsT", "get http", "Host:"] {
+                    assert!(
+                        !(sent.starts_with(line) || sent.contains(&format!("\n{line}"))),
+                        "{body:?} step {step}: {line} went on: {out:?}"
+                    );
+                }
+            }
+        }
+    }
+    // JSON bodies, and text that only looks like the start of a request, pass.
+    for body in [
+        "{\"model\": \"x\", \"messages\": [\"GET / HTTP/1.1\"]}",
+        "GET",
+        "Hostname: b\n",
+        "GETAWAY / HTTP/1.1\n",
+    ] {
+        let request = post(body, "");
+        for step in [1, 4096] {
+            assert_eq!(through(host, &request, step).unwrap(), request, "{body:?}");
+        }
+    }
 }

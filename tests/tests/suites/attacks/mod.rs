@@ -4,8 +4,19 @@
 //! evidence on the receiving side. Each has a positive control in the
 //! same test, so it cannot pass because something else broke.
 //!
-//! `network::` needs NET_ADMIN (the firewall) and is left out of `cargo xtask test --ci`;
-//! `process::` needs no capability and runs in both modes.
+//! `network::` and `names::` need NET_ADMIN (the firewall) and are left out of
+//! `cargo xtask test --ci`; `process::` needs no capability and runs in both modes.
 
+mod forwarder;
+mod names;
 mod network;
 mod process;
+
+/// The name the attacks' policies allow, a peer's alias.
+const ALLOWED: &str = "api.allowed.test";
+
+/// A policy allowing `names` on the default ports.
+fn allow(names: &[&str]) -> String {
+    let list: Vec<String> = names.iter().map(|d| format!("  - \"{d}\"\n")).collect();
+    format!("version: 1\ndomains:\n{}", list.concat())
+}

@@ -8,7 +8,8 @@ use sandbox_tests::peers::{PEER_ECHO, PEER_UDP, Peer, ResolvedNet};
 use sandbox_tests::probe::PROBE;
 use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
 
-const ALLOWED: &str = "api.allowed.test";
+use super::{ALLOWED, allow};
+
 const BLOCKED: &str = "blocked.test";
 const DENIAL_LOG: &str = "/run/agent-sandbox/denials.jsonl";
 
@@ -19,11 +20,6 @@ async fn setup(test: &str, policy: &str) -> anyhow::Result<(TestNet, Peer, Peer,
     let blocked = Peer::start(&net, &[BLOCKED]).await?;
     let spec = SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("test.yaml", policy);
     Ok((net, allowed, blocked, spec))
-}
-
-fn allow(names: &[&str]) -> String {
-    let list: Vec<String> = names.iter().map(|d| format!("  - \"{d}\"\n")).collect();
-    format!("version: 1\ndomains:\n{}", list.concat())
 }
 
 /// A resolv.conf naming `resolver`, to mount over the container's.
@@ -222,8 +218,10 @@ async fn a_reload_race_leaves_no_element_of_a_removed_name() -> anyhow::Result<(
         "--distinct",
         "--concurrency",
         "8",
+        // Longer than the reloads take on a loaded machine (50 took 128 s once): the queries
+        // must outlast them, and are stopped below.
         "--for-ms",
-        "120000",
+        "600000",
     ]);
     let wildcard = |elements: Vec<(std::net::IpAddr, String, u16)>| {
         elements.into_iter().filter(|(addr, _, _)| addr.to_string().starts_with("10.99.")).count()
@@ -587,83 +585,6 @@ async fn a_connection_in_through_a_closed_port_is_cut_at_reload() -> anyhow::Res
     // The control: the port the new policy keeps open kept its connection.
     let kept = kept.await??;
     assert_eq!(kept.outcome(), "held", "{:?}", kept.fields);
-    Ok(())
-}
-
-/// The name check's ways round, each as the agent tried them: a request line whose scheme is
-/// not http (`ws://other/`, whose host nginx and Go take over Host), a TLS client that sends a
-/// second ClientHello naming another site after the server asked for a retry, and an allowed
-/// name sent to the address of another allowed name (a shared host serves whatever site claims
-/// that name there). Each is reset before a byte of it reaches the peer; the same moves with
-/// the allowed name, and the other allowed name at its own address, go through.
-#[tokio::test]
-async fn the_name_check_takes_no_scheme_second_hello_or_borrowed_address() -> anyhow::Result<()> {
-    const OTHER: &str = "other.test";
-    const FAR: &str = "far.test";
-    let net = TestNet::create("attack-names").await?;
-    let shared = Peer::start(&net, &[ALLOWED, OTHER]).await?;
-    let _far = Peer::start(&net, &[FAR]).await?;
-    let spec =
-        SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("test.yaml", &allow(&[ALLOWED, FAR]));
-    let sb = spec.start().await?;
-    let request = |target: &str, host: &str| {
-        format!("GET {target} HTTP/1.1\\r\\nHost: {host}\\r\\nConnection: close\\r\\n\\r\\n")
-    };
-    let raw = |host: &'static str, send: String| {
-        let sb = &sb;
-        async move { sb.probe(&["tcp", host, "80", "--raw", "--send", &send]).await }
-    };
-    // Another scheme's host in the request line.
-    for target in [format!("ws://{OTHER}/"), format!("git+ssh://{OTHER}/x")] {
-        let probe = raw(ALLOWED, request(&target, ALLOWED)).await?;
-        assert_eq!(probe.outcome(), "reset", "{target}: {:?}", probe.fields);
-    }
-    let control = raw(ALLOWED, request(&format!("http://{ALLOWED}/"), ALLOWED)).await?;
-    assert!(
-        control.fields.get("greeting").is_some_and(|g| g.starts_with("HTTP/1.1 200")),
-        "{:?}",
-        control.fields
-    );
-    // A second ClientHello after a HelloRetryRequest.
-    let before = shared.log().await?.len();
-    let again = sb.probe(&["tls-hello", ALLOWED, "443", "--retry", OTHER]).await?;
-    assert_eq!((again.fields["retry"].as_str(), again.outcome()), ("yes", "reset"), "{:?}", again.fields);
-    // The server got the first hello and not a byte more: the change_cipher_spec before the
-    // second waited with it, and went nowhere.
-    let mut ended = Vec::new();
-    for _ in 0..50 {
-        ended =
-            shared.log().await?[before..].iter().filter(|l| l.starts_with("conn 443 ")).cloned().collect();
-        if !ended.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(ended.len(), 1, "{ended:?}");
-    assert!(
-        ended[0].ends_with(&format!(" bytes={}", again.fields["hello_bytes"])),
-        "{ended:?} {:?}",
-        again.fields
-    );
-    let same = sb.probe(&["tls-hello", ALLOWED, "443", "--retry", ALLOWED]).await?;
-    assert_eq!(
-        (same.fields["retry"].as_str(), same.outcome()),
-        ("yes", "answered:handshake"),
-        "{:?}",
-        same.fields
-    );
-    // An allowed name at an address opened only for another: by Host, and by SNI.
-    let borrowed = sb.probe(&["tcp", ALLOWED, "80", "--host", FAR]).await?;
-    assert_eq!(borrowed.outcome(), "reset", "{:?}", borrowed.fields);
-    let borrowed = sb.probe(&["tcp", ALLOWED, "443", "--sni", FAR]).await?;
-    assert_eq!(borrowed.outcome(), "reset", "{:?}", borrowed.fields);
-    assert_reaches(&sb, &format!("{FAR}:80")).await?;
-    assert_reaches(&sb, &format!("{FAR}:443")).await?;
-    let log = shared.log().await?;
-    assert!(
-        !log.iter().any(|l| l.contains(OTHER) || l.contains(FAR)),
-        "another name reached the peer: {log:?}"
-    );
     Ok(())
 }
 

