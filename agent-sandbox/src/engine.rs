@@ -31,6 +31,8 @@ pub struct Found {
     pub agent: String,
     pub project: String,
     pub state: String,
+    /// What the project's git files were at start (JSON), or empty if they were not guarded.
+    pub git: String,
     pub running: bool,
     /// The engine's words: `Up 5 minutes`, `Exited (0) 2 hours ago`.
     pub status: String,
@@ -74,6 +76,7 @@ pub async fn sandboxes(docker: &Docker) -> Result<Vec<Found>> {
                 agent: label(labels::LAUNCHER_AGENT),
                 project: label(labels::LAUNCHER_PROJECT),
                 state: label(labels::LAUNCHER_STATE),
+                git: label(labels::LAUNCHER_GIT),
                 running: c.state == Some(ContainerSummaryStateEnum::RUNNING),
                 status: c.status.unwrap_or_default(),
                 image: c.image.unwrap_or_default(),
@@ -335,6 +338,7 @@ mod tests {
             agent: agent.into(),
             project: project.into(),
             state: String::new(),
+            git: String::new(),
             running: true,
             status: String::new(),
             image: String::new(),

@@ -23,6 +23,8 @@ pub enum Code {
     Sandbox = 70,
     /// A host sign-in file is missing or unreadable.
     NoLogin = 71,
+    /// The project's git files changed while the agent ran: look before running git there.
+    GitChanged = 72,
 }
 
 /// A failure with what to do about it.

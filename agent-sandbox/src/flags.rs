@@ -20,7 +20,8 @@ const ROOT_AFTER_HELP: &str = "Examples:\n  \
     68  no sandbox matches the name given, or more than one does\n  \
     69  no container engine answers (start it, or set DOCKER_HOST)\n  \
     70  the sandbox did not start, or did not apply a change (sandbox-init's message is shown)\n  \
-    71  a host sign-in file (--login-from-host) is missing or unreadable";
+    71  a host sign-in file (--login-from-host) is missing or unreadable\n  \
+    72  the project's git files changed while the agent ran (stop, or the end of run, names them)";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,7 +51,11 @@ pub enum Command {
             volume named after the agent and the project's canonical path, so two projects never \
             share it (--state picks one by hand). Keys go in as root-only secret files that \
             sandbox-init holds: the agent's processes never see them. Detach from the session \
-            with C-b d; the sandbox keeps running.",
+            with C-b d; the sandbox keeps running.\n\n\
+            The project's git configuration and hooks (.git/config, config.worktree, hooks, and \
+            those of its submodules and worktrees) are read-only in the sandbox: your own git runs \
+            what they name, as you, on the host. `stop` (and the end of an attached run) names \
+            any change to them and any repository the agent nested in the project, and exits 72.",
         after_help = "Examples:\n  \
             agent-sandbox run claude                          Claude Code on the current directory\n  \
             agent-sandbox run codex ~/src/app --detach        start it, attach later\n  \
@@ -159,6 +164,10 @@ pub struct RunFlags {
     /// The Docker network to join (default: the engine's default bridge)
     #[arg(long, value_name = "NAME")]
     pub network: Option<String>,
+    /// Let the agent write the project's git configuration and hooks, which your own git runs
+    /// (as you, on the host) the next time you use it in the project
+    #[arg(long)]
+    pub writable_git_config: bool,
 }
 
 impl RunFlags {
@@ -179,6 +188,7 @@ impl RunFlags {
             ("--memory", self.memory.is_some()),
             ("--pids-limit", self.pids_limit.is_some()),
             ("--network", self.network.is_some()),
+            ("--writable-git-config", self.writable_git_config),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))

@@ -6,6 +6,7 @@ mod approve;
 mod engine;
 mod exit;
 mod flags;
+mod gitguard;
 mod identity;
 mod manage;
 mod run;
@@ -56,6 +57,7 @@ async fn dispatch(command: Command) -> Result<i32> {
             let sandbox = engine::find(&docker, &which.sandbox).await?;
             engine::remove(&docker, &sandbox.id, 10).await?;
             approve::forget(&sandbox);
+            let git = run::git_changes(&sandbox);
             let kept = if sandbox.state.is_empty() {
                 String::new()
             } else {
@@ -65,7 +67,7 @@ async fn dispatch(command: Command) -> Result<i32> {
                 )
             };
             eprintln!("agent-sandbox: stopped {}{kept}", sandbox.name);
-            Ok(0)
+            git
         }
         Command::Logs(flags) => {
             let docker = engine::connect().await?;

@@ -301,7 +301,7 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
                 )));
             }
             eprintln!("agent-sandbox: {} is running on {project}: reattaching", found.name);
-            return if flags.detach { Ok(0) } else { crate::terminal::attach(&docker, &found.id).await };
+            return if flags.detach { Ok(0) } else { attach_and_check(&docker, &found.id).await };
         }
         // Stopped (the session ended, or the engine restarted): its state is in its volumes.
         engine::remove(&docker, &found.id, 0).await?;
@@ -322,11 +322,31 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         (labels::LAUNCHER_PROJECT.to_string(), project.clone()),
     ]);
     let mut mounts = vec![Mount {
-        target: Some("/workspace".into()),
+        target: Some(crate::gitguard::WORKSPACE.into()),
         source: Some(project.clone()),
         typ: Some(MountType::BIND),
         ..Default::default()
     }];
+    let mut container_labels = owner.clone();
+    if flags.writable_git_config {
+        eprintln!(
+            "agent-sandbox: --writable-git-config: the agent may write {project}'s git configuration and \
+             hooks; your own git runs what they name (core.fsmonitor, core.pager, hooks, filters), as you, \
+             the next time you use it there"
+        );
+    } else {
+        let (guard, snapshot) = crate::gitguard::plan(&plan.project)
+            .map_err(|e| bad(format!("cannot guard {project}'s git files: {e}")))?;
+        mounts.extend(guard.into_iter().map(|m| Mount {
+            target: Some(m.target),
+            source: Some(m.source.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(m.read_only),
+            ..Default::default()
+        }));
+        let snapshot = serde_json::to_string(&snapshot).expect("a snapshot serialises");
+        container_labels.insert(labels::LAUNCHER_GIT.to_string(), snapshot);
+    }
     for (index, dir) in state_dirs.iter().enumerate() {
         let volume = identity::state_volume(&base, index, dir);
         engine::ensure_volume(&docker, &volume, owner.clone()).await?;
@@ -338,7 +358,6 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         });
     }
     let state = state_dirs.first().map(|d| identity::state_volume(&base, 0, d)).unwrap_or_default();
-    let mut container_labels = owner.clone();
     container_labels.insert(labels::LAUNCHER_STATE.to_string(), state.clone());
     let host = HostConfig {
         mounts: Some(mounts),
@@ -378,7 +397,49 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         );
         return Ok(0);
     }
-    crate::terminal::attach(&docker, &id).await
+    attach_and_check(&docker, &id).await
+}
+
+/// Attaches; when that ends (a detach, or the session's end), names what changed in the
+/// project's git files.
+async fn attach_and_check(docker: &Docker, id: &str) -> Result<i32> {
+    let status = crate::terminal::attach(docker, id).await?;
+    if let Ok(found) = engine::find(docker, id).await {
+        git_changes(&found)?;
+    }
+    Ok(status)
+}
+
+/// What changed in the project's git files since the sandbox started, as a failure naming each
+/// change (exit 72); nothing if they were not guarded (`--writable-git-config`) or nothing
+/// changed.
+pub fn git_changes(sandbox: &engine::Found) -> Result<i32> {
+    if sandbox.git.is_empty() {
+        return Ok(0);
+    }
+    let Ok(before) = serde_json::from_str::<crate::gitguard::GitSnapshot>(&sandbox.git) else {
+        return Err(Failure::new(
+            Code::GitChanged,
+            format!(
+                "{}'s record of the project's git files does not parse: check them before you run git in {}",
+                sandbox.name, sandbox.project
+            ),
+        ));
+    };
+    let changes = before.changes(&crate::gitguard::snapshot(Path::new(&sandbox.project)));
+    if changes.is_empty() {
+        return Ok(0);
+    }
+    Err(Failure::new(
+        Code::GitChanged,
+        format!(
+            "the project's git files changed while {} ran; your own git runs what they name, as you: \
+             look at each before you run git in {}:\n  {}",
+            sandbox.name,
+            sandbox.project,
+            changes.join("\n  ")
+        ),
+    ))
 }
 
 /// Everything that goes into the created container before it starts: keys, drop-ins, sign-in.

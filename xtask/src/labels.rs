@@ -28,6 +28,9 @@ pub const LOGIN_FILES: &str = ns!("login-files");
 pub const LAUNCHER_AGENT: &str = ns!("launcher.agent");
 pub const LAUNCHER_PROJECT: &str = ns!("launcher.project");
 pub const LAUNCHER_STATE: &str = ns!("launcher.state");
+/// On the launcher's sandboxes: what the project's git files were at start (the launcher's
+/// `gitguard::GitSnapshot`, JSON), for `stop` to compare; absent with `--writable-git-config`.
+pub const LAUNCHER_GIT: &str = ns!("launcher.git");
 
 pub const OCI_TITLE: &str = "org.opencontainers.image.title";
 pub const OCI_VERSION: &str = "org.opencontainers.image.version";

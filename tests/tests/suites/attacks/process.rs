@@ -448,3 +448,122 @@ fn assert_no_clipboard_write(seen: &str) {
     );
     assert!(!seen.contains("52;c;"), "the agent wrote the user's clipboard: {seen:?}");
 }
+
+/// The project as a host user's repository: its files the agent's (uid 1000, as the host's
+/// first user usually is), one commit, and a bare repository inside it to fetch from.
+fn git_project(project: &sandbox_tests::launcher::Project) -> anyhow::Result<()> {
+    let git = |args: &[&str]| -> anyhow::Result<()> {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "safe.directory=*",
+                "-c",
+                "user.name=u",
+                "-c",
+                "user.email=u@x",
+                "-C",
+                &project.path,
+            ])
+            .args(args)
+            .output()?;
+        anyhow::ensure!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(())
+    };
+    git(&["init", "-q", "-b", "main"])?;
+    std::fs::write(format!("{}/README", project.path), "hello\n")?;
+    git(&["add", "README"])?;
+    git(&["commit", "-qm", "first"])?;
+    git(&["clone", "-q", "--bare", ".", "upstream.git"])?;
+    std::process::Command::new("chown").args(["-R", "1000:1000", &project.path]).status()?;
+    Ok(())
+}
+
+/// The user's own `git status` in the project, on the host: whether it ran the agent's command
+/// (which leaves `pwned-by-the-agent` in the project).
+fn users_git_status_runs_the_agents_command(
+    project: &sandbox_tests::launcher::Project,
+) -> anyhow::Result<bool> {
+    let pwned = std::path::Path::new(&project.path).join("pwned-by-the-agent");
+    let _ = std::fs::remove_file(&pwned);
+    std::process::Command::new("git")
+        .args(["-c", "safe.directory=*", "-C", &project.path, "status", "--short"])
+        .output()?;
+    Ok(pwned.exists())
+}
+
+/// The agent writes the project's git configuration so that the user's next `git status` on
+/// the host runs its command as the user (`core.fsmonitor`; a hook for the next commit), moves
+/// `.git` away to put its own in its place, and then, past what mounts can stop, plants a
+/// repository nested in the project (registered as a submodule, whose configuration the
+/// user's git runs) and a `commondir` that points git at a configuration of its own. The
+/// first three are refused (read-only mounts, a mount point), and the user's `git status` runs
+/// nothing; `stop` names the last two and exits 72. Inside, git still adds, commits, branches
+/// and fetches. The control: with `--writable-git-config` the same write makes the user's
+/// `git status` run the agent's command.
+#[tokio::test]
+async fn the_agent_cannot_make_the_users_git_run_its_commands() -> anyhow::Result<()> {
+    use sandbox_tests::launcher::{Launcher, Project};
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    git_project(&project)?;
+    let config_before = std::fs::read(format!("{}/.git/config", project.path))?;
+    let id = launcher.offline_shell(&project, &[]).await?;
+    let agent = |script: &str| {
+        let (id, script) = (id.clone(), format!("cd /workspace && {script}"));
+        async move { exec(&id, &["sandbox-exec", "--", "sh", "-c", &script], None).await }
+    };
+    for attack in [
+        "git config core.fsmonitor 'touch pwned-by-the-agent; false'",
+        "printf '#!/bin/sh\\ntouch pwned-by-the-agent\\n' > .git/hooks/pre-commit",
+        "mv .git .git-moved",
+        "rm -rf .git/hooks",
+    ] {
+        let out = agent(attack).await?;
+        assert_ne!(out.code, 0, "`{attack}` succeeded: {out:?}");
+    }
+    assert!(!users_git_status_runs_the_agents_command(&project)?, "the user's git ran the agent's command");
+    assert_eq!(std::fs::read(format!("{}/.git/config", project.path))?, config_before);
+    // git's own work goes on inside.
+    let work = agent(
+        "git checkout -q -b feature && echo more >> README && git add README \
+         && git -c user.name=a -c user.email=a@x commit -qm more && git fetch -q /workspace/upstream.git main \
+         && git log --oneline | wc -l",
+    )
+    .await?;
+    assert_eq!((work.code, work.stdout.trim()), (0, "2"), "{work:?}");
+    // What mounts cannot stop: a nested repository with its own configuration, registered as
+    // a submodule, and a redirect of the main repository's configuration.
+    let planted = agent(
+        "mkdir sub && cd sub && git init -q && git -c user.name=a -c user.email=a@x commit -q --allow-empty -m s \
+         && git config core.fsmonitor 'touch ../pwned-by-the-agent; false' && cd .. && git add sub \
+         && echo ../evil > .git/commondir",
+    )
+    .await?;
+    assert_eq!(planted.code, 0, "{planted:?}");
+    let stopped = launcher.run(&["stop", &id]).await?;
+    assert_eq!(stopped.code, 72, "{stopped:?}");
+    assert!(stopped.stderr.contains("new repository in the project: sub/.git"), "{}", stopped.stderr);
+    assert!(stopped.stderr.contains(".git/commondir"), "{}", stopped.stderr);
+
+    // The control: the protection off, the same write reaches the user.
+    let project = Project::new()?;
+    git_project(&project)?;
+    let id = launcher.offline_shell(&project, &["--writable-git-config"]).await?;
+    let out = exec(
+        &id,
+        &[
+            "sandbox-exec",
+            "--",
+            "git",
+            "-C",
+            "/workspace",
+            "config",
+            "core.fsmonitor",
+            "touch pwned-by-the-agent; false",
+        ],
+        None,
+    )
+    .await?;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(users_git_status_runs_the_agents_command(&project)?, "the control: the attack works unguarded");
+    Ok(())
+}
