@@ -39,22 +39,22 @@ pub struct Held {
     _lock: std::fs::File,
 }
 
-/// Takes the change lock of `sandbox`: an flock on a file named for the container, in
-/// $XDG_RUNTIME_DIR or else the temporary folder, so it covers every launcher on this host. It
-/// waits, saying so, while another change holds it; the kernel drops it when the process ends.
+/// Takes the change lock of `sandbox`: an flock on a file named for the container, in a folder
+/// of this user's alone ([`lock_dir`]), so it covers every launcher this user runs. It waits,
+/// saying so, while another change holds it; the kernel drops it when the process ends.
 pub async fn hold(sandbox: &Found) -> Result<Held> {
     use rustix::fs::{FlockOperation, flock};
     use std::os::unix::fs::OpenOptionsExt as _;
-    let path = lock_path(sandbox);
+    let path = lock_path(sandbox)?;
+    // No link followed: in a shared temporary folder, another user could point it anywhere.
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .mode(0o600)
+        .custom_flags(no_follow())
         .open(&path)
-        .map_err(|e| {
-        Failure::new(Code::Engine, format!("cannot open the lock {}: {e}", path.display()))
-    })?;
+        .map_err(|e| Failure::new(Code::Engine, format!("cannot open the lock {}: {e}", path.display())))?;
     let failed =
         |e: rustix::io::Errno| Failure::new(Code::Engine, format!("cannot lock {}: {e}", path.display()));
     match flock(&lock, FlockOperation::NonBlockingLockExclusive) {
@@ -71,17 +71,46 @@ pub async fn hold(sandbox: &Found) -> Result<Held> {
         .map_err(failed)
 }
 
-fn lock_path(sandbox: &Found) -> std::path::PathBuf {
-    let dir = std::env::var_os("XDG_RUNTIME_DIR")
+fn no_follow() -> i32 {
+    rustix::fs::OFlags::NOFOLLOW.bits() as i32
+}
+
+fn lock_path(sandbox: &Found) -> Result<std::path::PathBuf> {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(std::path::PathBuf::from)
         .filter(|d| d.is_absolute() && d.is_dir())
         .unwrap_or_else(std::env::temp_dir);
-    dir.join(format!("agent-sandbox-{}.lock", sandbox.id))
+    let dir = lock_dir(&base, rustix::process::getuid().as_raw()).map_err(|e| {
+        Failure::new(Code::Engine, format!("the launcher's lock folder under {}: {e}", base.display()))
+    })?;
+    Ok(dir.join(format!("{}.lock", sandbox.id)))
+}
+
+/// `BASE/agent-sandbox-UID`, this user's folder of locks: made mode 0700 if missing, and
+/// refused unless it is a folder (not a link) that `uid` owns and only it may enter.
+fn lock_dir(base: &Path, uid: u32) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    let dir = base.join(format!("agent-sandbox-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a folder of uid {uid}'s alone (mode 0700, not a link)",
+            dir.display()
+        )));
+    }
+    Ok(dir)
 }
 
 /// Removes the change lock of a sandbox that is gone (`stop`): nothing can change it any more.
 pub fn forget(sandbox: &Found) {
-    let _ = std::fs::remove_file(lock_path(sandbox));
+    if let Ok(path) = lock_path(sandbox) {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// Checks domains as given on the command line (`what` says where: `--allow`, or `DOMAIN`),
@@ -273,7 +302,27 @@ pub struct Pending {
     pub name: String,
     /// Queries refused (folded repeats counted).
     pub count: u64,
+    pub first: String,
     pub last: String,
+    /// No entry of the sandbox's policy is under the same site (`example.com` of
+    /// `docs.example.com`): a place the agent was never meant to go, rather than another host
+    /// of a service it uses.
+    pub new_site: bool,
+}
+
+/// More names than this, `allow --pending` approves only with `--yes N`.
+pub const APPROVE_WITHOUT_YES: usize = 3;
+
+/// The site a name belongs to, roughly its registrable domain: the last two labels, or three
+/// under a country's generic second level (`example.co.uk`).
+fn site(name: &str) -> String {
+    let labels: Vec<&str> = name.trim_end_matches('.').split('.').collect();
+    let generic = ["co", "com", "net", "org", "gov", "ac", "edu"];
+    let take = match labels.as_slice() {
+        [.., second, tld] if tld.len() == 2 && generic.contains(second) => 3,
+        _ => 2,
+    };
+    labels[labels.len().saturating_sub(take)..].join(".").to_ascii_lowercase()
 }
 
 /// The queue as read: names refused as not allowlisted after the mark.
@@ -287,8 +336,17 @@ pub struct Queue {
     pub newest: Option<String>,
 }
 
-/// The queue: names refused as not allowlisted after `after`, not allowed by `allowlist` now.
-fn queue(lines: &str, after: &str, allowlist: &Allowlist) -> Queue {
+/// The queue: names refused as not allowlisted after `after`, not allowed by `policy` now, by
+/// name; each marked if no entry of `policy` is under its site.
+fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
+    let allowlist = Allowlist::new(policy);
+    let sites: std::collections::BTreeSet<String> = policy
+        .domains
+        .keys()
+        .map(|pattern| match pattern {
+            DomainPattern::Exact(name) | DomainPattern::Subdomains(name) => site(name),
+        })
+        .collect();
     let mut names: BTreeMap<String, Pending> = BTreeMap::new();
     let mut out = Queue::default();
     for line in lines.lines() {
@@ -318,13 +376,14 @@ fn queue(lines: &str, after: &str, allowlist: &Allowlist) -> Queue {
         let entry = names.entry(name.to_string()).or_insert_with(|| Pending {
             name: name.to_string(),
             count: 0,
+            first: time.to_string(),
             last: String::new(),
+            new_site: !sites.contains(&site(name)),
         });
         entry.count += count;
         entry.last = time.to_string();
     }
     out.names = names.into_values().collect();
-    out.names.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
     out
 }
 
@@ -360,7 +419,7 @@ async fn read_queue(docker: &Docker, sandbox: &Found) -> Result<Queue> {
     let lines = denial_lines(docker, sandbox).await?;
     let mark = read_mark(docker, sandbox, PENDING_MARK).await?;
     let policy = policy_in(docker, &sandbox.id, None).await?;
-    Ok(queue(&lines, &mark, &Allowlist::new(&policy)))
+    Ok(queue(&lines, &mark, &policy))
 }
 
 /// What the last `pending` showed: exactly the names `allow --pending` may approve, and how
@@ -410,14 +469,32 @@ pub async fn dismiss(docker: &Docker, sandbox: &Found) -> Result<usize> {
 }
 
 /// `allow --pending`: allows the names the last `pending` showed (and `extra`) that are still
-/// not allowed, nothing the agent asked for since or the user did not see.
-pub async fn allow_pending(docker: &Docker, sandbox: &Found, extra: &[String]) -> Result<Vec<String>> {
+/// not allowed, nothing the agent asked for since or the user did not see; more than
+/// [`APPROVE_WITHOUT_YES`] only with `yes` saying how many.
+pub async fn allow_pending(
+    docker: &Docker,
+    sandbox: &Found,
+    extra: &[String],
+    yes: Option<usize>,
+) -> Result<Vec<String>> {
     sandbox.ensure_running()?;
     let review = read_review(docker, sandbox).await?.ok_or_else(|| nothing_reviewed(sandbox, "approve"))?;
     let policy = policy_in(docker, &sandbox.id, None).await?;
     let allowlist = Allowlist::new(&policy);
     let mut domains = extra.to_vec();
     domains.extend(review.names.into_iter().filter(|name| allowlist.matches(name).is_none()));
+    if domains.len() > APPROVE_WITHOUT_YES && yes != Some(domains.len()) {
+        return Err(Failure::new(
+            Code::BadArgument,
+            format!(
+                "this would approve {} names ({}): add --yes {} to approve exactly these, or allow \
+                 some by name; nothing changed",
+                domains.len(),
+                domains.join(", "),
+                domains.len()
+            ),
+        ));
+    }
     if !domains.is_empty() {
         allow(docker, sandbox, &domains).await?;
     }
@@ -425,18 +502,58 @@ pub async fn allow_pending(docker: &Docker, sandbox: &Found, extra: &[String]) -
     Ok(domains)
 }
 
+/// The queue as `pending` prints it: by name, a mark on names under a site no entry of the
+/// policy is under, the total.
 pub fn render_pending(queue: &[Pending]) -> String {
-    let width = queue.iter().map(|p| p.name.len()).max().unwrap_or(0).max(4);
-    let mut text = format!("{:<width$}  {:>5}  LAST REFUSED\n", "NAME", "COUNT");
+    let width = queue.iter().map(|p| p.name.len()).max().unwrap_or(0).max(4) + 2;
+    let mut text = format!("{:<width$}  {:>5}  {:<24}  LAST REFUSED\n", "NAME", "COUNT", "FIRST REFUSED");
     for p in queue {
-        text.push_str(&format!("{:<width$}  {:>5}  {}\n", p.name, p.count, p.last));
+        let name = if p.new_site { format!("{} *", p.name) } else { p.name.clone() };
+        text.push_str(&format!("{name:<width$}  {:>5}  {:<24}  {}\n", p.count, p.first, p.last));
     }
+    let refusals: u64 = queue.iter().map(|p| p.count).sum();
+    text.push_str(&format!("{} names, {refusals} refusals", queue.len()));
+    if queue.iter().any(|p| p.new_site) {
+        text.push_str("; *: no entry of the sandbox's policy is under the same site");
+    }
+    text.push('\n');
     text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lock_folder_is_this_users_alone_and_no_link_is_followed() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let base = tempfile::tempdir().unwrap();
+        let uid = rustix::process::getuid().as_raw();
+        let dir = lock_dir(base.path(), uid).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(lock_dir(base.path(), uid).unwrap(), dir, "found again");
+        // Opened by another user first, or widened: refused.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(lock_dir(base.path(), uid).is_err());
+        assert!(lock_dir(base.path(), uid + 1).is_err(), "a folder of another uid");
+        // A link where the folder should be: refused.
+        let other = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(other.path(), base.path().join(format!("agent-sandbox-{}", uid + 2)))
+            .unwrap();
+        assert!(lock_dir(base.path(), uid + 2).is_err());
+        // A link where the lock should be: not followed.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let target = other.path().join("target");
+        std::os::unix::fs::symlink(&target, dir.join("x.lock")).unwrap();
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let opened = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .custom_flags(no_follow())
+            .open(dir.join("x.lock"));
+        assert!(opened.is_err() && !target.exists(), "the link was followed");
+    }
 
     #[test]
     fn a_bad_domain_names_its_argument_and_character() {
@@ -470,13 +587,25 @@ mod tests {
             "not json",
         ]
         .join("\n");
-        let policy = Policy::from_list(Path::new("x.txt"), "docs.rs\n").unwrap();
-        let read = queue(&lines, "2026-11-26T10:00:00.000Z", &Allowlist::new(&policy));
-        let names: Vec<(&str, u64)> = read.names.iter().map(|p| (p.name.as_str(), p.count)).collect();
-        assert_eq!(names, [("evil.test", 6), ("later.test", 1)]);
-        assert_eq!(read.names[0].last, "2026-11-26T10:00:03.000Z");
+        let policy = Policy::from_list(Path::new("x.txt"), "docs.rs\nwww.later.test\n").unwrap();
+        let read = queue(&lines, "2026-11-26T10:00:00.000Z", &policy);
+        let names: Vec<(&str, u64, bool)> =
+            read.names.iter().map(|p| (p.name.as_str(), p.count, p.new_site)).collect();
+        assert_eq!(names, [("evil.test", 6, true), ("later.test", 1, false)], "by name, new sites marked");
+        assert_eq!(
+            (read.names[0].first.as_str(), read.names[0].last.as_str()),
+            ("2026-11-26T10:00:01.000Z", "2026-11-26T10:00:03.000Z")
+        );
         assert_eq!(read.newest.as_deref(), Some("2026-11-26T10:00:06.000Z"));
         assert_eq!(read.unallowable, ["under_score.test"]);
         insta::assert_snapshot!(render_pending(&read.names));
+    }
+
+    #[test]
+    fn a_site_is_the_registrable_part_of_a_name() {
+        assert_eq!(site("docs.anthropic.com"), "anthropic.com");
+        assert_eq!(site("a.b.example.co.uk"), "example.co.uk");
+        assert_eq!(site("localhost"), "localhost");
+        assert_eq!(site("x.y.test."), "y.test");
     }
 }

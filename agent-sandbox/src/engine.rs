@@ -314,6 +314,12 @@ pub async fn exited(docker: &Docker, id: &str) -> Result<Option<i64>> {
 }
 
 /// Creates the volume unless it exists, labelled as the launcher's.
+/// Removes a volume (one the launcher made and no container uses).
+pub async fn remove_volume(docker: &Docker, name: &str) -> Result<()> {
+    docker.remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>).await?;
+    Ok(())
+}
+
 pub async fn ensure_volume(docker: &Docker, name: &str, labels: HashMap<String, String>) -> Result<bool> {
     if docker.inspect_volume(name).await.is_ok() {
         return Ok(false);

@@ -237,6 +237,9 @@ pub struct AllowFlags {
     /// Allow every name `agent-sandbox pending` lists
     #[arg(long)]
     pub pending: bool,
+    /// With --pending: approve N names, when there are more than three (N must be how many)
+    #[arg(long, value_name = "N", requires = "pending")]
+    pub yes: Option<usize>,
 }
 
 #[derive(Debug, Args)]

@@ -91,7 +91,7 @@ async fn dispatch(command: Command) -> Result<i32> {
             let sandbox = engine::find(&docker, &flags.which.sandbox).await?;
             let _held = approve::hold(&sandbox).await?;
             let domains = if flags.pending {
-                approve::allow_pending(&docker, &sandbox, &flags.domains).await?
+                approve::allow_pending(&docker, &sandbox, &flags.domains, flags.yes).await?
             } else {
                 approve::allow(&docker, &sandbox, &flags.domains).await?;
                 flags.domains

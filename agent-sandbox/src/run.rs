@@ -237,6 +237,48 @@ fn keys_for(
     (keys, wanted)
 }
 
+/// The home-relative paths an image's login-files label names. The label is the image's, which
+/// anyone may build: a path that leaves the home folder (`..`, an absolute path, `.`) is
+/// refused, so that no label makes the launcher read another of the user's files.
+fn login_paths(declared: &str) -> Result<Vec<PathBuf>> {
+    use std::path::Component;
+    declared
+        .split(':')
+        .filter(|p| !p.is_empty())
+        .map(|relative| {
+            let path = PathBuf::from(relative);
+            let segments_normal = relative.split('/').all(|s| !s.is_empty() && s != "." && s != "..");
+            if segments_normal && path.components().all(|c| matches!(c, Component::Normal(_))) {
+                Ok(path)
+            } else {
+                Err(Failure::new(
+                    Code::NoLogin,
+                    format!(
+                        "--login-from-host: the image names `{relative}` as a sign-in file: only a path \
+                         inside the home folder, without `..` or `.`, is read"
+                    ),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// A file's bytes, refusing a link as the last component (the CLI writes a plain file there).
+fn read_no_link(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// The host's sign-in files the image names, read now: (path in the sandbox, contents).
 fn login_files(agent: &str, facts: &ImageFacts, state_dirs: &[String]) -> Result<Vec<(String, Vec<u8>)>> {
     let Some(declared) = facts.labels.get(labels::LOGIN_FILES).filter(|l| !l.trim().is_empty()) else {
@@ -251,9 +293,9 @@ fn login_files(agent: &str, facts: &ImageFacts, state_dirs: &[String]) -> Result
         .map(PathBuf::from)
         .ok_or_else(|| Failure::new(Code::NoLogin, "--login-from-host: HOME is not set"))?;
     let mut files = Vec::new();
-    for relative in declared.split(':').filter(|p| !p.is_empty()) {
-        let host = home.join(relative);
-        let bytes = std::fs::read(&host).map_err(|e| {
+    for relative in login_paths(declared)? {
+        let host = home.join(&relative);
+        let bytes = read_no_link(&host).map_err(|e| {
             Failure::new(
                 Code::NoLogin,
                 format!(
@@ -262,7 +304,7 @@ fn login_files(agent: &str, facts: &ImageFacts, state_dirs: &[String]) -> Result
                 ),
             )
         })?;
-        let inside = format!("{AGENT_HOME}/{relative}");
+        let inside = format!("{AGENT_HOME}/{}", relative.display());
         if !state_dirs.iter().any(|d| Path::new(&inside).starts_with(d)) {
             return Err(Failure::new(
                 Code::NoLogin,
@@ -347,9 +389,13 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         let snapshot = serde_json::to_string(&snapshot).expect("a snapshot serialises");
         container_labels.insert(labels::LAUNCHER_GIT.to_string(), snapshot);
     }
+    // The volumes this run makes: a run that fails removes them (and its container) again.
+    let mut made = Vec::new();
     for (index, dir) in state_dirs.iter().enumerate() {
         let volume = identity::state_volume(&base, index, dir);
-        engine::ensure_volume(&docker, &volume, owner.clone()).await?;
+        if engine::ensure_volume(&docker, &volume, owner.clone()).await? {
+            made.push(volume.clone());
+        }
         mounts.push(Mount {
             target: Some(dir.clone()),
             source: Some(volume),
@@ -379,14 +425,30 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         host_config: Some(host),
         ..Default::default()
     };
-    let id = engine::create(&docker, &name, body).await?;
-    // Nothing half-made is left: a container that cannot be prepared is removed.
-    if let Err(e) = prepare(&docker, &id, &plan, flags, &logins).await {
-        let _ = engine::remove(&docker, &id, 0).await;
-        return Err(e);
+    // Nothing half-made is left: a sandbox that cannot be created, prepared or started is
+    // removed, with the volumes this run made (its last words are in the failure).
+    let mut id = None;
+    let started = async {
+        let created = engine::create(&docker, &name, body).await?;
+        id = Some(created.clone());
+        prepare(&docker, &created, &plan, flags, &logins).await?;
+        engine::start(&docker, &created).await?;
+        wait_ready(&docker, &created, &name).await?;
+        Ok::<_, Failure>(created)
     }
-    engine::start(&docker, &id).await?;
-    wait_ready(&docker, &id, &name).await?;
+    .await;
+    let id = match started {
+        Ok(created) => created,
+        Err(e) => {
+            if let Some(id) = id {
+                let _ = engine::remove(&docker, &id, 0).await;
+            }
+            for volume in &made {
+                let _ = engine::remove_volume(&docker, volume).await;
+            }
+            return Err(e);
+        }
+    };
     eprintln!(
         "agent-sandbox: {name} runs {reference} on {project}{}",
         if state.is_empty() { String::new() } else { format!(", state in volume {state}") }
@@ -541,6 +603,22 @@ mod tests {
     fn the_images_lock_built_in_parses() {
         let lock: xtask::lock::ImagesLock = serde_json::from_str(IMAGES_LOCK).unwrap();
         assert!(lock.images.contains_key("shell"), "{:?}", lock.images.keys());
+    }
+
+    #[test]
+    fn a_login_label_names_files_in_the_home_folder_alone_and_no_link_is_read() {
+        let ok = login_paths(".claude/.credentials.json:.codex/auth.json").unwrap();
+        assert_eq!(ok, [PathBuf::from(".claude/.credentials.json"), PathBuf::from(".codex/auth.json")]);
+        for bad in ["../.ssh/id_ed25519", "/etc/shadow", ".claude/../../x", "./.claude/x", ".a/./b"] {
+            let refused = login_paths(bad).unwrap_err();
+            assert_eq!(refused.code, Code::NoLogin, "{bad}");
+            assert!(refused.message.contains(bad), "{bad}: {}", refused.message);
+        }
+        let home = tempfile::tempdir().unwrap();
+        std::fs::write(home.path().join("secret"), "private key").unwrap();
+        std::os::unix::fs::symlink(home.path().join("secret"), home.path().join("credentials.json")).unwrap();
+        assert!(read_no_link(&home.path().join("credentials.json")).is_err(), "a link was read");
+        assert_eq!(read_no_link(&home.path().join("secret")).unwrap(), b"private key");
     }
 
     #[test]

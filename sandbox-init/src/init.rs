@@ -141,6 +141,7 @@ pub fn run() -> Result<u8, Fatal> {
 
     let denials = Arc::new(DenialLog::open(Path::new(DENIAL_LOG)));
     let connections = Arc::new(ConnectionLog::open(Path::new(CONNECTION_LOG)));
+    runtime.spawn(connections.clone().keep_totals_written(Duration::from_millis(200)));
     let mut enforcer = None;
     let summary = match mode {
         FirewallMode::Off | FirewallMode::Open => {
@@ -367,10 +368,8 @@ async fn enforce(
                 .map_err(|e| setup("cannot listen for the name check on loopback", &e))?;
             checker.start(&sandbox_init_exe()).map_err(|e| setup("cannot start the name check", &e))?;
             if let Some(target) = target {
-                verdicts.quiet(Some(SocketAddr::new(target, PROBE_PORT)));
-                let verified = verify_name_check(&nft, agent, target);
-                verdicts.quiet(None);
-                after_ready = Some(verified?);
+                verdicts.quiet(SocketAddr::new(target, PROBE_PORT));
+                after_ready = Some(verify_name_check(&nft, agent, target)?);
             }
             (Some(Arc::new(checker)), Some(verdicts))
         }

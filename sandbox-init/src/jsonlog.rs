@@ -84,8 +84,25 @@ impl JsonLog {
     /// rate is exceeded (then it is dropped, and the next line written is preceded by one saying
     /// how many were).
     pub fn write(&self, key: &str, make: impl FnOnce() -> serde_json::Value) {
+        self.write_unless(key, false, make)
+    }
+
+    /// Writes the line whatever the fold and the rate say (still counted against the rate): for
+    /// the few lines a reader must never miss, which the caller bounds itself.
+    pub fn write_always(&self, key: &str, make: impl FnOnce() -> serde_json::Value) {
+        self.write_unless(key, true, make)
+    }
+
+    fn write_unless(&self, key: &str, always: bool, make: impl FnOnce() -> serde_json::Value) {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if always {
+            state.folded.insert(key.to_string(), Fold { since: now, repeats: 0 });
+            state.take_token(now, self.limits);
+            let line = make();
+            self.emit(&mut state, &line);
+            return;
+        }
         let repeats = match state.folded.get_mut(key) {
             Some(fold) if now.duration_since(fold.since) < self.limits.fold => {
                 fold.repeats += 1;

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::connections::{CONNECTION_LOG, Connection, Totals, totals};
+use crate::connections::{CONNECTION_LOG, Connection, TOTALS_FILE, Totals, read_totals};
 use crate::denials::DENIAL_LOG;
 use crate::net::firewall::{FirewallMode, Nft};
 use crate::policy::Policy;
@@ -66,7 +66,8 @@ struct Report {
     addresses: Option<Vec<Address>>,
     denials: Vec<serde_json::Value>,
     connections: Vec<Connection>,
-    /// Per name (the address where no name was known), over the whole connection log.
+    /// Per name (the address where no name was known), as PID 1 counts them: every connection,
+    /// those the log folded or dropped too.
     totals: std::collections::BTreeMap<String, Totals>,
 }
 
@@ -120,7 +121,7 @@ pub fn show(args: &[String]) -> u8 {
                 .collect()
         }),
         denials: last_lines(Path::new(DENIAL_LOG), SHOWN_DENIALS).iter().filter_map(parse).collect(),
-        totals: totals(&all_connections),
+        totals: read_totals(Path::new(TOTALS_FILE)),
         connections: all_connections.iter().rev().take(SHOWN_CONNECTIONS).rev().cloned().collect(),
         status,
     };

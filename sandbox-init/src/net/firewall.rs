@@ -199,6 +199,10 @@ impl Ruleset<'_> {
             // IPv6 needs neighbour discovery to reach even allowed hosts on the local network
             // (duplicate address detection sends from `::`, so this comes before the next rule).
             "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept".into(),
+            // The kernel's own multicast listener reports when an interface comes up: nothing
+            // of the agent's, and nothing to log in every IPv6 sandbox's denials. Dropped.
+            "ip6 daddr ff02::/16 icmpv6 type { mld-listener-report, mld-listener-done, mld2-listener-report } drop"
+                .into(),
             // A packet of this host leaves from an address of this host. IPv6 lets any user send
             // from another (IPV6_FREEBIND); over loopback such a packet would plant a
             // connection-tracking entry whose "reply" side then leaves as established, and a

@@ -46,7 +46,7 @@ pub struct Verdicts {
     /// The current checker's end of the socketpair.
     socket: Mutex<Option<Arc<UnixDatagram>>>,
     /// PID 1's own test connection at start, which is not the agent's to log.
-    quiet: Mutex<Option<SocketAddr>>,
+    quiet: Quiet,
     /// The hosts the key forwarder holds a key for: only it may connect to them.
     held: RwLock<std::collections::BTreeSet<String>>,
 }
@@ -62,7 +62,7 @@ impl Verdicts {
             log,
             live: Mutex::new(HashMap::new()),
             socket: Mutex::new(None),
-            quiet: Mutex::new(None),
+            quiet: Quiet::default(),
             held: RwLock::new(Default::default()),
         })
     }
@@ -183,7 +183,7 @@ impl Verdicts {
                 }
             }
             Report::Refused { dst, via, reason, name, .. } => {
-                if *self.quiet.lock().unwrap_or_else(|e| e.into_inner()) != Some(dst) {
+                if !self.quiet.takes(dst) {
                     self.log.record(Connection::new("tcp", dst, &via, "refused", reason).named(name), None);
                 }
                 None
@@ -223,14 +223,31 @@ impl Verdicts {
         }
     }
 
-    /// Refusals of connections to `dst` go unlogged (PID 1's own test at start), or none do.
-    pub fn quiet(&self, dst: Option<SocketAddr>) {
-        *self.quiet.lock().unwrap_or_else(|e| e.into_inner()) = dst;
+    /// The next refusal of a connection to `dst` goes unlogged: PID 1's own test at start,
+    /// whose report may come after the test itself has returned.
+    pub fn quiet(&self, dst: SocketAddr) {
+        *self.quiet.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(dst);
     }
 
     /// How many allowed connections are open.
     pub fn open_connections(&self) -> usize {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// One refusal to leave unlogged, once.
+#[derive(Debug, Default)]
+struct Quiet(Mutex<Option<SocketAddr>>);
+
+impl Quiet {
+    /// Whether a refusal of `dst` is the one to leave unlogged (then no other is).
+    fn takes(&self, dst: SocketAddr) -> bool {
+        let mut quiet = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let takes = *quiet == Some(dst);
+        if takes {
+            *quiet = None;
+        }
+        takes
     }
 }
 
@@ -324,5 +341,17 @@ mod tests {
         assert_eq!(serde_json::from_str::<Report>(&text).unwrap(), ask);
         let order = serde_json::to_string(&Order::Close { id: 3 }).unwrap();
         assert_eq!(order, r#"{"t":"close","id":3}"#);
+    }
+
+    /// PID 1's probe at start is refused by the checker, whose report may come after the probe
+    /// returned: it is the one refusal left out of the log, whenever it comes, and only once.
+    #[test]
+    fn the_start_probes_refusal_is_left_out_once() {
+        let quiet = Quiet::default();
+        let probe: SocketAddr = "172.17.0.1:9".parse().unwrap();
+        *quiet.0.lock().unwrap() = Some(probe);
+        assert!(!quiet.takes("172.17.0.1:10".parse().unwrap()), "another destination");
+        assert!(quiet.takes(probe), "the probe's report, late");
+        assert!(!quiet.takes(probe), "the agent's own connection there is logged");
     }
 }

@@ -269,6 +269,12 @@ async fn a_restarted_container_applies_the_firewall_again() -> anyhow::Result<()
 async fn the_denial_log_records_refused_names_and_connections() -> anyhow::Result<()> {
     let (_net, _allowed, blocked, spec) = setup("denials", &[ALLOWED]).await?;
     let sb = spec.start().await?;
+    // Nothing of the start itself (PID 1's probes, the kernel's IPv6 multicast reports) is in
+    // the logs: the first line is the agent's.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let start = sb.exec(&["sh", "-c", "cat /run/agent-sandbox/*.jsonl 2>/dev/null"]).await?.stdout;
+    assert_eq!(start, "", "logged at start");
+    assert!(!sb.logs().await?.1.contains("refused"), "refusals at start: {:?}", sb.logs().await?);
     assert_blocked(&sb, &format!("{BLOCKED}:443")).await?;
     assert_blocked(&sb, &format!("{}:443", blocked.ipv4)).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -148,6 +148,7 @@ async fn the_key_goes_in_as_a_root_only_secret_and_no_key_is_refused_by_name() -
         "{out:?}"
     );
     assert!(project.containers().await?.is_empty(), "a refused run left a container");
+    assert_eq!(project.volumes().await?, Vec::<String>::new(), "a refused run left its state volume");
 
     let launcher = Launcher::new()?.env("ANTHROPIC_API_KEY", key);
     let mut offline = run.to_vec();
@@ -364,10 +365,15 @@ async fn concurrent_allows_and_denies_lose_no_change() -> anyhow::Result<()> {
         assert!(domains.contains(&format!("\"{name} (")), "{name} is not in force: {domains}");
     }
     assert!(!domains.contains("gone.test"), "the denied name is still in force: {domains}");
-    // The lock is the user's alone, and goes with the sandbox.
-    let lock = runtime_dir.path().join(format!("agent-sandbox-{id}.lock"));
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&lock)?.permissions());
-    assert_eq!(mode & 0o777, 0o600, "{}", lock.display());
+    // The lock is the user's alone, in a folder of the user's alone, and goes with the sandbox.
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self")?);
+    let folder = runtime_dir.path().join(format!("agent-sandbox-{uid}"));
+    let lock = folder.join(format!("{id}.lock"));
+    let mode = |path: &std::path::Path| {
+        anyhow::Ok(std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path)?.permissions()) & 0o777)
+    };
+    assert_eq!(mode(&lock)?, 0o600, "{}", lock.display());
+    assert_eq!(mode(&folder)?, 0o700, "{}", folder.display());
     launcher.ok(&["stop", &id]).await?;
     assert!(!lock.exists(), "stop left {}", lock.display());
     Ok(())

@@ -162,9 +162,17 @@ async fn another_name_on_the_same_address_is_refused_by_sni_and_by_host() -> any
         allowed.iter().any(|l| l["name"] == ALLOWED && l["bytes_down"].as_u64() > Some(0)),
         "{connections:?}"
     );
-    // sandbox-status: the last connections and the totals per name, as text and as JSON.
-    let status = sb.exec(&["sandbox-status", "--json"]).await?;
-    let status: serde_json::Value = serde_json::from_str(&status.stdout)?;
+    // sandbox-status: the last connections and the totals per name (PID 1 writes them within
+    // a fifth of a second), as text and as JSON.
+    let mut status = serde_json::Value::Null;
+    for _ in 0..30 {
+        let out = sb.exec(&["sandbox-status", "--json"]).await?;
+        status = serde_json::from_str(&out.stdout)?;
+        if status["totals"][ALLOWED]["allowed"].as_u64() >= Some(3) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert!(status["totals"][ALLOWED]["allowed"].as_u64() >= Some(3), "{status}");
     assert!(status["totals"][ALLOWED]["bytes_down"].as_u64() > Some(0), "{status}");
     assert_eq!(status["totals"][OTHER]["allowed"], 0, "{status}");

@@ -596,8 +596,11 @@ async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::
     use sandbox_tests::launcher::{Launcher, Project};
     let shell = sandbox_tests::images::image("shell").await?;
     let net = TestNet::create("approval").await?;
-    let _peer =
-        Peer::start(&net, &["docs.approval.test", "exfil.approval.test", "hidden.approval.test"]).await?;
+    let _peer = Peer::start(
+        &net,
+        &["docs.approval.test", "exfil.approval.test", "hidden.approval.test", "a.fresh.test"],
+    )
+    .await?;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
     launcher
         .ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
@@ -648,5 +651,28 @@ async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::
     let left = launcher.ok(&["pending", &id]).await?;
     let listed: Vec<&str> = left.stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
     assert!(listed.contains(&"unseen.approval.test") && !listed.contains(&"seen.approval.test"), "{left:?}");
+
+    // Many at once: by name, the total, names under a site the policy never allowed marked;
+    // more than three are approved only with --yes and their count.
+    launcher.ok(&["pending", &id, "--dismiss"]).await?;
+    for name in ["d.fresh.test", "c.fresh.test", "b.fresh.test", "a.fresh.test"] {
+        asks(name).await?;
+    }
+    let shown = launcher.ok(&["pending", &id]).await?;
+    let listed: Vec<&str> =
+        shown.stdout.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(listed[..4], ["a.fresh.test", "b.fresh.test", "c.fresh.test", "d.fresh.test"], "{shown:?}");
+    assert!(
+        shown.stdout.contains("a.fresh.test *") && shown.stdout.contains("4 names, 4 refusals"),
+        "{shown:?}"
+    );
+    for yes in [&[][..], &["--yes", "3"]] {
+        let refused = launcher.run(&[&["allow", &id, "--pending"][..], yes].concat()).await?;
+        assert_eq!(refused.code, 64, "{refused:?}");
+        assert!(refused.stderr.contains("--yes 4"), "{refused:?}");
+    }
+    assert_blocked(&sb, "a.fresh.test:443").await?;
+    launcher.ok(&["allow", &id, "--pending", "--yes", "4"]).await?;
+    assert_reaches(&sb, "a.fresh.test:443").await?;
     Ok(())
 }
