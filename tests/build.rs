@@ -21,15 +21,18 @@ fn main() {
         .collect();
     let out_dir = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     std::fs::write(Path::new(&out_dir).join("contract_images.rs"), modules).expect("OUT_DIR is writable");
-    // The agents suite: one module per image whose folder says how to run one headless turn.
+    // The agents suite: one module per image whose folder says how to run one headless turn, and
+    // in it a refresh test where its turn.yaml says how the CLI's sign-in is copied in.
     let turns: String = names
         .iter()
-        .filter(|name| {
-            let turn = images.join(name).join("turn.yaml");
-            println!("cargo:rerun-if-changed={}", turn.display());
-            turn.is_file()
+        .filter_map(|name| {
+            let path = images.join(name).join("turn.yaml");
+            println!("cargo:rerun-if-changed={}", path.display());
+            let turn = std::fs::read_to_string(&path).ok()?;
+            let refresh = turn.lines().any(|line| line.starts_with("refresh:"));
+            let refresh = if refresh { format!(" refresh_tests!(\"{name}\");") } else { String::new() };
+            Some(format!("mod {} {{ agent_tests!(\"{name}\");{refresh} }}\n", name.replace('-', "_")))
         })
-        .map(|name| format!("mod {} {{ agent_tests!(\"{name}\"); }}\n", name.replace('-', "_")))
         .collect();
     std::fs::write(Path::new(&out_dir).join("agent_turns.rs"), turns).expect("OUT_DIR is writable");
 }

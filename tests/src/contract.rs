@@ -338,3 +338,135 @@ pub async fn no_large_file_is_stored_twice(subject: &Subject) -> anyhow::Result<
     );
     Ok(())
 }
+
+/// images/<agent>/signin.yaml: where the pinned CLI's sign-in, refresh and API hosts are read
+/// out of the installed CLI.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignIn {
+    /// Files of the image the patterns are read in (globs, as sh expands them, after `prepare`).
+    files: Vec<String>,
+    /// A shell command run first (as root, in the image), e.g. to unpack the CLI.
+    #[serde(default)]
+    prepare: Option<String>,
+    /// Patterns (grep -E) of the URLs the CLI itself contacts.
+    cli: Vec<String>,
+    /// Patterns of the pages only the user's browser opens.
+    #[serde(default)]
+    browser: Vec<String>,
+    /// Hosts the CLI contacts that the image's policy leaves out on purpose.
+    #[serde(default)]
+    elsewhere: std::collections::BTreeMap<String, Elsewhere>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Elsewhere {
+    reason: String,
+    /// A pattern that must still be found for the reason to hold.
+    #[serde(default, rename = "while")]
+    holds_while: Option<String>,
+}
+
+/// The host of the first `https://` URL in `text`.
+fn https_host(text: &str) -> Option<String> {
+    let rest = &text[text.find("https://")? + "https://".len()..];
+    let host: String =
+        rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-').collect();
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+/// An agent image's CLI contacts, for its sign-in, its token refresh and its API, only hosts its
+/// policy allows (or that images/<agent>/signin.yaml leaves out, saying why): read out of the
+/// installed CLI itself, so that a version that moves its sign-in fails here, naming the host
+/// and the version, and not at the user's sign-in. The hosts only the browser opens are listed.
+pub async fn its_sign_in_hosts_are_in_its_policy(subject: &Subject) -> anyhow::Result<()> {
+    let name = subject.name.as_str();
+    let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
+    let Some(version) = facts.labels.get(xtask::labels::AGENT_VERSION).cloned() else {
+        eprintln!("{name} is not an agent image: no CLI signs in");
+        return Ok(());
+    };
+    let path = subject.root.join("images").join(name).join("signin.yaml");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        anyhow::anyhow!("{name} is an agent image: {} says where its CLI signs in ({e})", path.display())
+    })?;
+    let signin: SignIn =
+        yaml_serde::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    anyhow::ensure!(!signin.cli.is_empty(), "{}: no `cli` patterns", path.display());
+    let script = r#"eval "$PREPARE" || exit 3; files=$(eval echo $FILES)
+        while [ $# -gt 0 ]; do grep -ahoE -- "$2" $files | sort -u | sed "s|^|$1 |"; shift 2; done"#;
+    let mut args: Vec<String> = ["env", &format!("PREPARE={}", signin.prepare.clone().unwrap_or_default())]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(format!("FILES={}", signin.files.join(" ")));
+    args.extend(["sh", "-c", script, "sh"].map(String::from));
+    for (kind, patterns) in [("cli", &signin.cli), ("browser", &signin.browser)] {
+        for pattern in patterns {
+            args.extend([kind.to_string(), pattern.clone()]);
+        }
+    }
+    for (host, elsewhere) in &signin.elsewhere {
+        if let Some(pattern) = &elsewhere.holds_while {
+            args.extend([format!("while:{host}"), pattern.clone()]);
+        }
+    }
+    let sb = facts.offline().start().await?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sb.exec(&args).await?;
+    anyhow::ensure!(out.code == 0, "reading {name}'s CLI: {out:?}");
+    let policy = Policy::read(&subject.root.join("policies").join(format!("{name}.yaml")))?;
+    let allowlist = sandbox_init::policy::Allowlist::new(&policy);
+    let (mut cli, mut browser, mut holding) = (
+        std::collections::BTreeMap::new(),
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeSet::new(),
+    );
+    for line in out.stdout.lines() {
+        let (kind, found) = line.split_once(' ').unwrap_or((line, ""));
+        match (kind, https_host(found)) {
+            ("cli", Some(host)) => {
+                cli.entry(host).or_insert_with(|| found.to_string());
+            }
+            ("browser", Some(host)) => {
+                browser.insert(host);
+            }
+            (kind, _) if kind.starts_with("while:") => {
+                holding.insert(kind.trim_start_matches("while:").to_string());
+            }
+            _ => {}
+        }
+    }
+    anyhow::ensure!(
+        !cli.is_empty(),
+        "{name} {version}: the patterns of {} found no host in {:?}: the CLI moved its constants",
+        path.display(),
+        signin.files
+    );
+    let mut missing = Vec::new();
+    for (host, found) in &cli {
+        let allowed = allowlist.matches(host).is_some_and(|m| m.access.tcp.contains(&443));
+        match signin.elsewhere.get(host) {
+            _ if allowed => {}
+            Some(e) if e.holds_while.is_none() || holding.contains(host) => {
+                eprintln!("{name} {version}: {host} left out of its policy: {}", e.reason);
+            }
+            Some(e) => missing.push(format!(
+                "{host} ({found}): left out because {}, but `{}` is no longer found",
+                e.reason,
+                e.holds_while.as_deref().unwrap_or_default()
+            )),
+            None => missing.push(format!("{host} ({found})")),
+        }
+    }
+    eprintln!("{name} {version}: its CLI contacts {:?}; the browser alone opens {browser:?}", cli.keys());
+    anyhow::ensure!(
+        missing.is_empty(),
+        "{name} {version}: its CLI contacts hosts for its sign-in or its API that policies/{name}.yaml \
+         does not allow: {}. Add them to its bundle in policies/services.yaml, or under `elsewhere` in {} with the reason",
+        missing.join("; "),
+        path.display()
+    );
+    Ok(())
+}

@@ -8,8 +8,9 @@ use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
 /// Files of an image's folder that are the tests', not the build's: a change to them rebuilds
-/// nothing. `turn.yaml`: the agent CLI's headless turn (the agents:: suite).
-pub const TEST_ONLY: &[&str] = &["turn.yaml"];
+/// nothing. `turn.yaml`: the agent CLI's headless turn (the agents:: suite); `signin.yaml`: where
+/// its sign-in hosts are read out of the installed CLI (the contract suite).
+pub const TEST_ONLY: &[&str] = &["turn.yaml", "signin.yaml"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextFile {

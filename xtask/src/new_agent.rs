@@ -104,10 +104,32 @@ pub fn files(agent: &NewAgent) -> Vec<(PathBuf, String)> {
         let list: String = domains.iter().map(|d| format!("  - \"{d}\"\n")).collect();
         format!("# What {name} may reach.\nversion: 1\ndescription: {name}\ndomains:\n{list}")
     };
-    vec![
+    let mut files = vec![
         (Path::new("images").join(name).join("Dockerfile"), dockerfile),
         (Path::new("policies").join(format!("{name}.yaml")), policy),
-    ]
+    ];
+    // Where the CLI's sign-in hosts are read out of it (contract::<agent>::), for a CLI this
+    // image installs.
+    let installed = match source {
+        Source::Npm(package) => Some(format!(
+            "/usr/local/lib/node_modules/{package}/*.js, /usr/local/lib/node_modules/{package}/*/*.js"
+        )),
+        Source::Pip(_) => Some(format!("/opt/{name}/lib/python3*/site-packages/*/*.py")),
+        Source::From(_) => None,
+    };
+    if let Some(installed) = installed {
+        let signin = format!(
+            "# Where the pinned CLI signs in, refreshes its sign-in and finds its API, read out of the\n\
+             # installed CLI by contract::<image>::its_sign_in_hosts_are_in_its_policy: every host the\n\
+             # `cli` patterns (grep -aoE) find in `files` must be allowed by policies/{name}.yaml, or be\n\
+             # under `elsewhere: {{HOST: {{reason: …}}}}`; `browser` finds the pages only the user's browser\n\
+             # opens. TODO: the CLI's own constants (its token and API URLs), as tight as they can be.\n\
+             files: [{installed}]\n\
+             cli:\n  - 'https://[a-z0-9.-]+/[a-z0-9/_.-]*(oauth|token)[a-z0-9/_.-]*'\n"
+        );
+        files.push((Path::new("images").join(name).join("signin.yaml"), signin));
+    }
+    files
 }
 
 /// Checks the request against the repository: a valid, unused name; a known parent.
@@ -170,7 +192,8 @@ pub fn next_steps(agent: &NewAgent) -> String {
     steps.push_str(&format!(
         "  2. Set SANDBOX_STATE_DIRS in images/{name}/Dockerfile to the directories the CLI keeps its sign-in in,\n     \
          and SANDBOX_UNATTENDED_ARGS/_ENV to what makes it act without asking (the contract checks it).\n  \
-         3. List the domains it needs in policies/{name}.yaml (check: cargo run -p sandbox-init -- check policies/{name}.yaml).\n  \
+         3. List the domains it needs in policies/{name}.yaml (check: cargo run -p sandbox-init -- check policies/{name}.yaml),\n     \
+         and in images/{name}/signin.yaml the patterns of its sign-in and API URLs (the contract reads them out of the CLI).\n  \
          4. cargo xtask build {name}\n  \
          5. cargo xtask test -- contract::{}::\n",
         name.replace('-', "_")

@@ -10,6 +10,7 @@
 
 mod attacks;
 mod mock;
+mod oauth;
 mod peer;
 mod probes;
 mod web;
@@ -67,6 +68,7 @@ usage: sandbox-probe serve [--tcp P,P] [--echo P,P] [--udp P,P] [--dns ZONE LOG]
        sandbox-probe udp HOST PORT | icmp ADDR | hold HOST PORT --ms N
        sandbox-probe dns NAME [--type T] [--id N] [--server IP] [--timeout-ms MS]
        sandbox-probe dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K]
+       sandbox-probe openai-jwt EXP SIGNATURE   (a token as the mock's sign-in hands out)
 attacks (attacks.rs): forge-dns, dns-flood, tcp-flood, fake-tmux, race-state, sentinel,
        set-file-cap, privileged-files, caps";
 
@@ -104,6 +106,7 @@ fn main() {
         "dns-crafted" => attacks::dns_crafted(&args),
         "deep" => attacks::deep(&args),
         "find-string" => attacks::find_string(&args),
+        "openai-jwt" => report(&[("jwt", oauth::openai_jwt(args.arg(1).parse().unwrap_or(0), &args.arg(2)))]),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(64);

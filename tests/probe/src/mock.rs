@@ -1,10 +1,13 @@
 //! The mock model API (`serve --mock-api`): enough of the Anthropic Messages API, the OpenAI
 //! Responses and Chat Completions APIs and the Gemini API for one headless turn of each agent
 //! CLI. The first request of a turn is answered with a tool call that writes [`FILE`] (in the
-//! shape of the tool the CLI offered: Claude Code's `Write`, Codex's `exec`, OpenCode's `write`,
+//! shape of the tool the CLI offered: Claude Code's `Write`, Codex's `exec`, OpenCode's `write`
+//! (or its `apply_patch`, which it offers with a ChatGPT sign-in),
 //! Qwen's and Gemini's `write_file`, Copilot's `create`; for Aider, which offers none, a reply
 //! in its whole-file edit format), the request carrying the tool's result with a final message.
-//! Streamed as the CLIs ask (SSE), each request logged by the caller with its credentials.
+//! Streamed as the CLIs ask (SSE), each request logged by the caller with its credentials and
+//! the tools it offered. A sign-in's APIs too: ChatGPT's backend (Codex compresses what it sends
+//! there, with zstd) and Code Assist; the sign-in endpoints themselves are oauth.rs's.
 
 use serde_json::{Value, json};
 
@@ -18,6 +21,8 @@ pub struct Answer {
     pub content_type: &'static str,
     pub body: String,
     pub turn: &'static str,
+    /// More for the log line (what a sign-in request sent).
+    pub note: String,
 }
 
 fn sse(events: &[(Option<&str>, Value)]) -> String {
@@ -31,7 +36,7 @@ fn sse(events: &[(Option<&str>, Value)]) -> String {
 }
 
 fn stream(body: String, turn: &'static str) -> Answer {
-    Answer { status: 200, content_type: "text/event-stream", body, turn }
+    Answer { status: 200, content_type: "text/event-stream", body, turn, note: String::new() }
 }
 
 /// Every tool name the request offers, wherever the API nests them (`tools[].name`,
@@ -60,6 +65,9 @@ fn has_tool_result(text: &str) -> bool {
 }
 
 pub fn answer(method: &str, path: &str, body: &[u8]) -> Answer {
+    if let Some(answer) = crate::oauth::answer(method, path, body) {
+        return answer;
+    }
     let text = String::from_utf8_lossy(body).replace(": ", ":");
     let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let mut tools = Vec::new();
@@ -67,11 +75,16 @@ pub fn answer(method: &str, path: &str, body: &[u8]) -> Answer {
     let offers = |name: &str| tools.iter().any(|t| t == name);
     let done = has_tool_result(&text);
     let route = path.split('?').next().unwrap_or(path);
-    match (method, route) {
+    let mut answer = match (method, route) {
         ("POST", "/v1/messages") => anthropic(done, offers("Write")),
         // Codex asks for a websocket first: 426 sends it to plain HTTP at once.
-        ("GET", "/v1/responses") => Answer { status: 426, content_type: "text/plain", body: String::new(), turn: "upgrade" },
-        ("POST", "/v1/responses") => responses(done, offers("write"), offers("exec")),
+        ("GET", "/v1/responses" | "/backend-api/codex/responses") => {
+            Answer { status: 426, content_type: "text/plain", body: String::new(), turn: "upgrade", note: String::new() }
+        }
+        // A ChatGPT sign-in's requests go to ChatGPT's backend, in the Responses API's shape.
+        ("POST", "/v1/responses" | "/backend-api/codex/responses") => {
+            responses(done, offers("write"), offers("exec"), offers("apply_patch"))
+        }
         ("POST", "/v1/chat/completions") => {
             let streamed = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
             chat(done, &tools, streamed)
@@ -79,14 +92,54 @@ pub fn answer(method: &str, path: &str, body: &[u8]) -> Answer {
         ("POST", p) if p.starts_with("/v1beta/models/") && p.ends_with(":streamGenerateContent") => {
             gemini(done, offers("write_file"))
         }
+        // Code Assist, a Google sign-in's API: Gemini's request and answer, each wrapped.
+        ("POST", "/v1internal:streamGenerateContent") => {
+            let mut answer = gemini(done, offers("write_file"));
+            answer.body = answer
+                .body
+                .lines()
+                .map(|line| match line.strip_prefix("data: ") {
+                    Some(event) => {
+                        let event: Value = serde_json::from_str(event).unwrap_or(Value::Null);
+                        format!("data: {}", json!({"response": event, "traceId": "mock"}))
+                    }
+                    None => line.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+                + "\n";
+            answer
+        }
+        ("POST", "/v1internal:countTokens") => Answer {
+            status: 200,
+            content_type: "application/json",
+            body: json!({"totalTokens": 10}).to_string(),
+            turn: "count",
+            note: String::new(),
+        },
         ("POST", p) if p.starts_with("/v1beta/models/") && p.ends_with(":generateContent") => Answer {
             status: 200,
             content_type: "application/json",
             body: json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "{\"complexity_reasoning\":\"simple\",\"complexity_score\":1}"}]}, "finishReason": "STOP", "index": 0}]}).to_string(),
             turn: "classify",
+            note: String::new(),
         },
-        _ => Answer { status: 404, content_type: "application/json", body: "{}".into(), turn: "unknown" },
+        _ => Answer {
+            status: 404,
+            content_type: "application/json",
+            body: "{}".into(),
+            turn: "unknown",
+            note: String::new(),
+        },
+    };
+    // What the turn's request offered, for a test to say why the mock answered as it did.
+    if matches!(answer.turn, "tool" | "final") {
+        let mut offered = tools.clone();
+        offered.sort();
+        offered.dedup();
+        answer.note = format!("tools={}", offered.join(","));
     }
+    answer
 }
 
 fn anthropic(done: bool, write: bool) -> Answer {
@@ -126,22 +179,24 @@ fn anthropic(done: bool, write: bool) -> Answer {
     )
 }
 
-fn responses(done: bool, write: bool, exec: bool) -> Answer {
+fn responses(done: bool, write: bool, exec: bool, apply_patch: bool) -> Answer {
     let completed = |id: &str| {
         (
             Some("response.completed"),
             json!({"type": "response.completed", "response": {"id": id, "status": "completed", "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}}}),
         )
     };
-    if !done && (write || exec) {
+    let patch = format!("*** Begin Patch\n*** Add File: {FILE}\n+{}\n*** End Patch\n", CONTENT.trim_end());
+    if !done && (write || exec || apply_patch) {
         let item = if write {
             json!({"type": "function_call", "id": "fc_mock", "call_id": "call_mock", "name": "write", "arguments": json!({"filePath": FILE, "content": CONTENT}).to_string(), "status": "completed"})
-        } else {
-            let patch =
-                format!("*** Begin Patch\n*** Add File: {FILE}\n+{}\n*** End Patch\n", CONTENT.trim_end());
+        } else if exec {
             let input =
                 format!("const r = await tools.apply_patch({});\ntext(JSON.stringify(r));", json!(patch));
             json!({"type": "custom_tool_call", "id": "ctc_mock", "status": "completed", "call_id": "call_mock", "name": "exec", "input": input})
+        } else {
+            // OpenCode with a ChatGPT sign-in offers its patch tool in place of `write`.
+            json!({"type": "function_call", "id": "fc_mock", "call_id": "call_mock", "name": "apply_patch", "arguments": json!({"patchText": patch}).to_string(), "status": "completed"})
         };
         return stream(
             sse(&[
@@ -208,7 +263,13 @@ fn chat(done: bool, tools: &[String], streamed: bool) -> Answer {
         };
         let finish = if call.is_some() { "tool_calls" } else { "stop" };
         let body = json!({"id": "chatcmpl-mock", "object": "chat.completion", "created": 1, "model": "mock", "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}});
-        return Answer { status: 200, content_type: "application/json", body: body.to_string(), turn };
+        return Answer {
+            status: 200,
+            content_type: "application/json",
+            body: body.to_string(),
+            turn,
+            note: String::new(),
+        };
     }
     let mut events = Vec::new();
     match &call {

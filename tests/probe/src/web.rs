@@ -158,6 +158,8 @@ struct Head {
     auth: Vec<String>,
     /// The headers that ask a server to act as if the method were another, as sent.
     overrides: Vec<String>,
+    /// The body is compressed with zstd (`Content-Encoding: zstd`).
+    zstd: bool,
 }
 
 /// The headers API keys travel in.
@@ -181,7 +183,7 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
     let method = line.split_whitespace().next()?.to_string();
     let path = line.split_whitespace().nth(1)?.to_string();
     let (mut host, mut length, mut auth, mut chunked) = (String::new(), 0, Vec::new(), false);
-    let mut overrides = Vec::new();
+    let (mut overrides, mut zstd) = (Vec::new(), false);
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).ok()? == 0 {
@@ -202,13 +204,16 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
             Some((name, value)) if CREDENTIALS.iter().any(|c| name.eq_ignore_ascii_case(c)) => {
                 auth.push(format!("{}:{}", name.to_ascii_lowercase(), value.trim()));
             }
+            Some((name, value)) if name.eq_ignore_ascii_case("content-encoding") => {
+                zstd = value.trim().eq_ignore_ascii_case("zstd");
+            }
             Some((name, value)) if METHOD_OVERRIDES.iter().any(|o| name.eq_ignore_ascii_case(o)) => {
                 overrides.push(format!("{}:{}", name.to_ascii_lowercase(), value.trim()));
             }
             _ => {}
         }
     }
-    Some(Head { path, host, length, method, chunked, auth, overrides })
+    Some(Head { path, host, length, method, chunked, auth, overrides, zstd })
 }
 
 /// The request's body, by Content-Length or chunked.
@@ -239,12 +244,21 @@ fn read_body(reader: &mut impl BufRead, head: &Head) -> Vec<u8> {
     }
 }
 
+fn decompress_zstd(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let Ok(mut decoder) = ruzstd::decoding::StreamingDecoder::new(body) else { return body.to_vec() };
+    if decoder.read_to_end(&mut out).is_ok() { out } else { body.to_vec() }
+}
+
 /// One request to the mock model API: answered, and logged with its credentials and turn.
 fn mock_respond<W: Read + Write>(site: &Site, head: &Head, reader: &mut BufReader<W>) {
     let body = read_body(reader, head);
     let stream = reader.get_mut();
+    // Codex compresses what it sends ChatGPT's backend.
+    let body = if head.zstd { decompress_zstd(&body) } else { body };
     let answer = crate::mock::answer(&head.method, &head.path, &body);
-    log(&site.log, &format!("{} mock={} bytes={}", head.log_line(site.port), answer.turn, body.len()));
+    let note = if answer.note.is_empty() { String::new() } else { format!(" {}", answer.note) };
+    log(&site.log, &format!("{} mock={} bytes={}{note}", head.log_line(site.port), answer.turn, body.len()));
     let _ = write!(
         stream,
         "HTTP/1.1 {} Mock\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",

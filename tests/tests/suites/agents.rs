@@ -34,6 +34,35 @@ struct Turn {
     /// test then asserts that it does, so that a change of the CLI's is noticed).
     #[serde(default)]
     acts_without_unattended: Option<String>,
+    /// How the CLI's own sign-in is copied in, expired, for the refresh test.
+    #[serde(default)]
+    refresh: Option<Refresh>,
+}
+
+/// A CLI's sign-in as `agent-sandbox run --login-from-host` copies it, with its access token
+/// expired: the CLI must refresh it through the sandbox (its policy allowing its sign-in's
+/// hosts), and finish its turn with the new token, with no key held.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Refresh {
+    /// The sign-in file under the agent's home (in its state directory).
+    file: String,
+    /// Its contents: `{EXPIRED_MS}` and `{EXPIRED_S}` become a time an hour ago (milliseconds,
+    /// seconds since the epoch), `{EXPIRED_JWT}` an OpenAI token that expired then,
+    /// `{ID_JWT}` a valid one, `{REFRESH}` the refresh token the mock must be sent.
+    content: String,
+    /// More files under the home (a setting that selects the sign-in).
+    #[serde(default)]
+    files: BTreeMap<String, String>,
+    /// Variables for the turn: how the CLI trusts the test CA (`{CA}`, its path).
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// The hosts of its sign-in and of the API a sign-in's requests go to, which the mock
+    /// answers for (its policy must allow them: they are not added).
+    hosts: Vec<String>,
+    /// The turn's command, if not `run`.
+    #[serde(default)]
+    run: Option<String>,
 }
 
 macro_rules! agent_tests {
@@ -45,12 +74,126 @@ macro_rules! agent_tests {
     };
 }
 
+macro_rules! refresh_tests {
+    ($name:literal) => {
+        #[tokio::test]
+        async fn refreshes_an_expired_sign_in_and_completes_a_turn() -> anyhow::Result<()> {
+            super::refreshes_and_completes_a_turn($name).await
+        }
+    };
+}
+
 include!(concat!(env!("OUT_DIR"), "/agent_turns.rs"));
 
-async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
+fn read_turn(name: &str) -> anyhow::Result<Turn> {
     let path = sandbox_tests::root().join("images").join(name).join("turn.yaml");
-    let turn: Turn = yaml_serde::from_str(&std::fs::read_to_string(&path)?)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    yaml_serde::from_str(&std::fs::read_to_string(&path)?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The refresh token the copied sign-in holds, which the CLI must send to its sign-in's host.
+const HOST_REFRESH: &str = "host-refresh-token-of-the-agents-suite";
+/// What the mock's refresh hands out (tests/probe/src/oauth.rs).
+const REFRESHED: &str = "mock-access-refreshed";
+const ROTATED: &str = "mock-refresh-rotated";
+
+/// Writes `contents` to `$HOME/<file>` as the agent, mode 600.
+async fn write_as_agent(
+    sb: &sandbox_tests::sandbox::Sandbox,
+    file: &str,
+    contents: &str,
+) -> anyhow::Result<()> {
+    let write = r#"mkdir -p "$(dirname "$HOME/$F")" && umask 077 && printf %s "$C" > "$HOME/$F""#;
+    let out =
+        sb.as_agent(&["env", &format!("F={file}"), &format!("C={contents}"), "sh", "-c", write]).await?;
+    anyhow::ensure!(out.code == 0, "writing {file}: {out:?}");
+    Ok(())
+}
+
+/// The CLI starts with its own sign-in, copied from the host as `--login-from-host` does, whose
+/// access token expired an hour ago, and no key: it refreshes the sign-in at its provider's
+/// token endpoint (the mock, under the real host name, which the image's own policy must
+/// allow), completes its turn with the new access token, and keeps the new tokens where it
+/// keeps its sign-in (the state volume).
+async fn refreshes_and_completes_a_turn(name: &str) -> anyhow::Result<()> {
+    let turn = read_turn(name)?;
+    let refresh = turn.refresh.as_ref().expect("generated for a turn.yaml with `refresh`");
+    let image = sandbox_tests::images::image(name).await?;
+    let net = TestNet::create(&format!("refresh-{name}")).await?;
+    let dns = Peer::start_dns(&net).await?;
+    let mut hosts: Vec<&str> = API_HOSTS.to_vec();
+    hosts.extend(refresh.hosts.iter().map(String::as_str));
+    let mock = Peer::start_mock_api(&net, &hosts).await?;
+    for host in &hosts {
+        dns.set_dns(host, mock.ipv4, 300).await?;
+    }
+    let dir = tempfile::tempdir()?;
+    let ca = dir.path().join("ca.pem");
+    std::fs::copy(sandbox_tests::tls::ca_file()?, &ca)?;
+    std::fs::set_permissions(&ca, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    const CA: &str = "/etc/ssl/agent-sandbox-test-ca.pem";
+    let names: String = API_HOSTS.iter().map(|h| format!("  - {h}\n")).collect();
+    let sb = SandboxSpec::of(image)
+        .net_admin()
+        .on(&net)
+        .dns(&dns)
+        .drop_in("mock-api.yaml", &format!("version: 1\ndomains:\n{names}"))
+        .mount(&ca.display().to_string(), CA)
+        .start()
+        .await?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let jwt = |exp: u64, signature: &str| {
+        let mock = &mock;
+        let (exp, signature) = (exp.to_string(), signature.to_string());
+        async move { anyhow::Ok(mock.probe(&["openai-jwt", &exp, &signature]).await?.fields["jwt"].clone()) }
+    };
+    let content = refresh
+        .content
+        .replace("{EXPIRED_MS}", &((now - 3600) * 1000).to_string())
+        .replace("{EXPIRED_S}", &(now - 3600).to_string())
+        .replace("{EXPIRED_JWT}", &jwt(now - 3600, "expired-access").await?)
+        .replace("{ID_JWT}", &jwt(now + 3600, "mock-id").await?)
+        .replace("{REFRESH}", HOST_REFRESH);
+    write_as_agent(&sb, &refresh.file, &content).await?;
+    for (file, contents) in turn.files.iter().chain(&refresh.files) {
+        write_as_agent(&sb, file, contents).await?;
+    }
+    let env: String = refresh
+        .env
+        .iter()
+        .map(|(var, value)| format!("export {var}={}; ", shell_quote(&value.replace("{CA}", CA))))
+        .collect();
+    let run = refresh.run.as_deref().unwrap_or(&turn.run);
+    let unattended = format!(
+        "cd /workspace && {env}set -f && IFS=';' && for kv in $SANDBOX_UNATTENDED_ENV; do export \"$kv\"; done; \
+         unset IFS; set +f; {run} $SANDBOX_UNATTENDED_ARGS < /dev/null"
+    );
+    let out =
+        tokio::time::timeout(std::time::Duration::from_secs(300), sb.as_agent(&["sh", "-c", &unattended]))
+            .await??;
+    let log = mock.log().await?;
+    let context =
+        format!("exit {:?}\nstdout: {}\nstderr: {}\nmock: {log:#?}", out.code, out.stdout, out.stderr);
+    // The refresh reached the provider's token endpoint with the copied refresh token.
+    assert!(
+        log.iter().any(|l| l.contains(" mock=refresh ") && l.contains(&format!("refresh={HOST_REFRESH}"))),
+        "no refresh with the copied token\n{context}"
+    );
+    assert_eq!(out.code, 0, "{context}");
+    let written = sb.exec(&["cat", FILE]).await?;
+    assert_eq!(written.stdout, CONTENT, "the tool call's file: {written:?}\n{context}");
+    // The turn went with the refreshed token, and none with the expired one.
+    let turns: Vec<&String> =
+        log.iter().filter(|l| l.contains(" mock=tool ") || l.contains(" mock=final ")).collect();
+    assert!(!turns.is_empty() && turns.iter().all(|l| l.contains(REFRESHED)), "{context}");
+    // The CLI kept the new tokens where it keeps its sign-in.
+    let kept = sb.exec(&["cat", &format!("/home/agent/{}", refresh.file)]).await?.stdout;
+    assert!(kept.contains(ROTATED) || kept.contains(REFRESHED), "{} after the turn: {kept}", refresh.file);
+    Ok(())
+}
+
+async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
+    let turn = read_turn(name)?;
     let image = sandbox_tests::images::image(name).await?;
     let net = TestNet::create(&format!("agent-{name}")).await?;
     let dns = Peer::start_dns(&net).await?;

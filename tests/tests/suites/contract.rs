@@ -49,6 +49,12 @@ macro_rules! contract_tests {
         }
 
         #[tokio::test]
+        async fn its_sign_in_hosts_are_in_its_policy() -> anyhow::Result<()> {
+            super::contract::its_sign_in_hosts_are_in_its_policy(&super::Subject::of_repository($name).await?)
+                .await
+        }
+
+        #[tokio::test]
         async fn net_admin_reaches_its_policy_and_not_example_com() -> anyhow::Result<()> {
             super::contract::reaches_its_policy_and_not_example_com(
                 &super::Subject::of_repository($name).await?,
