@@ -1,7 +1,7 @@
 //! PID 1: load the policy, program the firewall, start the DNS gate, verify, start the agent's
 //! session, then stay as init. Every step fails closed: the agent starts only if all succeed.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::unix::fs::{PermissionsExt as _, chown};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,23 +14,17 @@ use crate::console;
 use crate::denials::{DENIAL_LOG, DenialLog};
 use crate::exit::{Fatal, Refusal};
 use crate::keys::{self, Forwarder};
-use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, FORWARDER_PORT, PASS_PORT};
-use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
-use crate::net::firewall::{
-    DEFAULT_SET_SIZE, EGRESS_MARK, FirewallMode, INBOUND_MARK, NameCheck, Nft, Ruleset, verify_table,
-};
-use crate::net::interfaces::{Network, impersonable_resolver, probe_targets};
-use crate::net::sink::NftSink;
-use crate::net::verdicts::{CheckerProcess, Verdicts};
-use crate::net::{conntrack, nflog};
-use crate::policy::{Allowlist, BAKED_POLICY, DROP_IN_DIR, Policy, Protocol};
+use crate::net::enforcer::{Enforcement, Logs, Settings};
+use crate::net::firewall::{DEFAULT_SET_SIZE, FirewallMode};
+use crate::net::interfaces::Network;
+use crate::net::nflog;
+use crate::net::verdicts::Verdicts;
+use crate::policy::{BAKED_POLICY, DROP_IN_DIR, Policy};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
 use crate::process::{self, Service};
 use crate::session::{self, RUN_DIR, SESSION_DIR, TMUX_TMPDIR};
-use crate::status;
+use crate::{status, verify};
 
-const RESOLV_CONF: &str = "/etc/resolv.conf";
-const GATE_ADDR: &str = "127.0.0.1:53";
 /// How long the session's foreground processes get to end after SIGTERM before the tmux server
 /// is closed, which hangs up the rest (an interactive shell ignores SIGTERM, not SIGHUP).
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -82,24 +76,6 @@ pub fn load_policy() -> Result<Policy, Fatal> {
     Ok(policy)
 }
 
-/// The enforcing state PID 1 keeps for reloads.
-struct Enforcer {
-    nft: Nft,
-    sink: Arc<NftSink>,
-    upstreams: Vec<IpAddr>,
-    /// Whether the table logs rejected packets (see `enforce`).
-    log: bool,
-    set_size: usize,
-    /// For the status written on reload.
-    ipv6: bool,
-    name_check: Option<NameCheck>,
-    /// The checker and PID 1's verdicts, with the name check on.
-    checker: Option<Arc<CheckerProcess>>,
-    verdicts: Option<Arc<Verdicts>>,
-    /// An nft script to apply once the sandbox is ready (the start's own probe element).
-    after_ready: Option<String>,
-}
-
 /// Runs as PID 1 (or under another init, as a subreaper) until the session ends.
 pub fn run() -> Result<u8, Fatal> {
     let started = Instant::now();
@@ -142,7 +118,10 @@ pub fn run() -> Result<u8, Fatal> {
     let denials = Arc::new(DenialLog::open(Path::new(DENIAL_LOG)));
     let connections = Arc::new(ConnectionLog::open(Path::new(CONNECTION_LOG)));
     runtime.spawn(connections.clone().keep_totals_written(Duration::from_millis(200)));
-    let mut enforcer = None;
+    let logs = Logs { denials: denials.clone(), connections: connections.clone() };
+    let settings = Settings { ipv6: network.ipv6, set_size, name_check };
+    let mut enforcement = None;
+    let mut after_ready = None;
     let summary = match mode {
         FirewallMode::Off | FirewallMode::Open => {
             let name = if mode == FirewallMode::Off { "off" } else { "open" };
@@ -178,19 +157,17 @@ pub fn run() -> Result<u8, Fatal> {
                     "sandbox-init: WARNING: {NAME_CHECK_ENV}=off: the agent reaches every site on an allowed address, whatever name it sends"
                 ));
             }
-            let logs = (denials.clone(), connections.clone());
-            let e = runtime.block_on(enforce(&policy, &agent, logs, network.ipv6, set_size, name_check))?;
-            let summary = format!("{}, ipv6 {}", policy.summary(), if network.ipv6 { "on" } else { "off" });
-            enforcer = Some(e);
-            summary
+            let (enforced, delete_probe) = runtime.block_on(enforce(&policy, &agent, settings, &logs))?;
+            (enforcement, after_ready) = (Some(enforced), delete_probe);
+            format!("{}, ipv6 {}", policy.summary(), if network.ipv6 { "on" } else { "off" })
         }
     };
-    let verdicts = enforcer.as_ref().and_then(|e| e.verdicts.as_deref());
+    let verdicts = enforcement.as_ref().and_then(|e| e.verdicts.as_deref());
     let forwarder = hold_keys(&agent, &policy, verdicts)?;
-    let upstreams = enforcer.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
+    let upstreams = enforcement.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
 
-    if enforcer.as_ref().is_some_and(|e| e.log) {
+    if enforcement.as_ref().is_some_and(|e| e.loaded.log) {
         nflog::spawn(denials.clone(), connections.clone());
     }
 
@@ -219,8 +196,8 @@ pub fn run() -> Result<u8, Fatal> {
     }
     // The one line tests and users wait for: the firewall holds and the session runs.
     console::out(format!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis()));
-    if let Some((nft, script)) = enforcer.as_ref().and_then(|e| Some((e.nft.clone(), e.after_ready.clone()?)))
-    {
+    if let (Some(e), Some(script)) = (&enforcement, after_ready) {
+        let nft = e.nft.clone();
         std::thread::spawn(move || nft.apply(&script));
     }
     // SAFETY: isatty on fd 0.
@@ -231,7 +208,40 @@ pub fn run() -> Result<u8, Fatal> {
         std::thread::sleep(TTY_READY_GRACE);
         session::attach_terminal(&sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     }
-    Ok(runtime.block_on(supervise(&agent, server, (mode, network.ipv6), enforcer, forwarder)))
+    let supervised = Supervised { agent, server, mode, ipv6: network.ipv6, enforcement, forwarder };
+    Ok(runtime.block_on(supervise(supervised)))
+}
+
+/// The firewall, the DNS gate and the name check, each proven from the agent's side before the
+/// agent starts; and the script that removes the name check's probe element once it has.
+async fn enforce(
+    policy: &Policy,
+    agent: &AgentPrivileges,
+    settings: Settings,
+    logs: &Logs,
+) -> Result<(Enforcement, Option<String>), Fatal> {
+    let program = sandbox_init_exe();
+    let mut enforcement = Enforcement::start(policy, settings, logs).await?;
+    let target = verify::blocked(policy, agent, &program)?;
+    enforcement.start_name_check(policy, logs, &program)?;
+    let mut after_ready = None;
+    if let (Some(verdicts), Some(target)) = (&enforcement.verdicts, target) {
+        // Its refusal is PID 1's own, not the agent's to log.
+        verdicts.quiet(SocketAddr::new(target, verify::PROBE_PORT));
+        after_ready = Some(verify::name_check(&enforcement.nft, agent, &program, target)?);
+    }
+    Ok((enforcement, after_ready))
+}
+
+/// What PID 1 watches over once the session runs.
+struct Supervised {
+    agent: AgentPrivileges,
+    /// The tmux server's pid.
+    server: i32,
+    mode: FirewallMode,
+    ipv6: bool,
+    enforcement: Option<Enforcement>,
+    forwarder: Option<Arc<Forwarder>>,
 }
 
 /// Takes the API keys given to the container (keys.rs) and starts the forwarder that holds
@@ -288,220 +298,14 @@ fn prepare_run_dir(agent: &AgentPrivileges) -> std::io::Result<()> {
     session::prepare_status_file(agent.gid)
 }
 
-async fn enforce(
-    policy: &Policy,
-    agent: &AgentPrivileges,
-    (denials, connections): (Arc<DenialLog>, Arc<ConnectionLog>),
-    ipv6: bool,
-    set_size: usize,
-    name_check: bool,
-) -> Result<Enforcer, Fatal> {
-    let setup =
-        |what: &str, e: &dyn std::fmt::Display| Fatal::new(Refusal::SetupFailed, format!("{what}: {e}"));
-    let nft = Nft::find().map_err(|e| Fatal::new(Refusal::NftMissing, e))?;
-    let original =
-        std::fs::read_to_string(RESOLV_CONF).map_err(|e| setup("cannot read /etc/resolv.conf", &e))?;
-    let upstreams: Vec<IpAddr> = resolv_conf_upstreams(&original);
-    if let Some(resolver) = upstreams.iter().find(|a| impersonable_resolver(a)) {
-        return Err(Fatal::new(
-            Refusal::UnsafeNetwork,
-            format!(
-                "the resolver {resolver} (/etc/resolv.conf) is on loopback inside the container, where the \
-                 agent could bind its address and answer for it; use a user-defined network (Docker's DNS, \
-                 127.0.0.11) or a resolver outside the container (--dns)"
-            ),
-        ));
-    }
-    if upstreams.is_empty() {
-        console::err("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
-    }
-    let name_check = name_check.then_some(NameCheck {
-        uid: CHECKER_UID,
-        check_port: CHECK_PORT,
-        pass_port: PASS_PORT,
-        forwarder_port: FORWARDER_PORT,
-    });
-    let mut ruleset =
-        Ruleset { policy, upstreams: &upstreams, elements: &[], log: true, set_size, name_check };
-    if let Err(first) = nft.apply(&ruleset.render()) {
-        // A kernel without an nflog backend rejects the log rule, and with it the table: load
-        // it without, and say that rejected connections will not be in the denial log.
-        ruleset.log = false;
-        if let Err(second) = nft.apply(&ruleset.render()) {
-            // Without the name check's nat chain the table loads: this kernel cannot redirect,
-            // and the agent is not started without the check.
-            let plain = Ruleset { name_check: None, ..ruleset };
-            if name_check.is_some() && nft.apply(&plain.render()).is_ok() {
-                let _ = nft.apply(&format!("delete table inet {}\n", crate::net::firewall::TABLE));
-                return Err(Fatal::new(
-                    Refusal::NftMissing,
-                    format!(
-                        "the kernel cannot redirect connections to the name check (nft nat redirect): {second}"
-                    ),
-                ));
-            }
-            return Err(setup("cannot load the firewall", &first));
-        }
-        console::err(format!(
-            "sandbox-init: nflog is unavailable, rejected connections will not be logged: {first}"
-        ));
-    }
-    let table = nft.read_table().map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
-    verify_table(&table, &ruleset).map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
-
-    let sink = Arc::new(NftSink::new(nft.clone(), Allowlist::new(policy), set_size));
-    let upstream_addrs = upstreams.iter().map(|a| SocketAddr::new(*a, 53)).collect();
-    let gate = DnsGate::new(upstream_addrs, sink.clone(), denials.clone());
-    gate.serve(GATE_ADDR.parse().expect("valid"))
-        .await
-        .map_err(|e| setup("cannot start the DNS gate on 127.0.0.1:53", &e))?;
-    // Written in place: Docker bind-mounts the file, so it cannot be replaced by a rename.
-    std::fs::write(RESOLV_CONF, gate_resolv_conf(&original, &upstreams))
-        .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
-    let target = verify_blocked(policy, agent)?;
-    let mut after_ready = None;
-    let (checker, verdicts) = match name_check {
-        None => (None, None),
-        Some(_) => {
-            let verdicts = Verdicts::new(sink.clone(), policy.cidrs.clone(), connections);
-            let checker = CheckerProcess::bind(verdicts.clone(), ipv6)
-                .map_err(|e| setup("cannot listen for the name check on loopback", &e))?;
-            checker.start(&sandbox_init_exe()).map_err(|e| setup("cannot start the name check", &e))?;
-            if let Some(target) = target {
-                verdicts.quiet(SocketAddr::new(target, PROBE_PORT));
-                after_ready = Some(verify_name_check(&nft, agent, target)?);
-            }
-            (Some(Arc::new(checker)), Some(verdicts))
-        }
-    };
-    let log = ruleset.log;
-    Ok(Enforcer { nft, sink, upstreams, log, set_size, ipv6, name_check, checker, verdicts, after_ready })
-}
-
-/// A connection as the agent to an address outside the allowlist must be refused at once.
-/// Returns the address it tried, where there was one to try.
-fn verify_blocked(policy: &Policy, agent: &AgentPrivileges) -> Result<Option<IpAddr>, Fatal> {
-    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
-    let target = probe_targets(&routes).into_iter().find(|addr| {
-        !policy.cidrs.iter().any(|(net, ports)| net.contains(addr) && ports.contains(&PROBE_PORT))
-    });
-    let Some(target) = target else {
-        console::err("sandbox-init: no IPv4 route to probe; the firewall was verified by reading it back");
-        return Ok(None);
-    };
-    let mut command = agent.command(sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
-    command.arg("probe").arg(SocketAddr::new(target, PROBE_PORT).to_string());
-    let output = process::output(&mut command, None)
-        .map_err(|e| Fatal::new(Refusal::VerificationFailed, format!("cannot run the probe: {e}")))?;
-    if !output.status.success() {
-        return Err(Fatal::new(
-            Refusal::VerificationFailed,
-            format!(
-                "a connection as the agent to {target}:{PROBE_PORT} was not refused: {}",
-                String::from_utf8_lossy(&output.stdout).trim()
-            ),
-        ));
-    }
-    Ok(Some(target))
-}
-
-/// With the name check: a connection as the agent to an allowed address must reach the checker
-/// (which refuses bytes that name nothing), not go out, nor be refused by the firewall as if the
-/// kernel had not redirected it. `target` is opened for the test and closed again.
-/// Returns the script that deletes the probe's element again, which [`run`] applies once the
-/// sandbox is ready: a deletion commits only after an RCU grace period (15 to 35 ms measured),
-/// and nft runs take turns with every spawn. Until then the element opens nothing: PID 1
-/// refuses every connection to an address the sink did not open.
-fn verify_name_check(nft: &Nft, agent: &AgentPrivileges, target: IpAddr) -> Result<String, Fatal> {
-    let table = crate::net::firewall::TABLE;
-    let set = if target.is_ipv4() { "checked_v4" } else { "checked_v6" };
-    let element = format!("{{ {target} . {PROBE_PORT} }}");
-    nft.apply(&format!("add element inet {table} {set} {{ {target} . {PROBE_PORT} timeout 30s }}\n"))
-        .map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
-    let mut command = agent.command(sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
-    command.arg("probe-checked").arg(SocketAddr::new(target, PROBE_PORT).to_string());
-    let output = process::output(&mut command, None);
-    let output =
-        output.map_err(|e| Fatal::new(Refusal::VerificationFailed, format!("cannot run the probe: {e}")))?;
-    if !output.status.success() {
-        return Err(Fatal::new(
-            Refusal::VerificationFailed,
-            format!(
-                "a connection as the agent to an allowed address did not reach the name check: {}",
-                String::from_utf8_lossy(&output.stdout).trim()
-            ),
-        ));
-    }
-    Ok(format!("delete element inet {table} {set} {element}\n"))
-}
-
-/// `sandbox-init probe-checked ADDR:PORT`, run as the agent while ADDR:PORT is open for a name:
-/// exit 0 if the connection is taken (by the checker) and then reset for sending no name.
-pub fn probe_checked(target: &str) -> u8 {
-    use std::io::{Read as _, Write as _};
-    let Ok(addr) = target.parse::<SocketAddr>() else {
-        println!("not an address: {target}");
-        return 1;
-    };
-    let mut stream = match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
-        Ok(stream) => stream,
-        Err(e) => {
-            println!("the connection was not taken: {e}");
-            return 1;
-        }
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = stream.write_all(b"x\r\n");
-    let mut buf = [0u8; 64];
-    match stream.read(&mut buf) {
-        Ok(0) => 0,
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
-        Ok(_) => {
-            println!("an answer came back: the connection was not checked");
-            1
-        }
-        Err(e) => {
-            println!("no refusal from the name check: {e}");
-            1
-        }
-    }
-}
-
 /// This binary, which the session's pane and the probe run as the agent.
 fn sandbox_init_exe() -> PathBuf {
     std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/sandbox-init"))
 }
 
-/// The discard port: never a service anyone allows.
-const PROBE_PORT: u16 = 9;
-
-/// `sandbox-init probe ADDR:PORT`, run as the agent: exit 0 if the connection is refused at
-/// once, 1 otherwise, saying what happened.
-pub fn probe(target: &str) -> u8 {
-    let Ok(addr) = target.parse::<SocketAddr>() else {
-        println!("not an address: {target}");
-        return 1;
-    };
-    match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => 0,
-        Err(e) => {
-            println!("{e}");
-            1
-        }
-        Ok(_) => {
-            println!("connected");
-            1
-        }
-    }
-}
-
-async fn supervise(
-    agent: &AgentPrivileges,
-    server: i32,
-    (mode, ipv6): (FirewallMode, bool),
-    enforcer: Option<Enforcer>,
-    forwarder: Option<Arc<Forwarder>>,
-) -> u8 {
+async fn supervise(supervised: Supervised) -> u8 {
+    let Supervised { agent, server, mode, ipv6, enforcement, forwarder } = supervised;
+    let agent = &agent;
     let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut child)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -523,7 +327,7 @@ async fn supervise(
                 if let Some((_, status)) = reaped.iter().find(|(pid, _)| *pid == server) {
                     return session_status(stop_signal, *status);
                 }
-                if let Some(checker) = enforcer.as_ref().and_then(|e| e.checker.clone()) {
+                if let Some(checker) = enforcement.as_ref().and_then(|e| e.checker.clone()) {
                     restart_if_reaped(checker, &reaped, "the name check", "connections wait until it is back");
                 }
                 if let Some(forwarder) = forwarder.clone() {
@@ -545,7 +349,7 @@ async fn supervise(
                 stop_signal = libc::SIGINT;
                 stop_deadline = Some(stop(agent, server, libc::SIGINT));
             }
-            _ = hup.recv() => reload((mode, ipv6), enforcer.as_ref()).await,
+            _ = hup.recv() => reload((mode, ipv6), enforcement.as_ref()).await,
             _ = tokio::time::sleep_until(deadline), if stop_deadline.is_some() => {
                 console::err(format!("sandbox-init: the session did not end within {} s of the signal; closing it", STOP_GRACE.as_secs()));
                 // SIGTERM is tmux's own way out: it hangs up every pane and exits.
@@ -596,11 +400,10 @@ fn session_status(stop_signal: libc::c_int, server_status: i32) -> u8 {
     process::exit_code(server_status)
 }
 
-/// SIGHUP: read the policy again and replace the table and the allowlist in one step (the
-/// sink's lock: no answer in flight can slip the address of a removed name into the new table),
-/// then cut the connections the new policy no longer allows. The session is not touched; on any
-/// error the current policy stays.
-async fn reload((mode, ipv6): (FirewallMode, bool), enforcer: Option<&Enforcer>) {
+/// SIGHUP: read the policy again and replace the table and the allowlist in one step
+/// (`Enforcement::reload`), then write the status. The session is not touched; on any error the
+/// current policy stays.
+async fn reload((mode, ipv6): (FirewallMode, bool), enforcement: Option<&Enforcement>) {
     let started = Instant::now();
     let policy = match load_policy() {
         Ok(policy) => policy,
@@ -609,67 +412,23 @@ async fn reload((mode, ipv6): (FirewallMode, bool), enforcer: Option<&Enforcer>)
             return;
         }
     };
-    let Some(e) = enforcer else {
+    let Some(e) = enforcement else {
         // Nothing to enforce, but the status says what is loaded (the launcher waits for it).
         status::write(&status::Status::new(mode, &policy, &[], ipv6));
         console::err(format!("sandbox-init: policy reloaded; nothing to enforce ({mode:?})"));
         return;
     };
-    let loaded = e.sink.reload(Allowlist::new(&policy), |kept| {
-        let ruleset = Ruleset {
-            policy: &policy,
-            upstreams: &e.upstreams,
-            elements: kept,
-            log: e.log,
-            set_size: e.set_size,
-            name_check: e.name_check,
-        };
-        e.nft.apply(&ruleset.render())
-    });
-    let kept = match loaded {
-        Ok(kept) => kept,
-        Err(err) => {
-            console::err(format!("sandbox-init: reload failed, the current policy stays: {err}"));
-            return;
-        }
-    };
-    let open: std::collections::HashSet<_> =
-        kept.iter().map(|k| (k.addr, k.opening.protocol(), k.port)).collect();
-    let still_allowed = |flow: &conntrack::Flow| {
-        let protocol = match flow.protocol {
-            6 => Protocol::Tcp,
-            17 => Protocol::Udp,
-            _ => return false,
-        };
-        open.contains(&(flow.destination, protocol, flow.port))
-            || policy
-                .cidrs
-                .iter()
-                .any(|(net, ports)| net.contains(&flow.destination) && ports.contains(&flow.port))
-    };
-    let revoked = |flow: &conntrack::Flow| match flow.mark {
-        EGRESS_MARK => !still_allowed(flow),
-        INBOUND_MARK => flow.protocol != 6 || !policy.inbound.contains(&flow.port),
-        _ => false,
-    };
-    let cut = match conntrack::revoke(revoked) {
-        Ok(cut) => cut,
-        Err(err) => {
-            // The table holds the new policy already; only connections opened before it stay.
-            console::err(format!(
-                "sandbox-init: WARNING: cannot cut connections the new policy no longer allows: {err}"
+    match e.reload(&policy).await {
+        Ok(reloaded) => {
+            status::write(&status::Status::new(mode, &policy, &e.upstreams, e.settings.ipv6));
+            console::out(format!(
+                "sandbox reloaded: {}, {} addresses kept, {} connections cut, {} ms",
+                policy.summary(),
+                reloaded.kept,
+                reloaded.cut,
+                started.elapsed().as_millis()
             ));
-            0
         }
-    };
-    if let Some(verdicts) = &e.verdicts {
-        verdicts.recheck(policy.cidrs.clone()).await;
+        Err(err) => console::err(format!("sandbox-init: reload failed, the current policy stays: {err}")),
     }
-    status::write(&status::Status::new(mode, &policy, &e.upstreams, e.ipv6));
-    console::out(format!(
-        "sandbox reloaded: {}, {} addresses kept, {cut} connections cut, {} ms",
-        policy.summary(),
-        kept.len(),
-        started.elapsed().as_millis()
-    ));
 }

@@ -19,3 +19,4 @@ pub mod session;
 pub mod state;
 pub mod status;
 pub mod tree;
+pub mod verify;

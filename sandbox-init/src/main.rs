@@ -72,8 +72,8 @@ fn main() -> ExitCode {
         "attach" => attach(&rest),
         "status" => status::show(&rest),
         "pane" => session::pane(),
-        "probe" => init::probe(rest.first().map_or("", String::as_str)),
-        "probe-checked" => init::probe_checked(rest.first().map_or("", String::as_str)),
+        "probe" => sandbox_init::verify::probe(rest.first().map_or("", String::as_str)),
+        "probe-checked" => sandbox_init::verify::probe_checked(rest.first().map_or("", String::as_str)),
         "checker" => sandbox_init::net::checker::run(),
         "forwarder" => sandbox_init::net::forwarder::run(),
         "--version" | "-V" | "version" => {

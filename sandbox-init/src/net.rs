@@ -6,6 +6,7 @@ pub mod check_protocol;
 pub mod checker;
 pub mod conntrack;
 pub mod dns;
+pub mod enforcer;
 pub mod firewall;
 pub mod forwarder;
 pub mod interfaces;

@@ -726,6 +726,11 @@ impl Policy {
         self.domains.entry(pattern).or_default().merge(access);
     }
 
+    /// Whether a range of the policy opens `port` on `addr`.
+    pub fn cidr_allows(&self, addr: IpAddr, port: u16) -> bool {
+        ranges_allow(&self.cidrs, addr, port)
+    }
+
     /// The settings of the API named `name`.
     pub fn api_settings(&self, name: &str) -> ApiSettings {
         self.apis.get(name).copied().unwrap_or_default()
@@ -740,6 +745,11 @@ impl Policy {
         }
         text
     }
+}
+
+/// Whether one of `ranges` (a policy's `cidrs`) opens `port` on `addr`.
+pub fn ranges_allow(ranges: &BTreeMap<IpNet, Ports>, addr: IpAddr, port: u16) -> bool {
+    ranges.iter().any(|(net, ports)| net.contains(&addr) && ports.contains(&port))
 }
 
 /// yaml_serde appends " at line L column C" to messages; the location is printed first instead.

@@ -355,6 +355,16 @@ pub fn create_elements(elements: &[Element]) -> String {
         .collect()
 }
 
+/// The start's probe of the name check opens `target:port` for a moment: the element, and the
+/// script that removes it again.
+pub fn probe_element(target: IpAddr, port: u16) -> (String, String) {
+    let set = set_name(Opening::Checked, target.is_ipv4());
+    (
+        format!("add element inet {TABLE} {set} {{ {target} . {port} timeout 30s }}\n"),
+        format!("delete element inet {TABLE} {set} {{ {target} . {port} }}\n"),
+    )
+}
+
 /// The `nft` program.
 #[derive(Clone, Debug)]
 pub struct Nft {

@@ -134,7 +134,7 @@ impl Verdicts {
 
     fn in_a_range(&self, dst: SocketAddr) -> bool {
         let cidrs = self.cidrs.read().unwrap_or_else(|e| e.into_inner());
-        cidrs.iter().any(|(net, ports)| net.contains(&dst.ip()) && ports.contains(&dst.port()))
+        crate::policy::ranges_allow(&cidrs, dst.ip(), dst.port())
     }
 
     /// Serves one checker until its socket fails; a new checker gets a new socket.

@@ -8,6 +8,7 @@
 //! as `key=value` lines, exiting 0 whatever the outcome: the test decides what is right. The
 //! attacks a hostile agent would try are probes too (attacks.rs): they are never in an image.
 
+mod answer;
 mod attacks;
 mod mock;
 mod oauth;

@@ -11,19 +11,11 @@
 
 use serde_json::{Value, json};
 
+pub use crate::answer::Answer;
+
 /// The file the scripted tool call writes, and what it writes.
 pub const FILE: &str = "/workspace/agent-turn.txt";
 pub const CONTENT: &str = "written by the mock API's tool call\n";
-
-/// The answer to a request: status, content type, body; and what the turn was, for the log.
-pub struct Answer {
-    pub status: u16,
-    pub content_type: &'static str,
-    pub body: String,
-    pub turn: &'static str,
-    /// More for the log line (what a sign-in request sent).
-    pub note: String,
-}
 
 fn sse(events: &[(Option<&str>, Value)]) -> String {
     events
@@ -65,9 +57,6 @@ fn has_tool_result(text: &str) -> bool {
 }
 
 pub fn answer(method: &str, path: &str, body: &[u8]) -> Answer {
-    if let Some(answer) = crate::oauth::answer(method, path, body) {
-        return answer;
-    }
     let text = String::from_utf8_lossy(body).replace(": ", ":");
     let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let mut tools = Vec::new();

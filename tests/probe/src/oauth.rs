@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use crate::mock::Answer;
+use crate::answer::Answer;
 
 /// The access token every refresh hands out (in a JWT, its signature), and the refresh token
 /// that replaces the one sent.

@@ -256,7 +256,8 @@ fn mock_respond<W: Read + Write>(site: &Site, head: &Head, reader: &mut BufReade
     let stream = reader.get_mut();
     // Codex compresses what it sends ChatGPT's backend.
     let body = if head.zstd { decompress_zstd(&body) } else { body };
-    let answer = crate::mock::answer(&head.method, &head.path, &body);
+    let answer = crate::oauth::answer(&head.method, &head.path, &body)
+        .unwrap_or_else(|| crate::mock::answer(&head.method, &head.path, &body));
     let note = if answer.note.is_empty() { String::new() } else { format!(" {}", answer.note) };
     log(&site.log, &format!("{} mock={} bytes={}{note}", head.log_line(site.port), answer.turn, body.len()));
     let _ = write!(

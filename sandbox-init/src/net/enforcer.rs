@@ -1,0 +1,350 @@
+//! The enforcement PID 1 keeps: the table loaded (with the fallbacks a kernel may force), the
+//! DNS gate, the sink, the name check, and the reload that replaces all of them in one step.
+//! The one place a `Ruleset` is made from the policy. What loads the table is an [`NftApply`],
+//! so that the fallback ladder and the reload's choice of connections to cut are unit-tested
+//! with a recording one, without root (youki's seam under its init).
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use crate::connections::ConnectionLog;
+use crate::console;
+use crate::denials::DenialLog;
+use crate::exit::{Fatal, Refusal};
+use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, FORWARDER_PORT, PASS_PORT};
+use crate::net::conntrack;
+use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
+use crate::net::firewall::{
+    EGRESS_MARK, Element, FirewallError, INBOUND_MARK, NameCheck, Nft, Ruleset, TABLE, verify_table,
+};
+use crate::net::interfaces::impersonable_resolver;
+use crate::net::sink::NftSink;
+use crate::net::verdicts::{CheckerProcess, Verdicts};
+use crate::policy::{Allowlist, Policy, Protocol};
+
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+const GATE_ADDR: &str = "127.0.0.1:53";
+
+/// What loads an nft script as one transaction: the real `nft`, or a recording in tests.
+pub trait NftApply {
+    fn apply(&self, script: &str) -> Result<(), FirewallError>;
+}
+
+impl NftApply for Nft {
+    fn apply(&self, script: &str) -> Result<(), FirewallError> {
+        Nft::apply(self, script)
+    }
+}
+
+/// How PID 1 was asked to enforce (its settings, read once at start).
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// The container has IPv6 (the checker listens on ::1 too).
+    pub ipv6: bool,
+    /// The most elements each address set holds.
+    pub set_size: usize,
+    /// The name check is on (`SANDBOX_NAME_CHECK` is not `off`).
+    pub name_check: bool,
+}
+
+/// The logs the enforcement writes to.
+#[derive(Clone)]
+pub struct Logs {
+    pub denials: Arc<DenialLog>,
+    pub connections: Arc<ConnectionLog>,
+}
+
+/// How the table came to be loaded: with the denial log's rule, or without it on a kernel that
+/// has no nflog backend (the rule would make the whole table fail).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loaded {
+    pub log: bool,
+}
+
+/// Loads `ruleset`, falling back as a kernel forces: without the log rule where nflog is
+/// missing (said on the console); refused (69) where nat redirect is missing and the name check
+/// is on, after removing what got loaded, since the agent never runs without the check.
+pub fn load_table(nft: &impl NftApply, mut ruleset: Ruleset) -> Result<Loaded, Fatal> {
+    let Err(first) = nft.apply(&ruleset.render()) else { return Ok(Loaded { log: ruleset.log }) };
+    ruleset.log = false;
+    if let Err(second) = nft.apply(&ruleset.render()) {
+        // Without the name check's nat chain the table loads: this kernel cannot redirect.
+        let plain = Ruleset { name_check: None, ..ruleset };
+        if ruleset.name_check.is_some() && nft.apply(&plain.render()).is_ok() {
+            let _ = nft.apply(&format!("delete table inet {TABLE}\n"));
+            return Err(Fatal::new(
+                Refusal::NftMissing,
+                format!(
+                    "the kernel cannot redirect connections to the name check (nft nat redirect): {second}"
+                ),
+            ));
+        }
+        return Err(Fatal::new(Refusal::SetupFailed, format!("cannot load the firewall: {first}")));
+    }
+    console::err(format!(
+        "sandbox-init: nflog is unavailable, rejected connections will not be logged: {first}"
+    ));
+    Ok(Loaded { log: false })
+}
+
+/// What a tracked connection is, for a reload's choice of what to cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tracked {
+    pub mark: u32,
+    pub protocol: u8,
+    pub destination: IpAddr,
+    pub port: u16,
+}
+
+impl From<&conntrack::Flow> for Tracked {
+    fn from(flow: &conntrack::Flow) -> Tracked {
+        Tracked { mark: flow.mark, protocol: flow.protocol, destination: flow.destination, port: flow.port }
+    }
+}
+
+/// Whether a reload to `policy`, which keeps the elements `open`, cuts `flow`: one the policy
+/// let out that nothing opens now, or one `inbound` let in through a port it closed. Nobody
+/// else's connections (no mark of ours) are touched.
+pub fn revokes(policy: &Policy, open: &HashSet<(IpAddr, Protocol, u16)>, flow: Tracked) -> bool {
+    match flow.mark {
+        EGRESS_MARK => {
+            let protocol = match flow.protocol {
+                6 => Protocol::Tcp,
+                17 => Protocol::Udp,
+                _ => return true,
+            };
+            !(open.contains(&(flow.destination, protocol, flow.port))
+                || policy.cidr_allows(flow.destination, flow.port))
+        }
+        INBOUND_MARK => flow.protocol != 6 || !policy.inbound.contains(&flow.port),
+        _ => false,
+    }
+}
+
+/// The enforcing state PID 1 keeps for reloads.
+pub struct Enforcement {
+    pub nft: Nft,
+    pub sink: Arc<NftSink>,
+    pub upstreams: Vec<IpAddr>,
+    pub loaded: Loaded,
+    pub settings: Settings,
+    /// The checker and PID 1's verdicts, with the name check on.
+    pub checker: Option<Arc<CheckerProcess>>,
+    pub verdicts: Option<Arc<Verdicts>>,
+}
+
+/// What a reload did, for its line.
+pub struct Reloaded {
+    pub kept: usize,
+    pub cut: usize,
+}
+
+impl Enforcement {
+    /// The ruleset of `policy` as this enforcement loads it, carrying `elements`.
+    fn ruleset<'a>(&'a self, policy: &'a Policy, elements: &'a [Element]) -> Ruleset<'a> {
+        ruleset(policy, &self.upstreams, elements, self.loaded.log, self.settings)
+    }
+
+    /// Loads the table for `policy`, starts the DNS gate and points resolv.conf at it. The name
+    /// check's process starts in [`Enforcement::start_name_check`], once the firewall is
+    /// verified.
+    pub async fn start(policy: &Policy, settings: Settings, logs: &Logs) -> Result<Enforcement, Fatal> {
+        let setup =
+            |what: &str, e: &dyn std::fmt::Display| Fatal::new(Refusal::SetupFailed, format!("{what}: {e}"));
+        let nft = Nft::find().map_err(|e| Fatal::new(Refusal::NftMissing, e))?;
+        let original =
+            std::fs::read_to_string(RESOLV_CONF).map_err(|e| setup("cannot read /etc/resolv.conf", &e))?;
+        let upstreams: Vec<IpAddr> = resolv_conf_upstreams(&original);
+        if let Some(resolver) = upstreams.iter().find(|a| impersonable_resolver(a)) {
+            return Err(Fatal::new(
+                Refusal::UnsafeNetwork,
+                format!(
+                    "the resolver {resolver} (/etc/resolv.conf) is on loopback inside the container, where the \
+                     agent could bind its address and answer for it; use a user-defined network (Docker's DNS, \
+                     127.0.0.11) or a resolver outside the container (--dns)"
+                ),
+            ));
+        }
+        if upstreams.is_empty() {
+            console::err("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
+        }
+        let first = ruleset(policy, &upstreams, &[], true, settings);
+        let loaded = load_table(&nft, first)?;
+        let table = nft.read_table().map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
+        verify_table(&table, &ruleset(policy, &upstreams, &[], loaded.log, settings))
+            .map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
+        let sink = Arc::new(NftSink::new(nft.clone(), Allowlist::new(policy), settings.set_size));
+        let upstream_addrs = upstreams.iter().map(|a| SocketAddr::new(*a, 53)).collect();
+        let gate = DnsGate::new(upstream_addrs, sink.clone(), logs.denials.clone());
+        gate.serve(GATE_ADDR.parse().expect("valid"))
+            .await
+            .map_err(|e| setup("cannot start the DNS gate on 127.0.0.1:53", &e))?;
+        // Written in place: Docker bind-mounts the file, so it cannot be replaced by a rename.
+        std::fs::write(RESOLV_CONF, gate_resolv_conf(&original, &upstreams))
+            .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
+        Ok(Enforcement { nft, sink, upstreams, loaded, settings, checker: None, verdicts: None })
+    }
+
+    /// Starts the name check (its listeners, PID 1's verdicts, the checker process), if it is on.
+    pub fn start_name_check(
+        &mut self,
+        policy: &Policy,
+        logs: &Logs,
+        program: &std::path::Path,
+    ) -> Result<(), Fatal> {
+        if !self.settings.name_check {
+            return Ok(());
+        }
+        let setup =
+            |what: &str, e: &dyn std::fmt::Display| Fatal::new(Refusal::SetupFailed, format!("{what}: {e}"));
+        let verdicts = Verdicts::new(self.sink.clone(), policy.cidrs.clone(), logs.connections.clone());
+        let checker = CheckerProcess::bind(verdicts.clone(), self.settings.ipv6)
+            .map_err(|e| setup("cannot listen for the name check on loopback", &e))?;
+        crate::process::Service::start(&checker, program)
+            .map_err(|e| setup("cannot start the name check", &e))?;
+        self.checker = Some(Arc::new(checker));
+        self.verdicts = Some(verdicts);
+        Ok(())
+    }
+
+    /// Replaces the table and the allowlist in one step (the sink's lock: no answer in flight
+    /// can slip the address of a removed name into the new table), then cuts the connections
+    /// `policy` no longer allows. On an error the current policy stays.
+    pub async fn reload(&self, policy: &Policy) -> Result<Reloaded, FirewallError> {
+        let kept = self
+            .sink
+            .reload(Allowlist::new(policy), |kept| self.nft.apply(&self.ruleset(policy, kept).render()))?;
+        let open: HashSet<_> = kept.iter().map(|k| (k.addr, k.opening.protocol(), k.port)).collect();
+        let cut = match conntrack::revoke(|flow| revokes(policy, &open, Tracked::from(flow))) {
+            Ok(cut) => cut,
+            Err(err) => {
+                // The table holds the new policy already; only connections opened before it stay.
+                console::err(format!(
+                    "sandbox-init: WARNING: cannot cut connections the new policy no longer allows: {err}"
+                ));
+                0
+            }
+        };
+        if let Some(verdicts) = &self.verdicts {
+            verdicts.recheck(policy.cidrs.clone()).await;
+        }
+        Ok(Reloaded { kept: kept.len(), cut })
+    }
+}
+
+/// The ruleset of `policy`: the one place one is made.
+fn ruleset<'a>(
+    policy: &'a Policy,
+    upstreams: &'a [IpAddr],
+    elements: &'a [Element],
+    log: bool,
+    settings: Settings,
+) -> Ruleset<'a> {
+    let name_check = settings.name_check.then_some(NameCheck {
+        uid: CHECKER_UID,
+        check_port: CHECK_PORT,
+        pass_port: PASS_PORT,
+        forwarder_port: FORWARDER_PORT,
+    });
+    Ruleset { policy, upstreams, elements, log, set_size: settings.set_size, name_check }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::path::Path;
+
+    /// Records every script and fails those `refuses` picks, as a kernel without a feature does.
+    struct Recording {
+        scripts: RefCell<Vec<String>>,
+        refuses: fn(&str) -> bool,
+    }
+
+    impl NftApply for Recording {
+        fn apply(&self, script: &str) -> Result<(), FirewallError> {
+            self.scripts.borrow_mut().push(script.to_string());
+            if (self.refuses)(script) {
+                Err(FirewallError::Rejected("Operation not supported".into()))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    fn policy(text: &str) -> Policy {
+        Policy::from_yaml(Path::new("p.yaml"), text).unwrap()
+    }
+
+    const SETTINGS: Settings = Settings { ipv6: false, set_size: 1024, name_check: true };
+
+    #[test]
+    fn a_kernel_without_nflog_loads_the_table_without_the_log_rule() {
+        let policy = policy("version: 1\ndomains: [a.example.com]\n");
+        let nft = Recording { scripts: RefCell::default(), refuses: |s| s.contains("log group") };
+        let loaded = load_table(&nft, ruleset(&policy, &[], &[], true, SETTINGS)).unwrap();
+        assert_eq!(loaded, Loaded { log: false });
+        let scripts = nft.scripts.borrow();
+        assert_eq!(scripts.len(), 2, "with the log rule, then without");
+        assert!(!scripts[1].contains("log group") && scripts[1].contains("to_checker"), "{}", scripts[1]);
+    }
+
+    #[test]
+    fn a_kernel_without_nat_redirect_refuses_with_69_and_leaves_no_table() {
+        let policy = policy("version: 1\ndomains: [a.example.com]\n");
+        let nft = Recording { scripts: RefCell::default(), refuses: |s| s.contains("redirect to") };
+        let refused = load_table(&nft, ruleset(&policy, &[], &[], true, SETTINGS)).unwrap_err();
+        assert_eq!(refused.refusal, Refusal::NftMissing);
+        assert_eq!(refused.refusal.code(), 69);
+        assert!(refused.message.contains("nat redirect"), "{}", refused.message);
+        let scripts = nft.scripts.borrow();
+        assert_eq!(
+            scripts.last().map(String::as_str),
+            Some("delete table inet agent_sandbox\n"),
+            "{scripts:?}"
+        );
+    }
+
+    #[test]
+    fn a_table_the_kernel_takes_at_once_keeps_its_log_rule() {
+        let policy = policy("version: 1\ndomains: [a.example.com]\n");
+        let nft = Recording { scripts: RefCell::default(), refuses: |_| false };
+        assert_eq!(
+            load_table(&nft, ruleset(&policy, &[], &[], true, SETTINGS)).unwrap(),
+            Loaded { log: true }
+        );
+        assert_eq!(nft.scripts.borrow().len(), 1);
+        // Without the name check, a kernel with no nflog and nothing else wrong loads plain.
+        let plain = Settings { name_check: false, ..SETTINGS };
+        let nft = Recording { scripts: RefCell::default(), refuses: |s| s.contains("log group") };
+        assert_eq!(load_table(&nft, ruleset(&policy, &[], &[], true, plain)).unwrap(), Loaded { log: false });
+    }
+
+    #[test]
+    fn a_reload_revokes_only_the_flows_the_new_policy_no_longer_opens() {
+        let policy =
+            policy("version: 1\ncidrs:\n  - cidr: 10.9.0.0/16\n    ports: [5432]\ninbound: [3000]\n");
+        let kept: IpAddr = "203.0.113.7".parse().unwrap();
+        let open = HashSet::from([(kept, Protocol::Tcp, 443)]);
+        let flow = |mark, protocol, destination: &str, port| Tracked {
+            mark,
+            protocol,
+            destination: destination.parse().unwrap(),
+            port,
+        };
+        let cases = [
+            (flow(EGRESS_MARK, 6, "203.0.113.7", 443), false, "an element the policy keeps"),
+            (flow(EGRESS_MARK, 17, "203.0.113.7", 443), true, "UDP where only TCP is kept"),
+            (flow(EGRESS_MARK, 6, "198.51.100.1", 443), true, "a removed name's address"),
+            (flow(EGRESS_MARK, 6, "10.9.3.4", 5432), false, "a range the policy keeps"),
+            (flow(EGRESS_MARK, 6, "10.9.3.4", 5433), true, "a port the range does not open"),
+            (flow(INBOUND_MARK, 6, "172.17.0.2", 3000), false, "an inbound port kept"),
+            (flow(INBOUND_MARK, 6, "172.17.0.2", 3001), true, "an inbound port closed"),
+            (flow(0, 6, "198.51.100.1", 443), false, "not ours: Docker's, the gate's"),
+        ];
+        for (tracked, cut, what) in cases {
+            assert_eq!(revokes(&policy, &open, tracked), cut, "{what}");
+        }
+    }
+}
