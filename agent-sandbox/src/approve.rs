@@ -17,17 +17,17 @@ use crate::exit::{Code, Failure, Result};
 
 /// The drop-in `allow` and `deny` write: in the folder sandbox-init reads at every reload,
 /// root's (0755) in every image, so the agent can neither write it nor add a file beside it.
-pub const RUNTIME_DROP_IN: &str = "/etc/agent-sandbox/policy.d/launcher.txt";
-/// sandbox-init's denial log and the file it rotates to (sandbox-init's `denials::DENIAL_LOG`).
-const DENIAL_LOGS: [&str; 2] = ["/run/agent-sandbox/denials.jsonl.1", "/run/agent-sandbox/denials.jsonl"];
-/// The time of the last denial approved or dismissed: root's, in PID 1's run folder.
-const PENDING_MARK: &str = "/run/agent-sandbox/launcher-pending.mark";
-/// What the last `pending` showed (its names, and the time of the last denial it read):
-/// `allow --pending` approves those names and no other, so nothing the agent asks for after the
-/// user looked, or that the user did not see, is approved unseen.
-const REVIEWED_MARK: &str = "/run/agent-sandbox/launcher-pending.reviewed";
-/// What PID 1 wrote at its last (re)load: the policy in force.
-const STATUS_FILE: &str = "/run/agent-sandbox/status.json";
+/// The time of the last denial approved or dismissed (`PENDING_MARK`) is root's, in PID 1's run
+/// folder; so is what the last `pending` showed (`REVIEWED_MARK`: its names, and the time of the
+/// last denial it read): `allow --pending` approves those names and no other, so nothing the
+/// agent asks for after the user looked, or that the user did not see, is approved unseen.
+/// `STATUS_FILE` is what PID 1 wrote at its last (re)load: the policy in force.
+pub use sandbox_policy::layout::{PENDING_MARK, REVIEWED_MARK, RUNTIME_DROP_IN, STATUS_FILE};
+/// sandbox-init's denial log, and the file it rotates to first.
+fn denial_logs() -> [String; 2] {
+    let log = sandbox_policy::layout::DENIAL_LOG;
+    [format!("{log}.1"), log.to_string()]
+}
 const HEADER: &str = "# Written by `agent-sandbox allow` and `deny`: names allowed while the sandbox runs.\n";
 /// How long a reload may take to show in the status file.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(15);
@@ -399,7 +399,8 @@ async fn write_mark(docker: &Docker, sandbox: &Found, path: &str, mark: &str) ->
 /// Both denial logs, read so that no rotation between the two reads loses or repeats lines: the
 /// current file read before and after the rotated one must be the same file grown.
 async fn denial_lines(docker: &Docker, sandbox: &Found) -> Result<String> {
-    let [rotated, current] = DENIAL_LOGS;
+    let [rotated, current] = denial_logs();
+    let (rotated, current) = (rotated.as_str(), current.as_str());
     for _ in 0..5 {
         let before = read_text(docker, &sandbox.id, current).await?.unwrap_or_default();
         let old = read_text(docker, &sandbox.id, rotated).await?.unwrap_or_default();

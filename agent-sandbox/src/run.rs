@@ -19,10 +19,7 @@ use crate::exit::{Code, Failure, Result};
 use crate::flags::RunFlags;
 use crate::identity;
 
-/// The folder sandbox-init takes secret files from (`keys::SECRETS_DIR`).
-const SECRETS_DIR: &str = "/run/secrets";
-const AGENT_HOME: &str = "/home/agent";
-const AGENT_UID: u64 = 1000;
+use sandbox_policy::layout::{AGENT_HOME, AGENT_UID, SECRETS_DIR};
 const DEFAULT_MEMORY: &str = "8g";
 const DEFAULT_PIDS: i64 = 2048;
 /// How long sandbox-init may take to say `sandbox ready`.
@@ -97,7 +94,7 @@ fn plan(flags: &RunFlags) -> Result<Plan> {
         env.push(format!("{name}={value}"));
     }
     if flags.unattended {
-        env.push("SANDBOX_UNATTENDED=1".into());
+        env.push(format!("{}=1", sandbox_policy::layout::UNATTENDED_ENV));
     }
     let mut key_files = HashMap::new();
     for given in &flags.key_files {
@@ -350,7 +347,7 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
     }
     let (reference, facts) = image(&docker, flags).await?;
     let state_dirs: Vec<String> = facts
-        .env_var("SANDBOX_STATE_DIRS")
+        .env_var(sandbox_policy::layout::STATE_DIRS_ENV)
         .unwrap_or_default()
         .split(':')
         .filter(|d| d.starts_with(AGENT_HOME))
@@ -561,7 +558,7 @@ async fn prepare(
             path: path.clone(),
             contents: Some(bytes.clone()),
             mode: 0o600,
-            uid: AGENT_UID,
+            uid: u64::from(AGENT_UID),
         });
     }
     engine::put(docker, id, &entries).await
@@ -572,7 +569,7 @@ async fn wait_ready(docker: &Docker, id: &str, name: &str) -> Result<()> {
     let started = Instant::now();
     loop {
         let log = engine::logs(docker, id, None).await?;
-        if log.lines().any(|l| l.starts_with("sandbox ready")) {
+        if log.lines().any(|l| l.starts_with(sandbox_policy::layout::READY)) {
             return Ok(());
         }
         if let Some(code) = engine::exited(docker, id).await? {

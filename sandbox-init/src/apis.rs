@@ -6,7 +6,7 @@ pub use crate::policy::apis::*;
 
 /// The variables every agent process gets (the CLIs' base URLs and placeholders): (name, value)
 /// pairs as JSON, root's, readable by all (it holds no key).
-pub const SESSION_ENV: &str = "/run/agent-sandbox/session-env.json";
+pub use crate::policy::layout::SESSION_ENV_FILE as SESSION_ENV;
 
 /// Writes the session's variables for sandbox-exec (no key among them).
 pub fn write_session_env(env: &[(String, String)]) -> std::io::Result<()> {

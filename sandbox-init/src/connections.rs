@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::jsonlog::{JsonLog, Limits, rfc3339};
 
-pub const CONNECTION_LOG: &str = "/run/agent-sandbox/connections.jsonl";
+pub use crate::policy::layout::CONNECTION_LOG;
 /// The totals per name, as PID 1 counts them (`sandbox-status` reads them).
-pub const TOTALS_FILE: &str = "/run/agent-sandbox/connection-totals.json";
+pub use crate::policy::layout::CONNECTION_TOTALS as TOTALS_FILE;
 /// The most (name, port) pairs whose first line is always written: past it, a new one is
 /// logged like any other line (the agent could otherwise make every line a first).
 const FIRSTS: usize = 4096;

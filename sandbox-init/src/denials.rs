@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::jsonlog::{JsonLog, Limits, rfc3339};
 
-pub const DENIAL_LOG: &str = "/run/agent-sandbox/denials.jsonl";
+pub use crate::policy::layout::DENIAL_LOG;
 
 /// At most 1 MiB on disk (2 MiB with the rotated file), 20 lines a second after a burst of 200,
 /// the same denial once per 10 s.

@@ -34,7 +34,7 @@ const SERVICE_RESTART: Duration = Duration::from_secs(1);
 const TTY_READY_GRACE: Duration = Duration::from_millis(100);
 
 /// The variable that turns the name check off (for measurements; loudly warned).
-pub const NAME_CHECK_ENV: &str = "SANDBOX_NAME_CHECK";
+pub use crate::policy::layout::NAME_CHECK_ENV;
 
 /// SANDBOX_NAME_CHECK: `on` (the default) or `off`.
 pub fn name_check_wanted() -> Result<bool, Fatal> {
@@ -48,7 +48,7 @@ pub fn name_check_wanted() -> Result<bool, Fatal> {
 }
 
 /// The variable that bounds the address sets.
-pub const MAX_ADDRESSES_ENV: &str = "SANDBOX_MAX_ADDRESSES";
+pub use crate::policy::layout::MAX_ADDRESSES_ENV;
 
 /// SANDBOX_MAX_ADDRESSES: how many (address, protocol, port) elements the sets may hold.
 pub fn max_addresses() -> Result<usize, Fatal> {
@@ -180,7 +180,7 @@ pub fn run() -> Result<u8, Fatal> {
     }
     // SAFETY: isatty on fd 0.
     // Only an image that declares something to turn on has a prompt to wait at.
-    let declared = ["SANDBOX_UNATTENDED_ARGS", "SANDBOX_UNATTENDED_ENV"]
+    let declared = [crate::policy::layout::UNATTENDED_ARGS_ENV, crate::policy::layout::UNATTENDED_VARS_ENV]
         .iter()
         .any(|var| std::env::var(var).is_ok_and(|v| !v.trim().is_empty()));
     if !unattended && declared && unsafe { libc::isatty(0) } != 1 {
@@ -195,7 +195,11 @@ pub fn run() -> Result<u8, Fatal> {
         ));
     }
     // The one line tests and users wait for: the firewall holds and the session runs.
-    console::out(format!("sandbox ready: {summary}, {} ms", started.elapsed().as_millis()));
+    console::out(format!(
+        "{}: {summary}, {} ms",
+        crate::policy::layout::READY,
+        started.elapsed().as_millis()
+    ));
     if let (Some(e), Some(script)) = (&enforcement, after_ready) {
         let nft = e.nft.clone();
         std::thread::spawn(move || nft.apply(&script));
@@ -422,7 +426,8 @@ async fn reload((mode, ipv6): (FirewallMode, bool), enforcement: Option<&Enforce
         Ok(reloaded) => {
             status::write(&status::Status::new(mode, &policy, &e.upstreams, e.settings.ipv6));
             console::out(format!(
-                "sandbox reloaded: {}, {} addresses kept, {} connections cut, {} ms",
+                "{}: {}, {} addresses kept, {} connections cut, {} ms",
+                crate::policy::layout::RELOADED,
                 policy.summary(),
                 reloaded.kept,
                 reloaded.cut,

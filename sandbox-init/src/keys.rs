@@ -16,7 +16,7 @@ use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, Route};
 use crate::policy::{Policy, RemoteTools};
 use crate::privileges::AgentPrivileges;
 
-pub const SECRETS_DIR: &str = "/run/secrets";
+pub use crate::policy::layout::SECRETS_DIR;
 /// An extra CA the forwarder trusts besides the system's (a corporate proxy's, or a test's):
 /// a secret file like the keys.
 pub const EXTRA_CA_SECRET: &str = "sandbox_api_ca.pem";

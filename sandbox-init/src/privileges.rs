@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The unprivileged user of every image (created in images/base).
-pub const AGENT_USER: &str = "agent";
+pub use crate::policy::layout::AGENT_USER;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrivilegeError {

@@ -15,28 +15,34 @@ use crate::process;
 use crate::procfs::{ProcessInfo, Target};
 
 /// Everything sandbox-init keeps at run time.
-pub const RUN_DIR: &str = "/run/agent-sandbox";
-/// tmux's socket directory (TMUX_TMPDIR), owned by the agent; the image sets the same variable
-/// so a plain `tmux attach` as the agent finds the session too.
-pub const TMUX_TMPDIR: &str = "/run/agent-sandbox/tmux";
+pub use crate::policy::layout::RUN_DIR;
 /// Root's, holding the file the pane writes the exit status of its last command to, for PID 1
 /// to exit with: the agent can write that file but cannot replace it (with a link, a FIFO).
-pub const SESSION_DIR: &str = "/run/agent-sandbox/session";
+pub use crate::policy::layout::SESSION_DIR;
+/// tmux's socket directory (TMUX_TMPDIR), owned by the agent; the image sets the same variable
+/// so a plain `tmux attach` as the agent finds the session too.
+pub use crate::policy::layout::TMUX_TMPDIR;
 /// How long PID 1 waits for a tmux client it runs at start: the server is the agent's.
 const TMUX_LIMIT: Duration = Duration::from_secs(5);
-pub const WORKSPACE: &str = "/workspace";
+pub use crate::policy::layout::WORKSPACE;
 
 pub fn session_name() -> String {
-    std::env::var("TMUX_SESSION").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "agent".into())
+    std::env::var(crate::policy::layout::TMUX_SESSION_ENV)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "agent".into())
 }
 
 pub fn assistant_cmd() -> String {
-    std::env::var("ASSISTANT_CMD").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "bash".into())
+    std::env::var(crate::policy::layout::ASSISTANT_CMD_ENV)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "bash".into())
 }
 
 /// `SANDBOX_UNATTENDED`: whether the agent command starts with the image's unattended
 /// arguments and variables (`SANDBOX_UNATTENDED_ARGS`, `SANDBOX_UNATTENDED_ENV`).
-pub const UNATTENDED_ENV: &str = "SANDBOX_UNATTENDED";
+pub use crate::policy::layout::UNATTENDED_ENV;
 
 /// Whether unattended mode is asked for: `1`/`on`/`true`, or `0`/`off`/`false`/unset.
 pub fn unattended() -> Result<bool, String> {
@@ -57,8 +63,8 @@ pub fn agent_command(unattended: bool) -> (String, Vec<(String, String)>) {
     compose_agent_command(
         &assistant_cmd(),
         unattended,
-        &std::env::var("SANDBOX_UNATTENDED_ARGS").unwrap_or_default(),
-        &std::env::var("SANDBOX_UNATTENDED_ENV").unwrap_or_default(),
+        &std::env::var(crate::policy::layout::UNATTENDED_ARGS_ENV).unwrap_or_default(),
+        &std::env::var(crate::policy::layout::UNATTENDED_VARS_ENV).unwrap_or_default(),
     )
 }
 
@@ -210,7 +216,7 @@ fn record_status(status: u8) {
 }
 
 /// Present while PID 1 stops the session: the pane then does not start its shell.
-pub const STOPPING: &str = "/run/agent-sandbox/stopping";
+pub use crate::policy::layout::STOPPING;
 
 /// Marks the session as stopping, so the pane does not start its shell after the agent command.
 pub fn mark_stopping() {

@@ -21,7 +21,7 @@ use rustix::fs::{AtFlags, CWD, Dir, FileType, Gid, Mode, OFlags, Stat, Uid};
 use crate::console;
 
 /// The image's list of state directories: `:`-separated, absolute or `~/…`.
-pub const ENV: &str = "SANDBOX_STATE_DIRS";
+pub use crate::policy::layout::STATE_DIRS_ENV as ENV;
 /// Deeper than this, a walk hands nothing over: real CLI state is shallow, and a deep tree is
 /// only a way to make PID 1 hold a descriptor per level.
 const MAX_DEPTH: usize = 64;

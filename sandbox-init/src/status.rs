@@ -13,7 +13,7 @@ use crate::denials::DENIAL_LOG;
 use crate::net::firewall::{FirewallMode, Nft};
 use crate::policy::Policy;
 
-pub const STATUS_FILE: &str = "/run/agent-sandbox/status.json";
+pub use crate::policy::layout::STATUS_FILE;
 const SHOWN_DOMAINS: usize = 40;
 const SHOWN_DENIALS: usize = 10;
 const SHOWN_CONNECTIONS: usize = 10;

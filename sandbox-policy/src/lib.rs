@@ -7,6 +7,7 @@
 //! own line and column; only whole-file checks (an empty allowlist) are made after parsing.
 
 pub mod apis;
+pub mod layout;
 pub mod terminal;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,10 +19,7 @@ pub use ipnet::IpNet;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
-/// The policy baked into every image.
-pub const BAKED_POLICY: &str = "/etc/agent-sandbox/policy.yaml";
-/// Where users mount extra policies (`*.yaml`, `*.yml`) and plain domain lists (`*.txt`).
-pub const DROP_IN_DIR: &str = "/etc/agent-sandbox/policy.d";
+pub use layout::{BAKED_POLICY, DROP_IN_DIR};
 /// The ports a domain or CIDR entry allows when it names none.
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
 

@@ -85,8 +85,8 @@ pub fn files(agent: &NewAgent) -> Vec<(PathBuf, String)> {
          {install}{sep}\
          # SANDBOX_STATE_DIRS: where the CLI keeps its sign-in and history, to mount as volumes\n\
          # (`:`-separated, inside /home/agent; sandbox-init makes them the agent's).\n\
-         ENV ASSISTANT_CMD=\"{cmd}\" \\\n    \
-         SANDBOX_STATE_DIRS=\"/home/agent/.{name}\"\n\n\
+         ENV {assistant_cmd}=\"{cmd}\" \\\n    \
+         {state_dirs}=\"{home}/.{name}\"\n\n\
          # Unattended mode (SANDBOX_UNATTENDED=1): the arguments sandbox-init adds to ASSISTANT_CMD\n\
          # and the variables (`;`-separated NAME=value) it sets, so that the CLI acts without\n\
          # asking (e.g. --yolo). TODO: the CLI's own, checked against the pinned version; or, if it\n\
@@ -95,6 +95,9 @@ pub fn files(agent: &NewAgent) -> Vec<(PathBuf, String)> {
          SANDBOX_UNATTENDED_ENV=\"\"\n\n\
          COPY policy.yaml /etc/agent-sandbox/policy.yaml\n",
         sep = if install.is_empty() { "" } else { "\n" },
+        assistant_cmd = sandbox_policy::layout::ASSISTANT_CMD_ENV,
+        state_dirs = sandbox_policy::layout::STATE_DIRS_ENV,
+        home = sandbox_policy::layout::AGENT_HOME,
     );
     let policy = if domains.is_empty() {
         format!(

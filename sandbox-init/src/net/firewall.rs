@@ -43,7 +43,7 @@ pub enum FirewallMode {
 
 impl FirewallMode {
     pub fn from_env() -> Result<FirewallMode, Fatal> {
-        match std::env::var("SANDBOX_FIREWALL").as_deref() {
+        match std::env::var(crate::policy::layout::FIREWALL_ENV).as_deref() {
             Err(_) | Ok("" | "on") => Ok(FirewallMode::On),
             Ok("off") => Ok(FirewallMode::Off),
             Ok("open") => Ok(FirewallMode::Open),
