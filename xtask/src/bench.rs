@@ -95,18 +95,11 @@ pub async fn bench_build(mut opts: BuildOptions, runs: usize) -> anyhow::Result<
         Ok::<_, anyhow::Error>(())
     })();
     // The copies go, measured or not: they are the benchmark's, not the user's images.
-    let existing: Vec<&String> = tags
-        .iter()
-        .filter(|t| {
-            cmd!(sh, "docker image inspect {t}").quiet().ignore_stdout().ignore_stderr().run().is_ok()
-        })
-        .collect();
-    if !existing.is_empty() {
-        cmd!(sh, "docker image rm {existing...}")
-            .quiet()
-            .ignore_stdout()
-            .run()
-            .context("cannot remove the benchmark's tags")?;
+    let engine = crate::engine::Engine::connect().await?;
+    for tag in &tags {
+        if engine.image_id(tag).await?.is_some() {
+            engine.remove_tag(tag).await.context("cannot remove the benchmark's tags")?;
+        }
     }
     measured?;
 

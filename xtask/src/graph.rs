@@ -11,6 +11,10 @@ use serde::Serialize;
 
 use crate::project::LOCAL_PREFIX;
 
+/// The build arg a root image takes its OS layer through: the build replaces it with the layer it
+/// chose (os.rs).
+pub const OS_ARG: &str = "OS_IMAGE";
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GraphError {
     #[error("cannot read the images folder '{dir}': {message}")]
@@ -148,12 +152,10 @@ impl ImageGraph {
     }
 
     /// The pinned reference of the root images among `order` that take the OS layer through
-    /// [`crate::os::OS_ARG`]: what the build replaces with the OS layer it chose.
+    /// [`OS_ARG`]: what the build replaces with the OS layer it chose.
     pub fn os_reference(&self, order: &[String]) -> Option<&str> {
         order.iter().filter_map(|n| self.get(n)).find_map(|node| match &node.base {
-            Base::External { reference, arg: Some(arg) } if arg == crate::os::OS_ARG => {
-                Some(reference.as_str())
-            }
+            Base::External { reference, arg: Some(arg) } if arg == OS_ARG => Some(reference.as_str()),
             _ => None,
         })
     }
@@ -306,24 +308,6 @@ impl ImageGraph {
         }
         out.push_str("}\n");
         out
-    }
-}
-
-impl crate::flags::GraphFlags {
-    pub fn run(self, root: &Path) -> anyhow::Result<()> {
-        let graph = ImageGraph::discover(&root.join("images"))?;
-        let out = if self.json {
-            graph.render_json()
-        } else if self.dot {
-            graph.render_dot()
-        } else {
-            graph.render_text()
-        };
-        print!("{out}");
-        if !out.ends_with('\n') {
-            println!();
-        }
-        Ok(())
     }
 }
 

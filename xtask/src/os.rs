@@ -15,8 +15,7 @@ use xshell::{Shell, cmd};
 
 use crate::engine::Engine;
 
-/// The build arg through which a root image receives the OS layer.
-pub const OS_ARG: &str = "OS_IMAGE";
+pub use crate::graph::OS_ARG;
 pub const SUITE: &str = "trixie";
 pub const MIRROR_ENV: &str = "AGENT_SANDBOX_DEBIAN_MIRROR";
 pub const SECURITY_MIRROR_ENV: &str = "AGENT_SANDBOX_DEBIAN_SECURITY_MIRROR";
