@@ -14,13 +14,13 @@ use bollard::query_parameters::{
     StopContainerOptionsBuilder, UploadToContainerOptions,
 };
 use futures_util::StreamExt as _;
-use xtask::labels;
+use sandbox_images::labels;
 
 use crate::exit::{Code, Failure, Result};
 use crate::identity::folder_name;
 
 pub async fn connect() -> Result<Docker> {
-    Ok(xtask::engine::Engine::connect().await?.docker().clone())
+    Ok(sandbox_images::engine::connect().await?)
 }
 
 /// One of the launcher's sandboxes, as the engine lists it.

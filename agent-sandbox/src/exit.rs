@@ -48,10 +48,10 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-impl From<xtask::engine::EngineError> for Failure {
-    fn from(e: xtask::engine::EngineError) -> Failure {
+impl From<sandbox_images::engine::EngineError> for Failure {
+    fn from(e: sandbox_images::engine::EngineError) -> Failure {
         let code = match e {
-            xtask::engine::EngineError::Unreachable { .. } => Code::NoEngine,
+            sandbox_images::engine::EngineError::Unreachable { .. } => Code::NoEngine,
             _ => Code::Engine,
         };
         Failure::new(code, e.to_string())

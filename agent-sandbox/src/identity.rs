@@ -1,5 +1,5 @@
 //! Which sandbox is which: the container's and state volumes' names, derived from the agent and
-//! the project's canonical path (the labels they carry are xtask's `labels::LAUNCHER_*`). Pure.
+//! the project's canonical path (the labels they carry are sandbox-images' `labels::LAUNCHER_*`). Pure.
 
 use std::path::Path;
 

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType};
+use sandbox_images::labels;
 use sandbox_policy::apis::{APIS, key_vars};
 use sandbox_policy::{Allowlist, Policy};
-use xtask::labels;
 
 use crate::approve::{self, RUNTIME_DROP_IN};
 use crate::engine::{self, Entry, ImageFacts};
@@ -164,15 +164,19 @@ async fn image(docker: &Docker, flags: &RunFlags) -> Result<(String, ImageFacts)
             )),
         };
     }
-    let prefix =
-        std::env::var(xtask::project::PREFIX_ENV).unwrap_or_else(|_| xtask::project::DEFAULT_PREFIX.into());
-    let local = format!("{}:{}", xtask::project::repository(&prefix, &flags.agent), xtask::project::VERSION);
+    let prefix = std::env::var(sandbox_images::naming::PREFIX_ENV)
+        .unwrap_or_else(|_| sandbox_images::naming::DEFAULT_PREFIX.into());
+    let local = format!(
+        "{}:{}",
+        sandbox_images::naming::repository(&prefix, &flags.agent),
+        sandbox_images::naming::VERSION
+    );
     if let Some(facts) = engine::image(docker, &local).await? {
         return Ok((local, facts));
     }
     if let Some(pinned) = pinned(&flags.agent)? {
         eprintln!("agent-sandbox: {local} is not built here; pulling {pinned}");
-        xtask::engine::Engine::connect().await?.ensure_pulled(&pinned).await?;
+        sandbox_images::engine::ensure_pulled(docker, &pinned).await?;
         if let Some(facts) = engine::image(docker, &pinned).await? {
             return Ok((pinned, facts));
         }
@@ -199,7 +203,7 @@ fn pinned(agent: &str) -> Result<Option<String>> {
             if !path.is_file() {
                 return Err(bad("no such file".into()));
             }
-            xtask::lock::ImagesLock::read(&path).map_err(|e| bad(format!("{e:#}")))?
+            sandbox_images::lock::ImagesLock::read(&path).map_err(|e| bad(format!("{e:#}")))?
         }
         None => serde_json::from_str(IMAGES_LOCK).map_err(|e| {
             Failure::new(
@@ -598,7 +602,7 @@ mod tests {
 
     #[test]
     fn the_images_lock_built_in_parses() {
-        let lock: xtask::lock::ImagesLock = serde_json::from_str(IMAGES_LOCK).unwrap();
+        let lock: sandbox_images::lock::ImagesLock = serde_json::from_str(IMAGES_LOCK).unwrap();
         assert!(lock.images.contains_key("shell"), "{:?}", lock.images.keys());
     }
 

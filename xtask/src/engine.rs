@@ -7,74 +7,14 @@ use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::models::BuildInfoAux;
 use bollard::query_parameters::{
-    BuildImageOptionsBuilder, CreateImageOptionsBuilder, ImportImageOptionsBuilder,
-    RemoveImageOptionsBuilder, TagImageOptionsBuilder,
+    BuildImageOptionsBuilder, ImportImageOptionsBuilder, RemoveImageOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures_util::StreamExt as _;
 
 /// How many of the engine's last output lines a failure report keeps.
 const TAIL_LINES: usize = 25;
 
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error(
-        "no container engine answers at {endpoint}: {cause}\n\
-         DOCKER_HOST is {docker_host}.\n\
-         Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or install one \
-         (Debian: `sudo apt-get install docker.io`), or point DOCKER_HOST at a running engine."
-    )]
-    Unreachable { endpoint: String, docker_host: String, cause: String },
-    #[error("the engine refused {what}: {source}")]
-    Call {
-        what: String,
-        #[source]
-        source: BollardError,
-    },
-    #[error("cannot pull '{reference}': {message}")]
-    Pull { reference: String, message: String },
-    #[error("cannot push '{reference}': {message}")]
-    Push { reference: String, message: String, kind: PushFailure },
-}
-
-/// Whether a failed push is worth retrying.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PushFailure {
-    /// The registry refused the credentials: retrying cannot help.
-    Unauthorized,
-    /// The registry could not be reached, or answered with a server error.
-    Transient,
-    Other,
-}
-
-impl PushFailure {
-    pub fn classify(message: &str) -> PushFailure {
-        let m = message.to_ascii_lowercase();
-        if ["unauthorized", "authentication required", "denied", "no basic auth credentials"]
-            .iter()
-            .any(|s| m.contains(s))
-        {
-            PushFailure::Unauthorized
-        } else if [
-            "connection refused",
-            "connection reset",
-            "timeout",
-            "eof",
-            "no such host",
-            "503",
-            "502",
-            "500",
-            "429",
-            "too many requests",
-        ]
-        .iter()
-        .any(|s| m.contains(s))
-        {
-            PushFailure::Transient
-        } else {
-            PushFailure::Other
-        }
-    }
-}
+pub use sandbox_images::engine::{EngineError, PushFailure};
 
 /// An image as the engine lists it.
 #[derive(Debug, Clone)]
@@ -120,18 +60,7 @@ pub struct Engine {
 impl Engine {
     /// Connects to the engine named by DOCKER_HOST (or the local socket) and checks it answers.
     pub async fn connect() -> Result<Engine, EngineError> {
-        let docker_host = std::env::var("DOCKER_HOST").ok();
-        let endpoint = docker_host.clone().unwrap_or_else(|| "unix:///var/run/docker.sock".to_string());
-        let unreachable = |cause: String| EngineError::Unreachable {
-            endpoint: endpoint.clone(),
-            docker_host: docker_host.clone().map_or("not set".into(), |h| format!("'{h}'")),
-            cause,
-        };
-        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
-        // The engine may be older than bollard's default API version; speak the engine's. This
-        // is also the call that proves the engine answers.
-        let docker = docker.negotiate_version().await.map_err(|e| unreachable(e.to_string()))?;
-        Ok(Engine { docker })
+        Ok(Engine { docker: sandbox_images::engine::connect().await? })
     }
 
     pub fn docker(&self) -> &Docker {
@@ -301,20 +230,7 @@ impl Engine {
 
     /// Pulls `reference` unless it is already present.
     pub async fn ensure_pulled(&self, reference: &str) -> Result<String, EngineError> {
-        if let Some(id) = self.image_id(reference).await? {
-            return Ok(id);
-        }
-        let options = CreateImageOptionsBuilder::default().from_image(reference).build();
-        let mut stream = self.docker.create_image(Some(options), None, None);
-        while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                return Err(EngineError::Pull { reference: reference.into(), message: e.to_string() });
-            }
-        }
-        self.image_id(reference).await?.ok_or_else(|| EngineError::Pull {
-            reference: reference.into(),
-            message: "the engine reported success but has no such image".into(),
-        })
+        sandbox_images::engine::ensure_pulled(&self.docker, reference).await
     }
 
     /// Loads a `docker save`-format archive (the way to add an image with a chosen config).

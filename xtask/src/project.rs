@@ -5,43 +5,19 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use xshell::{Shell, cmd};
 
-/// The version every image is tagged with: the workspace's.
-/// Every image's repository is `agent-<folder>`, and a local parent is named so in a
-/// Dockerfile's `ARG` default.
-pub const LOCAL_PREFIX: &str = "agent-";
-
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Where the images' `org.opencontainers.image.source` label points.
-pub const SOURCE_URL: &str = env!("CARGO_PKG_REPOSITORY");
-pub const LICENSES: &str = env!("CARGO_PKG_LICENSE");
-/// Tag prefix used unless `--prefix` (or `--registry` when publishing) says otherwise.
-pub const DEFAULT_PREFIX: &str = "localhost/agent-sandbox";
-pub const PREFIX_ENV: &str = "AGENT_SANDBOX_PREFIX";
+pub use sandbox_images::naming::{
+    BENCH_REPOSITORY, DEFAULT_PREFIX, INPUTS_REPOSITORY, LICENSES, LOCAL_PREFIX, PREFIX_ENV, SOURCE_URL,
+    VERSION, inputs_tag, repository,
+};
 /// The environment variable that `--ca-bundle` reads when not given.
 pub const CA_BUNDLE_ENV: &str = "AGENT_SANDBOX_CA_BUNDLE";
 /// `--os-source` from the environment: how `cargo xtask test` hands its choice to the suites, so
 /// that the images they ask for are the ones it built.
 pub const OS_SOURCE_ENV: &str = "AGENT_SANDBOX_OS_SOURCE";
 
-/// Every built image is also tagged `<INPUTS_REPOSITORY>:<name>-<input hash>`: the index by
-/// which a later build finds it, whatever prefix either build used.
-pub const INPUTS_REPOSITORY: &str = "localhost/agent-sandbox/inputs";
-/// Where `cargo xtask bench build` tags its `docker build` copies (`<BENCH_REPOSITORY>/<name>`):
-/// it removes them when done, and `prune` takes any it left.
-pub const BENCH_REPOSITORY: &str = "agent-sandbox-bench";
-
-pub fn inputs_tag(name: &str, inputs: &str) -> String {
-    format!("{INPUTS_REPOSITORY}:{name}-{}", inputs.strip_prefix("sha256:").unwrap_or(inputs))
-}
-
 /// The workspace root: the parent of the xtask crate.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
-}
-
-/// `<prefix>/agent-<name>`
-pub fn repository(prefix: &str, name: &str) -> String {
-    format!("{}/{}{name}", prefix.trim_end_matches('/'), LOCAL_PREFIX)
 }
 
 /// The short commit, with `-dirty` when tracked files other than the lock differ from it;
