@@ -8,11 +8,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
 use sandbox_policy::{Allowlist, DomainPattern, Policy};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{self, Entry, Found};
+use crate::engine::{Entry, Found, Sandbox};
 use crate::exit::{Code, Failure, Result};
 
 /// The drop-in `allow` and `deny` write: in the folder sandbox-init reads at every reload,
@@ -150,27 +149,23 @@ pub fn render(entries: &[String]) -> String {
     text
 }
 
-async fn read_text(docker: &Docker, id: &str, path: &str) -> Result<Option<String>> {
-    Ok(engine::get(docker, id, path)
-        .await?
-        .into_iter()
-        .next()
-        .map(|(_, b)| String::from_utf8_lossy(&b).into_owned()))
+async fn read_text(sandbox: &Sandbox, path: &str) -> Result<Option<String>> {
+    Ok(sandbox.get(path).await?.into_iter().next().map(|(_, b)| String::from_utf8_lossy(&b).into_owned()))
 }
 
 /// The policy in the sandbox: its baked policy and drop-ins, read out and loaded as sandbox-init
 /// loads them; with `runtime`, as it will be once the runtime drop-in holds those entries.
-async fn policy_in(docker: &Docker, id: &str, runtime: Option<&[String]>) -> Result<Policy> {
+async fn policy_in(sandbox: &Sandbox, runtime: Option<&[String]>) -> Result<Policy> {
     let dir = tempfile::tempdir()
         .map_err(|e| Failure::new(Code::Engine, format!("cannot make a temporary folder: {e}")))?;
     let baked = dir.path().join("policy.yaml");
     let drop_ins = dir.path().join("policy.d");
     let io = |e: std::io::Error| Failure::new(Code::Engine, format!("cannot keep the sandbox's policy: {e}"));
     std::fs::create_dir(&drop_ins).map_err(io)?;
-    let text = read_text(docker, id, sandbox_policy::BAKED_POLICY).await?.unwrap_or_default();
+    let text = read_text(sandbox, sandbox_policy::BAKED_POLICY).await?.unwrap_or_default();
     std::fs::write(&baked, text).map_err(io)?;
     let runtime_name = Path::new(RUNTIME_DROP_IN).file_name().expect("a file name");
-    for (name, contents) in engine::get(docker, id, sandbox_policy::DROP_IN_DIR).await? {
+    for (name, contents) in sandbox.get(sandbox_policy::DROP_IN_DIR).await? {
         let file = Path::new(&name).file_name().map(|f| f.to_owned()).unwrap_or_default();
         if runtime.is_none() || file != runtime_name {
             std::fs::write(drop_ins.join(file), contents).map_err(io)?;
@@ -191,8 +186,8 @@ struct Status {
 }
 
 /// The domains of the policy PID 1 last loaded, as its status file lists them.
-async fn domains_in_force(docker: &Docker, id: &str) -> Result<Vec<String>> {
-    let text = read_text(docker, id, STATUS_FILE).await?.unwrap_or_default();
+async fn domains_in_force(sandbox: &Sandbox) -> Result<Vec<String>> {
+    let text = read_text(sandbox, STATUS_FILE).await?.unwrap_or_default();
     let status: Status = serde_json::from_str(&text).unwrap_or(Status { domains: Vec::new() });
     Ok(status.domains)
 }
@@ -207,22 +202,22 @@ fn listed(policy: &Policy) -> Vec<String> {
 /// Writes the runtime drop-in with `new` in it, signals the reload and waits until the status
 /// file PID 1 writes at every (re)load lists exactly the domains of `after`, the policy it makes
 /// (`policy_in` with `new`).
-async fn apply(docker: &Docker, sandbox: &Found, new: &[String], after: &Policy) -> Result<()> {
+async fn apply(sandbox: &Sandbox, new: &[String], after: &Policy) -> Result<()> {
     let text = render(new);
     let expected = listed(after);
     let entry =
         Entry { path: RUNTIME_DROP_IN.into(), contents: Some(text.into_bytes()), mode: 0o644, uid: 0 };
-    engine::put(docker, &sandbox.id, &[entry]).await?;
-    engine::signal(docker, &sandbox.id, "HUP").await?;
+    sandbox.put(&[entry]).await?;
+    sandbox.signal("HUP").await?;
     let started = Instant::now();
     loop {
-        let mut in_force = domains_in_force(docker, &sandbox.id).await?;
+        let mut in_force = domains_in_force(sandbox).await?;
         in_force.sort();
         if in_force == expected {
             return Ok(());
         }
         if started.elapsed() > RELOAD_TIMEOUT {
-            let log = engine::logs(docker, &sandbox.id, Some(5)).await.unwrap_or_default();
+            let log = sandbox.logs(Some(5)).await.unwrap_or_default();
             return Err(Failure::new(
                 Code::Sandbox,
                 format!(
@@ -238,25 +233,25 @@ async fn apply(docker: &Docker, sandbox: &Found, new: &[String], after: &Policy)
 
 /// `allow`: adds `domains` (checked by the caller) to the running sandbox's runtime drop-in and
 /// reloads.
-pub async fn allow(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<()> {
+pub async fn allow(sandbox: &Sandbox, domains: &[String]) -> Result<()> {
     sandbox.ensure_running()?;
-    let mut current = entries(&read_text(docker, &sandbox.id, RUNTIME_DROP_IN).await?.unwrap_or_default());
+    let mut current = entries(&read_text(sandbox, RUNTIME_DROP_IN).await?.unwrap_or_default());
     for domain in domains {
         if !current.contains(domain) {
             current.push(domain.clone());
         }
     }
-    let after = policy_in(docker, &sandbox.id, Some(&current)).await?;
-    apply(docker, sandbox, &current, &after).await
+    let after = policy_in(sandbox, Some(&current)).await?;
+    apply(sandbox, &current, &after).await
 }
 
 /// `deny`: removes `domains` from the runtime drop-in and reloads. A name the drop-in does not
 /// hold, or that another entry would still allow, is refused and nothing changes: `deny` takes
 /// back what `allow` gave, and never says a name is closed while it is not.
-pub async fn deny(docker: &Docker, sandbox: &Found, domains: &[String]) -> Result<()> {
+pub async fn deny(sandbox: &Sandbox, domains: &[String]) -> Result<()> {
     sandbox.ensure_running()?;
     let patterns = validate("DOMAIN", domains)?;
-    let current = entries(&read_text(docker, &sandbox.id, RUNTIME_DROP_IN).await?.unwrap_or_default());
+    let current = entries(&read_text(sandbox, RUNTIME_DROP_IN).await?.unwrap_or_default());
     let unknown: Vec<&String> = domains.iter().filter(|d| !current.contains(d)).collect();
     if !unknown.is_empty() {
         return Err(Failure::new(
@@ -270,7 +265,7 @@ pub async fn deny(docker: &Docker, sandbox: &Found, domains: &[String]) -> Resul
         ));
     }
     let kept: Vec<String> = current.iter().filter(|d| !domains.contains(d)).cloned().collect();
-    let after = policy_in(docker, &sandbox.id, Some(&kept)).await?;
+    let after = policy_in(sandbox, Some(&kept)).await?;
     let still = Allowlist::new(&after);
     let stays: Vec<String> = patterns
         .iter()
@@ -293,7 +288,7 @@ pub async fn deny(docker: &Docker, sandbox: &Found, domains: &[String]) -> Resul
             ),
         ));
     }
-    apply(docker, sandbox, &kept, &after).await
+    apply(sandbox, &kept, &after).await
 }
 
 /// One name in the approval queue.
@@ -387,24 +382,24 @@ fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
     out
 }
 
-async fn read_mark(docker: &Docker, sandbox: &Found, path: &str) -> Result<String> {
-    Ok(read_text(docker, &sandbox.id, path).await?.unwrap_or_default().trim().to_string())
+async fn read_mark(sandbox: &Sandbox, path: &str) -> Result<String> {
+    Ok(read_text(sandbox, path).await?.unwrap_or_default().trim().to_string())
 }
 
-async fn write_mark(docker: &Docker, sandbox: &Found, path: &str, mark: &str) -> Result<()> {
+async fn write_mark(sandbox: &Sandbox, path: &str, mark: &str) -> Result<()> {
     let entry = Entry { path: path.into(), contents: Some(mark.as_bytes().to_vec()), mode: 0o644, uid: 0 };
-    engine::put(docker, &sandbox.id, &[entry]).await
+    sandbox.put(&[entry]).await
 }
 
 /// Both denial logs, read so that no rotation between the two reads loses or repeats lines: the
 /// current file read before and after the rotated one must be the same file grown.
-async fn denial_lines(docker: &Docker, sandbox: &Found) -> Result<String> {
+async fn denial_lines(sandbox: &Sandbox) -> Result<String> {
     let [rotated, current] = denial_logs();
     let (rotated, current) = (rotated.as_str(), current.as_str());
     for _ in 0..5 {
-        let before = read_text(docker, &sandbox.id, current).await?.unwrap_or_default();
-        let old = read_text(docker, &sandbox.id, rotated).await?.unwrap_or_default();
-        let after = read_text(docker, &sandbox.id, current).await?.unwrap_or_default();
+        let before = read_text(sandbox, current).await?.unwrap_or_default();
+        let old = read_text(sandbox, rotated).await?.unwrap_or_default();
+        let after = read_text(sandbox, current).await?.unwrap_or_default();
         if after.starts_with(&before) {
             return Ok(old + &after);
         }
@@ -416,10 +411,10 @@ async fn denial_lines(docker: &Docker, sandbox: &Found) -> Result<String> {
 }
 
 /// The sandbox's approval queue: refused names after the mark, not allowed now.
-async fn read_queue(docker: &Docker, sandbox: &Found) -> Result<Queue> {
-    let lines = denial_lines(docker, sandbox).await?;
-    let mark = read_mark(docker, sandbox, PENDING_MARK).await?;
-    let policy = policy_in(docker, &sandbox.id, None).await?;
+async fn read_queue(sandbox: &Sandbox) -> Result<Queue> {
+    let lines = denial_lines(sandbox).await?;
+    let mark = read_mark(sandbox, PENDING_MARK).await?;
+    let policy = policy_in(sandbox, None).await?;
     Ok(queue(&lines, &mark, &policy))
 }
 
@@ -431,9 +426,9 @@ struct Review {
     names: Vec<String>,
 }
 
-async fn read_review(docker: &Docker, sandbox: &Found) -> Result<Option<Review>> {
-    let mark = read_mark(docker, sandbox, PENDING_MARK).await?;
-    let text = read_mark(docker, sandbox, REVIEWED_MARK).await?;
+async fn read_review(sandbox: &Sandbox) -> Result<Option<Review>> {
+    let mark = read_mark(sandbox, PENDING_MARK).await?;
+    let text = read_mark(sandbox, REVIEWED_MARK).await?;
     let review: Review = serde_json::from_str(&text).unwrap_or_default();
     Ok((!review.until.is_empty() && review.until > mark).then_some(review))
 }
@@ -451,36 +446,30 @@ fn nothing_reviewed(sandbox: &Found, what: &str) -> Failure {
 
 /// `pending`: the queue, which the user has now seen: its names are what `allow --pending` may
 /// approve, and nothing else.
-pub async fn pending(docker: &Docker, sandbox: &Found) -> Result<Queue> {
-    let queue = read_queue(docker, sandbox).await?;
+pub async fn pending(sandbox: &Sandbox) -> Result<Queue> {
+    let queue = read_queue(sandbox).await?;
     if let Some(newest) = &queue.newest {
         let review =
             Review { until: newest.clone(), names: queue.names.iter().map(|p| p.name.clone()).collect() };
-        write_mark(docker, sandbox, REVIEWED_MARK, &serde_json::to_string(&review).expect("serialises"))
-            .await?;
+        write_mark(sandbox, REVIEWED_MARK, &serde_json::to_string(&review).expect("serialises")).await?;
     }
     Ok(queue)
 }
 
 /// `pending --dismiss`: drops what the last `pending` showed, as far as it read.
-pub async fn dismiss(docker: &Docker, sandbox: &Found) -> Result<usize> {
-    let review = read_review(docker, sandbox).await?.ok_or_else(|| nothing_reviewed(sandbox, "dismiss"))?;
-    write_mark(docker, sandbox, PENDING_MARK, &review.until).await?;
+pub async fn dismiss(sandbox: &Sandbox) -> Result<usize> {
+    let review = read_review(sandbox).await?.ok_or_else(|| nothing_reviewed(sandbox, "dismiss"))?;
+    write_mark(sandbox, PENDING_MARK, &review.until).await?;
     Ok(review.names.len())
 }
 
 /// `allow --pending`: allows the names the last `pending` showed (and `extra`) that are still
 /// not allowed, nothing the agent asked for since or the user did not see; more than
 /// [`APPROVE_WITHOUT_YES`] only with `yes` saying how many.
-pub async fn allow_pending(
-    docker: &Docker,
-    sandbox: &Found,
-    extra: &[String],
-    yes: Option<usize>,
-) -> Result<Vec<String>> {
+pub async fn allow_pending(sandbox: &Sandbox, extra: &[String], yes: Option<usize>) -> Result<Vec<String>> {
     sandbox.ensure_running()?;
-    let review = read_review(docker, sandbox).await?.ok_or_else(|| nothing_reviewed(sandbox, "approve"))?;
-    let policy = policy_in(docker, &sandbox.id, None).await?;
+    let review = read_review(sandbox).await?.ok_or_else(|| nothing_reviewed(sandbox, "approve"))?;
+    let policy = policy_in(sandbox, None).await?;
     let allowlist = Allowlist::new(&policy);
     let mut domains = extra.to_vec();
     domains.extend(review.names.into_iter().filter(|name| allowlist.matches(name).is_none()));
@@ -497,9 +486,9 @@ pub async fn allow_pending(
         ));
     }
     if !domains.is_empty() {
-        allow(docker, sandbox, &domains).await?;
+        allow(sandbox, &domains).await?;
     }
-    write_mark(docker, sandbox, PENDING_MARK, &review.until).await?;
+    write_mark(sandbox, PENDING_MARK, &review.until).await?;
     Ok(domains)
 }
 

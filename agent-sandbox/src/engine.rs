@@ -1,6 +1,7 @@
-//! Every engine call the launcher makes (bollard): finding its sandboxes by label, the image's
-//! facts, files into and out of a container (tar archives: keys, drop-ins, the pending mark),
-//! commands in it, signals. The rest of the launcher is logic on what these return.
+//! Every engine call the launcher makes (bollard), behind two handles: [`Engine`] (finding its
+//! sandboxes by label, the image's facts, volumes, creating a container) and [`Sandbox`] (one
+//! container: files into and out of it as tar archives, commands in it, its log, signals, the
+//! terminal of `sandbox-attach`). The rest of the launcher is logic on what these return.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,7 +11,7 @@ use bollard::exec::{StartExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, ContainerSummaryStateEnum, ExecConfig};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptions, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder, ResizeExecOptions,
     StopContainerOptionsBuilder, UploadToContainerOptions,
 };
 use futures_util::StreamExt as _;
@@ -19,12 +20,34 @@ use sandbox_images::labels;
 use crate::exit::{Code, Failure, Result};
 use crate::identity::folder_name;
 
-pub async fn connect() -> Result<Docker> {
-    Ok(sandbox_images::engine::connect().await?)
+/// The engine the launcher talks to.
+#[derive(Clone)]
+pub struct Engine {
+    docker: Docker,
+}
+
+/// One of the launcher's containers: what the engine listed of it, and its calls.
+#[derive(Clone)]
+pub struct Sandbox {
+    docker: Docker,
+    found: Found,
+}
+
+impl Sandbox {
+    pub fn into_found(self) -> Found {
+        self.found
+    }
+}
+
+impl std::ops::Deref for Sandbox {
+    type Target = Found;
+    fn deref(&self) -> &Found {
+        &self.found
+    }
 }
 
 /// One of the launcher's sandboxes, as the engine lists it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Found {
     pub id: String,
     pub name: String,
@@ -55,43 +78,55 @@ impl Found {
     }
 }
 
-/// Every container the launcher started, running or not.
-pub async fn sandboxes(docker: &Docker) -> Result<Vec<Found>> {
-    let filters = HashMap::from([("label", vec![labels::LAUNCHER_AGENT])]);
-    let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-    let mut found: Vec<Found> = docker
-        .list_containers(Some(options))
-        .await?
-        .into_iter()
-        .map(|c| {
-            let labels = c.labels.unwrap_or_default();
-            let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
-            Found {
-                id: c.id.unwrap_or_default(),
-                name: c
-                    .names
-                    .and_then(|n| n.into_iter().next())
-                    .map(|n| n.trim_start_matches('/').to_string())
-                    .unwrap_or_default(),
-                agent: label(labels::LAUNCHER_AGENT),
-                project: label(labels::LAUNCHER_PROJECT),
-                state: label(labels::LAUNCHER_STATE),
-                git: label(labels::LAUNCHER_GIT),
-                running: c.state == Some(ContainerSummaryStateEnum::RUNNING),
-                status: c.status.unwrap_or_default(),
-                image: c.image.unwrap_or_default(),
-            }
-        })
-        .collect();
-    found.sort_by(|a, b| (&a.agent, &a.project).cmp(&(&b.agent, &b.project)));
-    Ok(found)
-}
+impl Engine {
+    pub async fn connect() -> Result<Engine> {
+        Ok(Engine { docker: sandbox_images::engine::connect().await? })
+    }
 
-/// The sandbox `which` names: its container name, its agent, or its project's folder name (or
-/// path). Exactly one must match.
-pub async fn find(docker: &Docker, which: &str) -> Result<Found> {
-    let all = sandboxes(docker).await?;
-    pick(all, which)
+    /// Every container the launcher started, running or not.
+    pub async fn sandboxes(&self) -> Result<Vec<Sandbox>> {
+        let docker = &self.docker;
+        let filters = HashMap::from([("label", vec![labels::LAUNCHER_AGENT])]);
+        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let mut found: Vec<Found> = docker
+            .list_containers(Some(options))
+            .await?
+            .into_iter()
+            .map(|c| {
+                let labels = c.labels.unwrap_or_default();
+                let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
+                Found {
+                    id: c.id.unwrap_or_default(),
+                    name: c
+                        .names
+                        .and_then(|n| n.into_iter().next())
+                        .map(|n| n.trim_start_matches('/').to_string())
+                        .unwrap_or_default(),
+                    agent: label(labels::LAUNCHER_AGENT),
+                    project: label(labels::LAUNCHER_PROJECT),
+                    state: label(labels::LAUNCHER_STATE),
+                    git: label(labels::LAUNCHER_GIT),
+                    running: c.state == Some(ContainerSummaryStateEnum::RUNNING),
+                    status: c.status.unwrap_or_default(),
+                    image: c.image.unwrap_or_default(),
+                }
+            })
+            .collect();
+        found.sort_by(|a, b| (&a.agent, &a.project).cmp(&(&b.agent, &b.project)));
+        Ok(found.into_iter().map(|found| self.sandbox(found)).collect())
+    }
+
+    /// The sandbox `which` names: its container name, its agent, or its project's folder name (or
+    /// path). Exactly one must match.
+    pub async fn find(&self, which: &str) -> Result<Sandbox> {
+        let all = self.sandboxes().await?.into_iter().map(|s| s.found).collect();
+        Ok(self.sandbox(pick(all, which)?))
+    }
+
+    /// The handle of a container the engine listed (or this launcher just created).
+    pub fn sandbox(&self, found: Found) -> Sandbox {
+        Sandbox { docker: self.docker.clone(), found }
+    }
 }
 
 fn pick(all: Vec<Found>, which: &str) -> Result<Found> {
@@ -132,45 +167,60 @@ impl ImageFacts {
     }
 }
 
-/// The image `reference`, or `None` when the engine has none by that name.
-pub async fn image(docker: &Docker, reference: &str) -> Result<Option<ImageFacts>> {
-    match docker.inspect_image(reference).await {
-        Ok(image) => {
-            let config = image.config.unwrap_or_default();
-            Ok(Some(ImageFacts {
-                env: config.env.unwrap_or_default(),
-                labels: config.labels.unwrap_or_default(),
-            }))
+impl Engine {
+    /// The image `reference`, or `None` when the engine has none by that name.
+    pub async fn image(&self, reference: &str) -> Result<Option<ImageFacts>> {
+        match self.docker.inspect_image(reference).await {
+            Ok(image) => {
+                let config = image.config.unwrap_or_default();
+                Ok(Some(ImageFacts {
+                    env: config.env.unwrap_or_default(),
+                    labels: config.labels.unwrap_or_default(),
+                }))
+            }
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
+            Err(e) => Err(e.into()),
         }
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
-        Err(e) => Err(e.into()),
+    }
+
+    /// Pulls `reference` (an image by its pinned digest) unless the engine has it.
+    pub async fn pull(&self, reference: &str) -> Result<()> {
+        sandbox_images::engine::ensure_pulled(&self.docker, reference).await?;
+        Ok(())
+    }
+
+    /// Creates the container `found` describes (its name, agent, project, state volume, git
+    /// snapshot), from `body`; not started.
+    pub async fn create(&self, mut found: Found, body: ContainerCreateBody) -> Result<Sandbox> {
+        let options = CreateContainerOptionsBuilder::default().name(&found.name).build();
+        found.id = self.docker.create_container(Some(options), body).await?.id;
+        Ok(self.sandbox(found))
+    }
+
+    /// Removes a volume (one the launcher made and no container uses).
+    pub async fn remove_volume(&self, name: &str) -> Result<()> {
+        self.docker.remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>).await?;
+        Ok(())
+    }
+
+    /// Creates the volume unless it exists, labelled as the launcher's; whether it made it.
+    pub async fn ensure_volume(&self, name: &str, labels: HashMap<String, String>) -> Result<bool> {
+        if self.docker.inspect_volume(name).await.is_ok() {
+            return Ok(false);
+        }
+        let request = bollard::models::VolumeCreateRequest {
+            name: Some(name.to_string()),
+            labels: Some(labels),
+            ..Default::default()
+        };
+        self.docker.create_volume(request).await?;
+        Ok(true)
     }
 }
 
-pub async fn create(docker: &Docker, name: &str, body: ContainerCreateBody) -> Result<String> {
-    let options = CreateContainerOptionsBuilder::default().name(name).build();
-    Ok(docker.create_container(Some(options), body).await?.id)
-}
-
-pub async fn start(docker: &Docker, id: &str) -> Result<()> {
-    docker.start_container(id, None::<bollard::query_parameters::StartContainerOptions>).await?;
-    Ok(())
-}
-
-/// Stops (SIGTERM, SIGKILL after `grace` seconds) and removes the container.
-pub async fn remove(docker: &Docker, id: &str, grace: i32) -> Result<()> {
-    let _ = docker.stop_container(id, Some(StopContainerOptionsBuilder::default().t(grace).build())).await;
-    let force = RemoveContainerOptionsBuilder::default().force(true).build();
-    docker.remove_container(id, Some(force)).await?;
-    Ok(())
-}
-
-pub async fn signal(docker: &Docker, id: &str, signal: &str) -> Result<()> {
-    docker.kill_container(id, Some(KillContainerOptionsBuilder::default().signal(signal).build())).await?;
-    Ok(())
-}
-
 /// A file to put into a container, with its owner and mode (a directory when `contents` is None).
+/// Its `Debug` shows no contents: they are keys and sign-in files.
+#[derive(Clone)]
 pub struct Entry {
     pub path: String,
     pub contents: Option<Vec<u8>>,
@@ -178,65 +228,11 @@ pub struct Entry {
     pub uid: u64,
 }
 
-/// Writes `entries` (paths relative to /) into the container, running or only created, with
-/// the owners and modes given: one tar archive, which the engine extracts as root.
-pub async fn put(docker: &Docker, id: &str, entries: &[Entry]) -> Result<()> {
-    let mut archive = tar::Builder::new(Vec::new());
-    for entry in entries {
-        let mut header = tar::Header::new_gnu();
-        header.set_uid(entry.uid);
-        header.set_gid(entry.uid);
-        header.set_mode(entry.mode);
-        header.set_mtime(
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        );
-        let contents = entry.contents.as_deref().unwrap_or_default();
-        header.set_entry_type(if entry.contents.is_some() {
-            tar::EntryType::Regular
-        } else {
-            tar::EntryType::Directory
-        });
-        header.set_size(contents.len() as u64);
-        archive
-            .append_data(&mut header, entry.path.trim_start_matches('/'), contents)
-            .map_err(|e| Failure::new(Code::Engine, format!("cannot pack {}: {e}", entry.path)))?;
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let size = self.contents.as_ref().map_or("folder".to_string(), |c| format!("{} bytes", c.len()));
+        write!(f, "{} {:o} uid {} ({size})", self.path, self.mode, self.uid)
     }
-    let bytes = archive.into_inner().map_err(|e| Failure::new(Code::Engine, format!("cannot pack: {e}")))?;
-    let options = UploadToContainerOptions { path: "/".into(), ..Default::default() };
-    docker.upload_to_container(id, Some(options), bollard::body_full(bytes.into())).await?;
-    Ok(())
-}
-
-/// The files under `path` in the container (one file, or a folder's files), by their path
-/// relative to `path`'s parent; none when `path` does not exist.
-pub async fn get(docker: &Docker, id: &str, path: &str) -> Result<Vec<(String, Vec<u8>)>> {
-    let options = DownloadFromContainerOptions { path: path.to_string() };
-    let mut stream = docker.download_from_container(id, Some(options));
-    let mut bytes = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        match chunk {
-            Ok(chunk) => bytes.extend_from_slice(&chunk),
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let mut files = Vec::new();
-    let mut archive = tar::Archive::new(bytes.as_slice());
-    let unpack =
-        |e: std::io::Error| Failure::new(Code::Engine, format!("cannot read {path} from the sandbox: {e}"));
-    for entry in archive.entries().map_err(unpack)? {
-        let mut entry = entry.map_err(unpack)?;
-        if entry.header().entry_type() != tar::EntryType::Regular {
-            continue;
-        }
-        let name = entry.path().map_err(unpack)?.to_string_lossy().into_owned();
-        let mut contents = Vec::new();
-        std::io::Read::read_to_end(&mut entry, &mut contents).map_err(unpack)?;
-        files.push((name, contents));
-    }
-    Ok(files)
 }
 
 /// What a command run in the container printed, and its status.
@@ -246,91 +242,232 @@ pub struct Output {
     pub code: i64,
 }
 
-/// Runs `cmd` as root in the container and collects its output.
-pub async fn exec(docker: &Docker, id: &str, cmd: &[&str]) -> Result<Output> {
-    let config = ExecConfig {
-        cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        ..Default::default()
-    };
-    let created = docker.create_exec(id, config).await?;
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    if let StartExecResults::Attached { mut output, .. } =
-        docker.start_exec(&created.id, None::<StartExecOptions>).await?
-    {
-        while let Some(chunk) = output.next().await {
+impl Sandbox {
+    pub async fn start(&self) -> Result<()> {
+        let (docker, id) = (&self.docker, self.id.as_str());
+        docker.start_container(id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+        Ok(())
+    }
+
+    /// Stops (SIGTERM, SIGKILL after `grace` seconds) and removes the container.
+    pub async fn remove(&self, grace: i32) -> Result<()> {
+        let (docker, id) = (&self.docker, self.id.as_str());
+        let _ =
+            docker.stop_container(id, Some(StopContainerOptionsBuilder::default().t(grace).build())).await;
+        let force = RemoveContainerOptionsBuilder::default().force(true).build();
+        docker.remove_container(id, Some(force)).await?;
+        Ok(())
+    }
+
+    pub async fn signal(&self, signal: &str) -> Result<()> {
+        let (docker, id) = (&self.docker, self.id.as_str());
+        docker
+            .kill_container(id, Some(KillContainerOptionsBuilder::default().signal(signal).build()))
+            .await?;
+        Ok(())
+    }
+
+    /// Writes `entries` (paths relative to /) into the container, running or only created, with
+    /// the owners and modes given: one tar archive, which the engine extracts as root.
+    pub async fn put(&self, entries: &[Entry]) -> Result<()> {
+        let (docker, id) = (&self.docker, self.id.as_str());
+        let mut archive = tar::Builder::new(Vec::new());
+        for entry in entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_uid(entry.uid);
+            header.set_gid(entry.uid);
+            header.set_mode(entry.mode);
+            header.set_mtime(
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            );
+            let contents = entry.contents.as_deref().unwrap_or_default();
+            header.set_entry_type(if entry.contents.is_some() {
+                tar::EntryType::Regular
+            } else {
+                tar::EntryType::Directory
+            });
+            header.set_size(contents.len() as u64);
+            archive
+                .append_data(&mut header, entry.path.trim_start_matches('/'), contents)
+                .map_err(|e| Failure::new(Code::Engine, format!("cannot pack {}: {e}", entry.path)))?;
+        }
+        let bytes =
+            archive.into_inner().map_err(|e| Failure::new(Code::Engine, format!("cannot pack: {e}")))?;
+        let options = UploadToContainerOptions { path: "/".into(), ..Default::default() };
+        docker.upload_to_container(id, Some(options), bollard::body_full(bytes.into())).await?;
+        Ok(())
+    }
+
+    /// The files under `path` in the container (one file, or a folder's files), by their path
+    /// relative to `path`'s parent; none when `path` does not exist.
+    pub async fn get(&self, path: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let (docker, id) = (&self.docker, self.id.as_str());
+        let options = DownloadFromContainerOptions { path: path.to_string() };
+        let mut stream = docker.download_from_container(id, Some(options));
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(chunk) => bytes.extend_from_slice(&chunk),
+                Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                    return Ok(Vec::new());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut files = Vec::new();
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let unpack = |e: std::io::Error| {
+            Failure::new(Code::Engine, format!("cannot read {path} from the sandbox: {e}"))
+        };
+        for entry in archive.entries().map_err(unpack)? {
+            let mut entry = entry.map_err(unpack)?;
+            if entry.header().entry_type() != tar::EntryType::Regular {
+                continue;
+            }
+            let name = entry.path().map_err(unpack)?.to_string_lossy().into_owned();
+            let mut contents = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut contents).map_err(unpack)?;
+            files.push((name, contents));
+        }
+        Ok(files)
+    }
+
+    /// Runs `cmd` as root in the container and collects its output.
+    pub async fn exec(&self, cmd: &[&str]) -> Result<Output> {
+        let (docker, id) = (&self.docker, self.id.as_str());
+        let config = ExecConfig {
+            cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            ..Default::default()
+        };
+        let created = docker.create_exec(id, config).await?;
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        if let StartExecResults::Attached { mut output, .. } =
+            docker.start_exec(&created.id, None::<StartExecOptions>).await?
+        {
+            while let Some(chunk) = output.next().await {
+                match chunk? {
+                    bollard::container::LogOutput::StdErr { message } => {
+                        stderr.push_str(&String::from_utf8_lossy(&message))
+                    }
+                    other => stdout.push_str(&other.to_string()),
+                }
+            }
+        }
+        let code = docker.inspect_exec(&created.id).await?.exit_code.unwrap_or(-1);
+        Ok(Output { stdout, stderr, code })
+    }
+
+    /// The container's log (stdout and stderr as they came), all of it or the last `tail` lines.
+    pub async fn logs(&self, tail: Option<usize>) -> Result<String> {
+        let (docker, id) = (&self.docker, self.id.as_str());
+        let mut options = LogsOptionsBuilder::default().stdout(true).stderr(true);
+        if let Some(tail) = tail {
+            options = options.tail(&tail.to_string());
+        }
+        let mut stream = docker.logs(id, Some(options.build()));
+        let mut text = String::new();
+        while let Some(chunk) = stream.next().await {
+            text.push_str(&chunk?.to_string());
+        }
+        Ok(text)
+    }
+
+    /// Copies the container's log to stdout and stderr, and keeps following it.
+    pub async fn follow_logs(&self) -> Result<()> {
+        let (docker, id) = (&self.docker, self.id.as_str());
+        use std::io::Write as _;
+        let options = LogsOptionsBuilder::default().stdout(true).stderr(true).follow(true).build();
+        let mut stream = docker.logs(id, Some(options));
+        while let Some(chunk) = stream.next().await {
             match chunk? {
                 bollard::container::LogOutput::StdErr { message } => {
-                    stderr.push_str(&String::from_utf8_lossy(&message))
+                    let _ = std::io::stderr().write_all(&message);
                 }
-                other => stdout.push_str(&other.to_string()),
+                other => {
+                    let _ = std::io::stdout().write_all(&other.into_bytes());
+                    let _ = std::io::stdout().flush();
+                }
             }
         }
+        Ok(())
     }
-    let code = docker.inspect_exec(&created.id).await?.exit_code.unwrap_or(-1);
-    Ok(Output { stdout, stderr, code })
+
+    /// Whether the container runs, and its exit code when it does not.
+    pub async fn exited(&self) -> Result<Option<i64>> {
+        let (docker, id) = (&self.docker, self.id.as_str());
+        let state = docker
+            .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+            .await?
+            .state;
+        let state = state.unwrap_or_default();
+        Ok(if state.running == Some(true) { None } else { Some(state.exit_code.unwrap_or(-1)) })
+    }
 }
 
-/// The container's log (stdout and stderr as they came), all of it or the last `tail` lines.
-pub async fn logs(docker: &Docker, id: &str, tail: Option<usize>) -> Result<String> {
-    let mut options = LogsOptionsBuilder::default().stdout(true).stderr(true);
-    if let Some(tail) = tail {
-        options = options.tail(&tail.to_string());
-    }
-    let mut stream = docker.logs(id, Some(options.build()));
-    let mut text = String::new();
-    while let Some(chunk) = stream.next().await {
-        text.push_str(&chunk?.to_string());
-    }
-    Ok(text)
+/// A command run in the container with a terminal of its own, attached: what it prints and
+/// what it reads.
+pub struct Terminal {
+    docker: Docker,
+    exec: String,
+    pub output: std::pin::Pin<
+        Box<
+            dyn futures_util::Stream<
+                    Item = std::result::Result<bollard::container::LogOutput, bollard::errors::Error>,
+                > + Send,
+        >,
+    >,
+    pub input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
 }
 
-/// Copies the container's log to stdout and stderr, and keeps following it.
-pub async fn follow_logs(docker: &Docker, id: &str) -> Result<()> {
-    use std::io::Write as _;
-    let options = LogsOptionsBuilder::default().stdout(true).stderr(true).follow(true).build();
-    let mut stream = docker.logs(id, Some(options));
-    while let Some(chunk) = stream.next().await {
-        match chunk? {
-            bollard::container::LogOutput::StdErr { message } => {
-                let _ = std::io::stderr().write_all(&message);
-            }
-            other => {
-                let _ = std::io::stdout().write_all(&other.into_bytes());
-                let _ = std::io::stdout().flush();
-            }
-        }
+impl Sandbox {
+    /// Runs `cmd` as the image's user with a terminal (the variables `env` set) and attaches
+    /// to it.
+    pub async fn terminal(&self, cmd: &str, env: Vec<String>) -> Result<Terminal> {
+        let config = ExecConfig {
+            cmd: Some(vec![cmd.into()]),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(true),
+            env: Some(env),
+            ..Default::default()
+        };
+        let exec = self.docker.create_exec(&self.id, config).await?.id;
+        let options = StartExecOptions { detach: false, tty: true, output_capacity: None };
+        let StartExecResults::Attached { output, input } =
+            self.docker.start_exec(&exec, Some(options)).await?
+        else {
+            return Err(Failure::new(Code::Engine, format!("the engine did not attach to {cmd}")));
+        };
+        Ok(Terminal { docker: self.docker.clone(), exec, output, input })
     }
-    Ok(())
 }
 
-/// Whether the container runs, and its exit code when it does not.
-pub async fn exited(docker: &Docker, id: &str) -> Result<Option<i64>> {
-    let state =
-        docker.inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>).await?.state;
-    let state = state.unwrap_or_default();
-    Ok(if state.running == Some(true) { None } else { Some(state.exit_code.unwrap_or(-1)) })
+/// Resizes a [`Terminal`]; kept apart from it so that a task can resize while another reads.
+#[derive(Clone)]
+pub struct Resizer {
+    docker: Docker,
+    exec: String,
 }
 
-/// Creates the volume unless it exists, labelled as the launcher's.
-/// Removes a volume (one the launcher made and no container uses).
-pub async fn remove_volume(docker: &Docker, name: &str) -> Result<()> {
-    docker.remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>).await?;
-    Ok(())
-}
-
-pub async fn ensure_volume(docker: &Docker, name: &str, labels: HashMap<String, String>) -> Result<bool> {
-    if docker.inspect_volume(name).await.is_ok() {
-        return Ok(false);
+impl Resizer {
+    pub async fn resize(&self, rows: u16, columns: u16) {
+        let options = ResizeExecOptions { h: i32::from(rows), w: i32::from(columns) };
+        let _ = self.docker.resize_exec(&self.exec, options).await;
     }
-    let request = bollard::models::VolumeCreateRequest {
-        name: Some(name.to_string()),
-        labels: Some(labels),
-        ..Default::default()
-    };
-    docker.create_volume(request).await?;
-    Ok(true)
+}
+
+impl Terminal {
+    pub fn resizer(&self) -> Resizer {
+        Resizer { docker: self.docker.clone(), exec: self.exec.clone() }
+    }
+
+    /// The command's exit status, once its output has ended.
+    pub async fn status(&self) -> Result<i64> {
+        Ok(self.docker.inspect_exec(&self.exec).await?.exit_code.unwrap_or(0))
+    }
 }
 
 #[cfg(test)]

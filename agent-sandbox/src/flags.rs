@@ -70,10 +70,10 @@ pub enum Command {
     Ls(LsFlags),
     /// Attach to a sandbox's session (detach again with C-b d)
     #[command(after_help = "Examples:\n  agent-sandbox attach claude\n  agent-sandbox attach myproject")]
-    Attach(SandboxFlag),
+    Attach(AttachFlags),
     /// Stop a sandbox and remove its container; its state volume is kept
     #[command(after_help = "Examples:\n  agent-sandbox stop claude")]
-    Stop(SandboxFlag),
+    Stop(StopFlags),
     /// Show a sandbox's log: sandbox-init's lines, refused names and connections
     #[command(after_help = "Examples:\n  agent-sandbox logs claude\n  agent-sandbox logs claude --follow")]
     Logs(LogsFlags),
@@ -207,6 +207,18 @@ pub struct LsFlags {
 pub struct SandboxFlag {
     /// The sandbox: its agent, its project's folder name, or its container name
     pub sandbox: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AttachFlags {
+    #[command(flatten)]
+    pub which: SandboxFlag,
+}
+
+#[derive(Debug, Args)]
+pub struct StopFlags {
+    #[command(flatten)]
+    pub which: SandboxFlag,
 }
 
 #[derive(Debug, Args)]

@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
+use crate::engine::Found;
+use crate::exit::{Code, Failure, Result};
+
 /// Where the project is mounted in the sandbox.
 pub const WORKSPACE: &str = "/workspace";
 /// The files of a git directory that name commands, or point git at a configuration elsewhere.
@@ -240,6 +243,38 @@ impl GitSnapshot {
         }
         changes
     }
+}
+
+/// What changed in the project's git files since the sandbox started, as a failure naming each
+/// change (exit 72); nothing if they were not guarded (`--writable-git-config`) or nothing
+/// changed.
+pub fn changes_since_start(sandbox: &Found) -> Result<i32> {
+    if sandbox.git.is_empty() {
+        return Ok(0);
+    }
+    let Ok(before) = serde_json::from_str::<GitSnapshot>(&sandbox.git) else {
+        return Err(Failure::new(
+            Code::GitChanged,
+            format!(
+                "{}'s record of the project's git files does not parse: check them before you run git in {}",
+                sandbox.name, sandbox.project
+            ),
+        ));
+    };
+    let changes = before.changes(&snapshot(Path::new(&sandbox.project)));
+    if changes.is_empty() {
+        return Ok(0);
+    }
+    Err(Failure::new(
+        Code::GitChanged,
+        format!(
+            "the project's git files changed while {} ran; your own git runs what they name, as you: \
+             look at each before you run git in {}:\n  {}",
+            sandbox.name,
+            sandbox.project,
+            changes.join("\n  ")
+        ),
+    ))
 }
 
 #[cfg(test)]

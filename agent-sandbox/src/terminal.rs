@@ -6,22 +6,18 @@
 use std::io::{IsTerminal as _, Write as _};
 use std::os::fd::AsFd as _;
 
-use bollard::Docker;
-use bollard::exec::{StartExecOptions, StartExecResults};
-use bollard::models::ExecConfig;
-use bollard::query_parameters::ResizeExecOptions;
 use futures_util::StreamExt as _;
 use rustix::termios::tcgetwinsize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use sandbox_policy::terminal::{RawMode, Sanitizer};
 
+use crate::engine::{Resizer, Sandbox};
 use crate::exit::{Code, Failure, Result};
 
-async fn resize(docker: &Docker, exec: &str) {
+async fn resize(resizer: &Resizer) {
     if let Ok(size) = tcgetwinsize(std::io::stdout().as_fd()) {
-        let options = ResizeExecOptions { h: i32::from(size.ws_row), w: i32::from(size.ws_col) };
-        let _ = docker.resize_exec(exec, options).await;
+        resizer.resize(size.ws_row, size.ws_col).await;
     }
 }
 
@@ -32,7 +28,7 @@ pub fn interactive() -> bool {
 
 /// Attaches this terminal to the sandbox's tmux session until it detaches (C-b d) or the session
 /// ends; returns sandbox-attach's status.
-pub async fn attach(docker: &Docker, id: &str) -> Result<i32> {
+pub async fn attach(sandbox: &Sandbox) -> Result<i32> {
     if !interactive() {
         return Err(Failure::new(
             Code::BadArgument,
@@ -40,24 +36,11 @@ pub async fn attach(docker: &Docker, id: &str) -> Result<i32> {
         ));
     }
     let term = std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".into());
-    let config = ExecConfig {
-        cmd: Some(vec!["sandbox-attach".into()]),
-        attach_stdin: Some(true),
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        tty: Some(true),
-        env: Some(vec![format!("TERM={term}")]),
-        ..Default::default()
-    };
-    let exec = docker.create_exec(id, config).await?.id;
-    let options = StartExecOptions { detach: false, tty: true, output_capacity: None };
-    let StartExecResults::Attached { mut output, mut input } =
-        docker.start_exec(&exec, Some(options)).await?
-    else {
-        return Err(Failure::new(Code::Engine, "the engine did not attach to sandbox-attach"));
-    };
+    let mut terminal = sandbox.terminal("sandbox-attach", vec![format!("TERM={term}")]).await?;
+    let mut input = std::mem::replace(&mut terminal.input, Box::pin(tokio::io::sink()));
     let raw = RawMode::enable();
-    resize(docker, &exec).await;
+    let resizer = terminal.resizer();
+    resize(&resizer).await;
     let keys = tokio::spawn(async move {
         let mut stdin = tokio::io::stdin();
         let mut buffer = [0u8; 4096];
@@ -69,8 +52,6 @@ pub async fn attach(docker: &Docker, id: &str) -> Result<i32> {
         }
     });
     let window = {
-        let docker = docker.clone();
-        let exec = exec.clone();
         tokio::spawn(async move {
             let Ok(mut changes) =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
@@ -78,13 +59,13 @@ pub async fn attach(docker: &Docker, id: &str) -> Result<i32> {
                 return;
             };
             while changes.recv().await.is_some() {
-                resize(&docker, &exec).await;
+                resize(&resizer).await;
             }
         })
     };
     let mut stdout = std::io::stdout();
     let mut sanitizer = Sanitizer::default();
-    while let Some(Ok(chunk)) = output.next().await {
+    while let Some(Ok(chunk)) = terminal.output.next().await {
         let _ = stdout.write_all(&sanitizer.filter(&chunk.into_bytes()));
         let _ = stdout.flush();
     }
@@ -96,6 +77,6 @@ pub async fn attach(docker: &Docker, id: &str) -> Result<i32> {
     drop(raw);
     keys.abort();
     window.abort();
-    let code = docker.inspect_exec(&exec).await?.exit_code.unwrap_or(0);
+    let code = terminal.status().await?;
     Ok(i32::try_from(code).unwrap_or(1))
 }

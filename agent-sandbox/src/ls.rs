@@ -1,13 +1,13 @@
-//! `ls`, `status`, `logs` and `stop`: the sandboxes as the engine lists them, and what
-//! sandbox-status says inside each.
+//! `agent-sandbox ls`: the sandboxes as the engine lists them, with the connections
+//! sandbox-status counts inside each running one.
 
 use std::collections::BTreeMap;
 
-use bollard::Docker;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{self, Found};
+use crate::engine::{Engine, Sandbox};
 use crate::exit::Result;
+use crate::flags::LsFlags;
 
 /// One row of `ls`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -41,19 +41,26 @@ struct StatusReport {
 }
 
 /// Connections allowed and refused in a running sandbox, from `sandbox-status --json`.
-async fn connections(docker: &Docker, sandbox: &Found) -> Option<(u64, u64)> {
+async fn connections(sandbox: &Sandbox) -> Option<(u64, u64)> {
     if !sandbox.running {
         return None;
     }
-    let out = engine::exec(docker, &sandbox.id, &["sandbox-status", "--json"]).await.ok()?;
+    let out = sandbox.exec(&["sandbox-status", "--json"]).await.ok()?;
     let report: StatusReport = serde_json::from_str(&out.stdout).ok()?;
     Some(report.totals.values().fold((0, 0), |(a, r), t| (a + t.allowed, r + t.refused)))
 }
 
-pub async fn rows(docker: &Docker) -> Result<Vec<Row>> {
+pub async fn run(flags: &LsFlags) -> Result<i32> {
+    let rows = rows(&Engine::connect().await?).await?;
+    print!("{}", if flags.json { render_json(&rows) } else { render_text(&rows) });
+    Ok(0)
+}
+
+async fn rows(engine: &Engine) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for sandbox in engine::sandboxes(docker).await? {
-        let counts = connections(docker, &sandbox).await;
+    for sandbox in engine.sandboxes().await? {
+        let counts = connections(&sandbox).await;
+        let sandbox = sandbox.into_found();
         rows.push(Row {
             name: sandbox.name,
             agent: sandbox.agent,
@@ -69,7 +76,7 @@ pub async fn rows(docker: &Docker) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-pub fn render_text(rows: &[Row]) -> String {
+fn render_text(rows: &[Row]) -> String {
     if rows.is_empty() {
         return "no sandboxes: `agent-sandbox run AGENT` starts one\n".to_string();
     }
@@ -106,20 +113,10 @@ pub fn render_text(rows: &[Row]) -> String {
     text
 }
 
-pub fn render_json(rows: &[Row]) -> String {
+fn render_json(rows: &[Row]) -> String {
     let mut text = serde_json::to_string_pretty(rows).expect("rows serialise");
     text.push('\n');
     text
-}
-
-/// `status`: sandbox-status in the sandbox, its output and status passed on.
-pub async fn status(docker: &Docker, sandbox: &Found, json: bool) -> Result<i32> {
-    sandbox.ensure_running()?;
-    let cmd: &[&str] = if json { &["sandbox-status", "--json"] } else { &["sandbox-status"] };
-    let out = engine::exec(docker, &sandbox.id, cmd).await?;
-    print!("{}", out.stdout);
-    eprint!("{}", out.stderr);
-    Ok(i32::try_from(out.code).unwrap_or(1))
 }
 
 #[cfg(test)]

@@ -1,0 +1,39 @@
+//! `agent-sandbox pending`: the approval queue (the names the agent was refused since the last
+//! approval or dismissal), shown, which makes it what `allow --pending` may approve; or
+//! dismissed (`approve`).
+
+use crate::approve;
+use crate::engine::Engine;
+use crate::exit::Result;
+use crate::flags::PendingFlags;
+
+pub async fn run(flags: &PendingFlags) -> Result<i32> {
+    let sandbox = Engine::connect().await?.find(&flags.which.sandbox).await?;
+    let _held = approve::hold(&sandbox).await?;
+    if flags.dismiss {
+        let dismissed = approve::dismiss(&sandbox).await?;
+        eprintln!("agent-sandbox: dismissed {dismissed} names");
+        return Ok(0);
+    }
+    let queue = approve::pending(&sandbox).await?;
+    if flags.json {
+        println!("{}", serde_json::to_string_pretty(&queue.names).expect("the queue serialises"));
+    } else if queue.names.is_empty() {
+        eprintln!("agent-sandbox: nothing pending in {}", sandbox.name);
+    } else {
+        print!("{}", approve::render_pending(&queue.names));
+        eprintln!(
+            "agent-sandbox: allow these with `agent-sandbox allow {} --pending` (names refused \
+             after this look wait for the next), or some with `agent-sandbox allow {} NAME…`; \
+             `--dismiss` empties the queue",
+            sandbox.name, sandbox.name
+        );
+    }
+    if !queue.unallowable.is_empty() {
+        eprintln!(
+            "agent-sandbox: also refused, and not domains a policy can hold: {}",
+            queue.unallowable.join(", ")
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,342 @@
+//! What `agent-sandbox run` will make, decided before the engine makes anything, and pure: the
+//! container (its name, labels, mounts, limits, variables), its state volumes, and the files put
+//! into it before it starts. Built from the flags, what `host` read, the image's facts and the
+//! git guard's plan; `run` only executes it. The keys are chosen last ([`SandboxSpec::secrets`]),
+//! once the image's baked policy says which APIs it reaches.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType};
+use sandbox_images::labels;
+use sandbox_policy::apis::APIS;
+use sandbox_policy::layout::{AGENT_HOME, AGENT_UID, SECRETS_DIR, STATE_DIRS_ENV};
+use sandbox_policy::{Allowlist, Policy};
+
+use crate::approve::{self, RUNTIME_DROP_IN};
+use crate::engine::{Entry, Found, ImageFacts};
+use crate::exit::{Code, Failure, Result};
+use crate::flags::RunFlags;
+use crate::gitguard::{GitSnapshot, GuardMount};
+use crate::host::Host;
+use crate::identity;
+
+const DEFAULT_PIDS: i64 = 2048;
+
+/// The sandbox `run` makes. Its `Debug` shows no key.
+pub struct SandboxSpec {
+    /// The container as `ls` will list it: name, agent, project, state volume, git snapshot.
+    pub found: Found,
+    /// The state volumes, in the order of the image's state directories, and their labels.
+    pub volumes: Vec<String>,
+    pub volume_labels: HashMap<String, String>,
+    pub body: ContainerCreateBody,
+    /// Drop-ins (`--allow`, `--policy`) and the host's sign-in files; root's unless the agent's.
+    pub files: Vec<Entry>,
+    agent: String,
+    /// Whether a missing key is fine: `--no-key`, `--login-from-host`, `--offline`.
+    keyless: bool,
+    keys: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for SandboxSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxSpec")
+            .field("name", &self.found.name)
+            .field("volumes", &self.volumes)
+            .field("files", &self.files)
+            .field("keys", &self.keys.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SandboxSpec {
+    /// The sandbox of `flags.agent` on the project `host` read, from `image` (`facts` its
+    /// facts); `git` is the guard's plan (None with `--writable-git-config`), `logins` the
+    /// host's sign-in files `--login-from-host` read: (path in the sandbox, contents).
+    pub fn new(
+        flags: &RunFlags,
+        host: &Host,
+        image: &str,
+        facts: &ImageFacts,
+        git: Option<(Vec<GuardMount>, GitSnapshot)>,
+        logins: Vec<(String, Vec<u8>)>,
+    ) -> Result<SandboxSpec> {
+        let project = host.project.to_string_lossy().into_owned();
+        let name = identity::container_name(&flags.agent, &host.project);
+        let state_dirs: Vec<String> = facts
+            .env_var(STATE_DIRS_ENV)
+            .unwrap_or_default()
+            .split(':')
+            .filter(|d| d.starts_with(AGENT_HOME))
+            .map(str::to_string)
+            .collect();
+        let base = flags.state.clone().unwrap_or_else(|| name.clone());
+        let volumes: Vec<String> = state_dirs
+            .iter()
+            .enumerate()
+            .map(|(index, dir)| identity::state_volume(&base, index, dir))
+            .collect();
+        let owner = HashMap::from([
+            (labels::LAUNCHER_AGENT.to_string(), flags.agent.clone()),
+            (labels::LAUNCHER_PROJECT.to_string(), project.clone()),
+        ]);
+        let bind = |source: String, target: String, read_only: bool| Mount {
+            target: Some(target),
+            source: Some(source),
+            typ: Some(MountType::BIND),
+            read_only: read_only.then_some(true),
+            ..Default::default()
+        };
+        let mut mounts = vec![bind(project.clone(), crate::gitguard::WORKSPACE.into(), false)];
+        let mut container_labels = owner.clone();
+        let mut snapshot = String::new();
+        if let Some((guard, before)) = git {
+            mounts.extend(guard.into_iter().map(|m| Mount {
+                read_only: Some(m.read_only),
+                ..bind(m.source.display().to_string(), m.target, m.read_only)
+            }));
+            snapshot = serde_json::to_string(&before).expect("a snapshot serialises");
+            container_labels.insert(labels::LAUNCHER_GIT.to_string(), snapshot.clone());
+        }
+        mounts.extend(state_dirs.iter().zip(&volumes).map(|(dir, volume)| Mount {
+            target: Some(dir.clone()),
+            source: Some(volume.clone()),
+            typ: Some(MountType::VOLUME),
+            ..Default::default()
+        }));
+        let state = volumes.first().cloned().unwrap_or_default();
+        container_labels.insert(labels::LAUNCHER_STATE.to_string(), state.clone());
+        let host_config = HostConfig {
+            mounts: Some(mounts),
+            cap_add: (!flags.offline).then(|| vec!["NET_ADMIN".to_string()]),
+            network_mode: if flags.offline { Some("none".into()) } else { flags.network.clone() },
+            pids_limit: Some(flags.pids_limit.unwrap_or(DEFAULT_PIDS)),
+            memory: Some(host.memory),
+            nano_cpus: flags.cpus.map(|c| (c * 1e9) as i64),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("json-file".into()),
+                config: Some(HashMap::from([
+                    ("max-size".into(), "10m".into()),
+                    ("max-file".into(), "3".into()),
+                ])),
+            }),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            env: Some(host.env.clone()),
+            labels: Some(container_labels),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let root_file = |path: &str, contents: Vec<u8>| Entry {
+            path: path.to_string(),
+            contents: Some(contents),
+            mode: 0o644,
+            uid: 0,
+        };
+        let mut files = Vec::new();
+        if !flags.allow.is_empty() {
+            files.push(root_file(RUNTIME_DROP_IN, approve::render(&flags.allow).into_bytes()));
+        }
+        files.extend(host.policies.iter().map(|(path, bytes)| root_file(path, bytes.clone())));
+        for (inside, bytes) in logins {
+            if !state_dirs.iter().any(|d| Path::new(&inside).starts_with(d)) {
+                return Err(Failure::new(
+                    Code::NoLogin,
+                    format!("--login-from-host: {inside} is in none of the image's state directories"),
+                ));
+            }
+            files.push(Entry { path: inside, contents: Some(bytes), mode: 0o600, uid: u64::from(AGENT_UID) });
+        }
+        let mut keys = host.keys_in_env.clone();
+        keys.extend(host.key_files.clone());
+        Ok(SandboxSpec {
+            found: Found {
+                name,
+                agent: flags.agent.clone(),
+                project,
+                state,
+                git: snapshot,
+                image: image.to_string(),
+                ..Default::default()
+            },
+            volumes,
+            volume_labels: owner,
+            body,
+            files,
+            agent: flags.agent.clone(),
+            keyless: flags.no_key || flags.login_from_host || flags.offline,
+            keys,
+        })
+    }
+
+    /// The keys of the APIs `baked` (the image's policy) reaches, as root-only secret files;
+    /// without one, a failure saying how to give it, unless the sandbox may start keyless.
+    pub fn secrets(&self, baked: &Policy) -> Result<Vec<Entry>> {
+        let (keys, wanted) = keys_for(baked, &self.keys);
+        if keys.is_empty() && !wanted.is_empty() && !self.keyless {
+            let first = wanted[0];
+            return Err(Failure::new(
+                Code::NoKey,
+                format!(
+                    "no key for {}: export {} (or pass --key-file {first}=FILE); it goes in as the root-only \
+                     secret {SECRETS_DIR}/{}, which sandbox-init holds and the agent never sees. \
+                     --no-key starts it without (sign in inside the session)",
+                    self.agent,
+                    wanted.join(" or "),
+                    first.to_ascii_lowercase()
+                ),
+            ));
+        }
+        let mut entries = Vec::new();
+        if !keys.is_empty() {
+            entries.push(Entry { path: SECRETS_DIR.into(), contents: None, mode: 0o700, uid: 0 });
+        }
+        for (var, key) in keys {
+            let path = format!("{SECRETS_DIR}/{}", var.to_ascii_lowercase());
+            entries.push(Entry { path, contents: Some(key.into_bytes()), mode: 0o400, uid: 0 });
+        }
+        Ok(entries)
+    }
+}
+
+/// The keys the APIs `baked` allows take, from those given (`--key-file` over the environment):
+/// (variable, key); and every variable those APIs take.
+fn keys_for(baked: &Policy, given: &HashMap<String, String>) -> (Vec<(String, String)>, Vec<&'static str>) {
+    let allowlist = Allowlist::new(baked);
+    let mut keys = Vec::new();
+    let mut wanted = Vec::new();
+    for api in APIS.iter().filter(|api| allowlist.matches(api.host).is_some()) {
+        for key in api.keys {
+            wanted.push(key.var);
+            if let Some(value) = given.get(key.var) {
+                keys.push((key.var.to_string(), value.trim().to_string()));
+            }
+        }
+    }
+    (keys, wanted)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::flags::{Cli, Command};
+
+    fn flags(args: &[&str]) -> RunFlags {
+        let mut argv = vec!["agent-sandbox", "run"];
+        argv.extend(args);
+        match Cli::parse_from(argv).command {
+            Command::Run(flags) => *flags,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn host() -> Host {
+        Host {
+            project: PathBuf::from("/home/ana/src/app"),
+            policies: vec![("/etc/agent-sandbox/policy.d/run-1-extra.txt".into(), b"docs.rs\n".to_vec())],
+            env: vec!["EDITOR=vi".into(), "SANDBOX_UNATTENDED=1".into()],
+            key_files: HashMap::from([("ANTHROPIC_API_KEY".into(), "sk-from-file".into())]),
+            keys_in_env: HashMap::from([
+                ("ANTHROPIC_API_KEY".into(), "sk-from-env".into()),
+                ("OPENAI_API_KEY".into(), "sk-openai".into()),
+            ]),
+            memory: 8 << 30,
+        }
+    }
+
+    fn claude() -> ImageFacts {
+        ImageFacts {
+            env: vec![format!("{STATE_DIRS_ENV}=/home/agent/.claude:/home/agent/.config/claude:/tmp/x")],
+            labels: HashMap::new(),
+        }
+    }
+
+    fn guard() -> (Vec<GuardMount>, GitSnapshot) {
+        let mounts = vec![GuardMount {
+            source: PathBuf::from("/home/ana/src/app/.git/config"),
+            target: "/workspace/.git/config".into(),
+            read_only: true,
+        }];
+        (mounts, GitSnapshot::default())
+    }
+
+    /// What the engine is asked to make, as it is asked: the container, the volumes, the files.
+    fn render(spec: &SandboxSpec) -> String {
+        let files: Vec<String> = spec.files.iter().map(|f| format!("{f:?}")).collect();
+        let mut body = serde_json::to_value(&spec.body).unwrap();
+        // Sorted, so that the snapshot does not depend on a hash map's order.
+        body["Labels"] = serde_json::to_value(
+            spec.body.labels.iter().flatten().collect::<std::collections::BTreeMap<_, _>>(),
+        )
+        .unwrap();
+        format!(
+            "name: {}\nvolumes: {:?}\nfiles:\n  {}\ncontainer: {}\n",
+            spec.found.name,
+            spec.volumes,
+            files.join("\n  "),
+            serde_json::to_string_pretty(&body).unwrap()
+        )
+    }
+
+    #[test]
+    fn a_claude_sandbox_on_a_project() {
+        let flags = flags(&["claude", "--allow", "docs.rs", "--cpus", "1.5", "--state", "mine"]);
+        let logins = vec![("/home/agent/.claude/.credentials.json".to_string(), b"{}".to_vec())];
+        let spec =
+            SandboxSpec::new(&flags, &host(), "agent-claude:1", &claude(), Some(guard()), logins).unwrap();
+        insta::assert_snapshot!(render(&spec));
+    }
+
+    #[test]
+    fn an_offline_sandbox_with_writable_git_config() {
+        let flags = flags(&["shell", "--offline", "--writable-git-config", "--pids-limit", "64"]);
+        let spec = SandboxSpec::new(&flags, &host(), "agent-shell:1", &claude(), None, vec![]).unwrap();
+        let host_config = spec.body.host_config.as_ref().unwrap();
+        assert_eq!(host_config.network_mode.as_deref(), Some("none"));
+        assert_eq!(host_config.cap_add, None, "no NET_ADMIN without a network");
+        assert_eq!(host_config.pids_limit, Some(64));
+        assert!(!spec.body.labels.as_ref().unwrap().contains_key(labels::LAUNCHER_GIT));
+        assert_eq!(
+            host_config.mounts.as_ref().unwrap().iter().filter(|m| m.typ == Some(MountType::BIND)).count(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_sign_in_file_outside_the_state_directories_is_refused() {
+        let logins = vec![("/home/agent/.bashrc".to_string(), b"x".to_vec())];
+        let refused =
+            SandboxSpec::new(&flags(&["claude"]), &host(), "i", &claude(), None, logins).unwrap_err();
+        assert_eq!(refused.code, Code::NoLogin);
+        assert!(refused.message.contains("/home/agent/.bashrc"), "{refused}");
+    }
+
+    #[test]
+    fn only_the_keys_of_apis_the_policy_allows_are_handed_over_and_a_key_file_wins() {
+        let spec = SandboxSpec::new(&flags(&["claude"]), &host(), "i", &claude(), None, vec![]).unwrap();
+        let policy = |text: &str| Policy::from_yaml(Path::new("p.yaml"), text).unwrap();
+        let anthropic = spec.secrets(&policy("version: 1\nservices: [anthropic]\n")).unwrap();
+        let written: Vec<(&str, Option<&[u8]>)> =
+            anthropic.iter().map(|e| (e.path.as_str(), e.contents.as_deref())).collect();
+        assert_eq!(
+            written,
+            [(SECRETS_DIR, None), ("/run/secrets/anthropic_api_key", Some(&b"sk-from-file"[..]))],
+        );
+        assert!(anthropic.iter().all(|e| e.uid == 0 && e.mode & 0o077 == 0));
+        let github = spec.secrets(&policy("version: 1\nservices: [github]\n")).unwrap();
+        assert!(github.is_empty(), "no API, no key");
+        let gemini = spec.secrets(&policy("version: 1\nservices: [google]\n")).unwrap_err();
+        assert_eq!(gemini.code, Code::NoKey);
+        assert!(gemini.message.contains("GEMINI_API_KEY"), "{gemini}");
+        let keyless =
+            SandboxSpec::new(&flags(&["gemini", "--no-key"]), &host(), "i", &claude(), None, vec![]).unwrap();
+        assert!(keyless.secrets(&policy("version: 1\nservices: [google]\n")).unwrap().is_empty());
+    }
+}
