@@ -24,7 +24,8 @@ use sandbox_tests::images::image;
 use sandbox_tests::peers::Peer;
 use sandbox_tests::probe::PROBE;
 use sandbox_tests::probe::probe_binary;
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::SandboxSpec;
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -90,7 +91,7 @@ fn field(out: &str, key: &str) -> f64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(7);
-    let image = image(sandbox_tests::sandbox::SMALLEST).await?;
+    let image = image(sandbox_tests::spec::SMALLEST).await?;
     let docker = xtask::engine::Engine::connect().await?.docker().clone();
     let net = TestNet::create("bench").await?;
     let _peer = Peer::start(&net, &["api.allowed.test"]).await?;
@@ -297,8 +298,8 @@ impl AttachFigures {
 async fn forwarder_first_byte(image: &str, net: &TestNet) -> anyhow::Result<(String, String)> {
     let _mock = Peer::start_mock_api(net, &["api.anthropic.com"]).await?;
     let dir = tempfile::tempdir()?;
-    let key = sandbox_tests::sandbox::secret_file(dir.path(), "key", "sk-ant-api03-bench-key")?;
-    let ca = sandbox_tests::sandbox::ca_secret_file(dir.path())?;
+    let key = sandbox_tests::spec::secret_file(dir.path(), "key", "sk-ant-api03-bench-key")?;
+    let ca = sandbox_tests::spec::ca_secret_file(dir.path())?;
     let sb = SandboxSpec::of(image.to_string())
         .net_admin()
         .on(net)

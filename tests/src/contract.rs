@@ -12,7 +12,7 @@ use crate::assert::{assert_blocked, assert_reaches};
 use crate::docker::{TestNet, TestVolume};
 use crate::images::image;
 use crate::peers::Peer;
-use crate::sandbox::SandboxSpec;
+use crate::spec::SandboxSpec;
 
 /// An image under contract: its name, the tag to run, and the checkout it was built from (whose
 /// images.lock and policies/ it must agree with): the repository, or a scratch copy.

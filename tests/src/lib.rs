@@ -1,7 +1,8 @@
 //! The harness of the container suites. Below the suites, which use only it (never each other),
 //! in layers from the bottom: `docker` (networks, volumes, exec, cleanup), `tls` (a test CA and
 //! certificates for peers), `probe` (the probe binary and its reports), `images` (what the suites run), `peers` (servers and the DNS peer on
-//! the test networks), `sandbox` (a sandbox from its spec), `assert` (what must hold of a
+//! the test networks), `sandbox` (a running sandbox's handle), `spec` (a sandbox from its spec, one
+//! translation for every way of starting it), `assert` (what must hold of a
 //! sandbox), `contract` (what every image keeps); `registry` (a registry on loopback) and `launcher` (the
 //! `agent-sandbox` binary, on projects that clean up after it) stand apart.
 
@@ -14,6 +15,7 @@ pub mod peers;
 pub mod probe;
 pub mod registry;
 pub mod sandbox;
+pub mod spec;
 pub mod tls;
 
 /// The workspace root.

@@ -275,7 +275,7 @@ impl Peer {
 }
 
 /// A private network whose names the DNS peer answers: the peer that `names` resolve to, and the
-/// DNS peer, which a sandbox started with [`crate::sandbox::SandboxSpec::resolving_through`]
+/// DNS peer, which a sandbox started with [`crate::spec::SandboxSpec::resolving_through`]
 /// asks (through Docker's DNS) for every name it does not know. Nothing leaves the network.
 pub struct ResolvedNet {
     pub net: TestNet,

@@ -1,292 +1,17 @@
-//! A sandbox from its spec: started through testcontainers (ready at `sandbox ready`) or run to
-//! its end, a handle to exec into it as root or as the agent, and the probe's reports.
+//! A running sandbox: a handle to exec into it as root or as the agent, run the probe and read
+//! its reports, its firewall's sets, its log, its drop-ins and signals; removed when dropped.
+//! `spec` starts one.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use bollard::exec::StartExecOptions;
-use bollard::models::{ContainerCreateBody, ExecConfig, HostConfig};
-use bollard::query_parameters::WaitContainerOptions;
-use futures_util::StreamExt as _;
-use testcontainers::core::WaitFor;
-use testcontainers::runners::AsyncRunner as _;
-use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
+use bollard::models::ExecConfig;
+use testcontainers::{ContainerAsync, GenericImage};
 
-use crate::docker::{ExecOutput, RemoveOnDrop, TEST_LABEL, TestNet, container_logs, docker, exec};
-use crate::images::image;
-use crate::peers::{Peer, ResolvedNet};
+use crate::docker::{ExecOutput, RemoveOnDrop, TestNet, container_logs, docker, exec};
 use crate::probe::{PROBE, Probe, probe_binary};
-
-/// The image the deep security suites run against: the smallest in the graph.
-pub const SMALLEST: &str = "shell";
-
-/// Whether containers may get NET_ADMIN (`cargo xtask test`), or not (`--ci`).
-pub fn full_mode() -> bool {
-    std::env::var(xtask::test::MODE_ENV).map_or(true, |mode| mode != "ci")
-}
-
-/// How to start a sandbox.
-#[derive(Clone, Debug)]
-pub struct SandboxSpec {
-    pub image: String,
-    pub net_admin: bool,
-    pub network: Option<String>,
-    /// A resolver for Docker's DNS to forward unknown names to (the DNS peer).
-    pub dns: Option<IpAddr>,
-    /// policy.d files: (file name, contents).
-    pub drop_ins: Vec<(String, String)>,
-    pub env: Vec<(String, String)>,
-    /// Read-write mounts: (host path or volume name, path in the container).
-    pub mounts: Vec<(String, String)>,
-    /// `--cap-drop ALL` (NET_ADMIN is still added when asked for).
-    pub cap_drop_all: bool,
-    /// `--pids-limit`, `--memory` (bytes) and `--log-opt`s.
-    pub limits: Limits,
-    /// `-t`: the container has a terminal, and the agent's tmux client is attached to it.
-    pub terminal: bool,
-}
-
-/// What the engine bounds for the container.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Limits {
-    pub pids: Option<i64>,
-    pub memory: Option<i64>,
-    pub log_options: std::collections::BTreeMap<String, String>,
-    /// `--ulimit nofile=N:N`: the descriptors each process may hold.
-    pub nofile: Option<i64>,
-}
-
-impl Limits {
-    fn apply(&self, host: &mut HostConfig) {
-        host.pids_limit = self.pids;
-        host.memory = self.memory;
-        host.ulimits = self.nofile.map(|n| {
-            vec![bollard::models::ResourcesUlimits {
-                name: Some("nofile".into()),
-                soft: Some(n),
-                hard: Some(n),
-            }]
-        });
-        if !self.log_options.is_empty() {
-            host.log_config = Some(bollard::models::HostConfigLogConfig {
-                typ: Some("json-file".into()),
-                config: Some(self.log_options.clone().into_iter().collect()),
-            });
-        }
-    }
-}
-
-impl SandboxSpec {
-    pub async fn smallest() -> anyhow::Result<SandboxSpec> {
-        Ok(SandboxSpec::of(image(SMALLEST).await?))
-    }
-
-    pub fn of(image: String) -> SandboxSpec {
-        SandboxSpec {
-            image,
-            net_admin: false,
-            network: None,
-            dns: None,
-            drop_ins: Vec::new(),
-            env: Vec::new(),
-            mounts: Vec::new(),
-            cap_drop_all: false,
-            limits: Limits::default(),
-            terminal: false,
-        }
-    }
-
-    /// `docker run -t`: a terminal, which PID 1 writes to and the agent's tmux client holds.
-    pub fn with_terminal(mut self) -> Self {
-        self.terminal = true;
-        self
-    }
-
-    pub fn net_admin(mut self) -> Self {
-        self.net_admin = true;
-        self
-    }
-
-    pub fn on(mut self, net: &TestNet) -> Self {
-        self.network = Some(net.name.clone());
-        self
-    }
-
-    /// No network but loopback (`--network none`): nothing to filter, and nothing reachable.
-    pub fn offline(self) -> Self {
-        self.network_mode("none")
-    }
-
-    /// Any of Docker's network modes (`none`, `host`, a network's name).
-    pub fn network_mode(mut self, mode: &str) -> Self {
-        self.network = Some(mode.into());
-        self
-    }
-
-    pub fn dns(mut self, peer: &Peer) -> Self {
-        self.dns = Some(peer.ipv4);
-        self
-    }
-
-    /// With NET_ADMIN on `world`'s network, resolving through its DNS peer, allowing `policy`
-    /// (a `.txt` list).
-    pub fn resolving_through(self, world: &ResolvedNet, policy: &str) -> Self {
-        self.net_admin().on(&world.net).dns(&world.dns).drop_in("resolved.txt", policy)
-    }
-
-    pub fn drop_in(mut self, file: &str, contents: &str) -> Self {
-        self.drop_ins.push((file.into(), contents.into()));
-        self
-    }
-
-    pub fn env(mut self, key: &str, value: &str) -> Self {
-        self.env.push((key.into(), value.into()));
-        self
-    }
-
-    /// Mounts a host directory (an absolute path) or a named volume at `target`, read-write.
-    pub fn mount(mut self, source: &str, target: &str) -> Self {
-        self.mounts.push((source.into(), target.into()));
-        self
-    }
-
-    /// The spec as the engine takes it, the one translation both ways of starting use: the
-    /// probe and the policy drop-ins mounted read-only, the mounts, network, capabilities,
-    /// resolver and limits.
-    fn host_config(&self, drop_in_dir: &std::path::Path) -> anyhow::Result<HostConfig> {
-        let binds = [
-            format!("{}:{PROBE}:ro", probe_binary()?.display()),
-            format!("{}:/etc/agent-sandbox/policy.d:ro", drop_in_dir.display()),
-        ]
-        .into_iter()
-        .chain(self.mounts.iter().map(|(source, target)| format!("{source}:{target}:rw")))
-        .collect();
-        let mut host = HostConfig {
-            binds: Some(binds),
-            network_mode: self.network.clone(),
-            cap_add: self.net_admin.then(|| vec!["NET_ADMIN".to_string()]),
-            cap_drop: self.cap_drop_all.then(|| vec!["ALL".to_string()]),
-            dns: self.dns.map(|dns| vec![dns.to_string()]),
-            ..Default::default()
-        };
-        self.limits.apply(&mut host);
-        Ok(host)
-    }
-
-    fn env_list(&self) -> Vec<String> {
-        self.env.iter().map(|(k, v)| format!("{k}={v}")).collect()
-    }
-
-    fn write_drop_ins(&self) -> anyhow::Result<tempfile::TempDir> {
-        let dir = tempfile::tempdir()?;
-        for (file, contents) in &self.drop_ins {
-            std::fs::write(dir.path().join(file), contents)?;
-        }
-        Ok(dir)
-    }
-
-    /// Starts the sandbox and waits for `sandbox ready` (testcontainers: readiness declared,
-    /// never slept).
-    pub async fn start(self) -> anyhow::Result<Sandbox> {
-        if self.terminal {
-            return self.start_with_terminal().await;
-        }
-        let drop_ins = self.write_drop_ins()?;
-        let host = self.host_config(drop_ins.path())?;
-        let (name, tag) = self.image.rsplit_once(':').context("image without a tag")?;
-        let mut request = GenericImage::new(name, tag)
-            .with_wait_for(WaitFor::message_on_stdout("sandbox ready"))
-            .with_label(TEST_LABEL, "sandbox")
-            .with_startup_timeout(Duration::from_secs(30))
-            .with_host_config_modifier(move |hc| {
-                let host = host.clone();
-                hc.binds = host.binds;
-                hc.network_mode = host.network_mode;
-                hc.cap_add = host.cap_add;
-                hc.cap_drop = host.cap_drop;
-                hc.dns = host.dns;
-                hc.pids_limit = host.pids_limit;
-                hc.memory = host.memory;
-                hc.ulimits = host.ulimits;
-                hc.log_config = host.log_config;
-            });
-        for (k, v) in &self.env {
-            request = request.with_env_var(k, v);
-        }
-        let container =
-            request.start().await.with_context(|| format!("{} did not reach `sandbox ready`", self.image))?;
-        Ok(Sandbox {
-            id: container.id().to_string(),
-            _owner: Owner::Testcontainers(Box::new(container)),
-            drop_ins,
-        })
-    }
-
-    /// testcontainers cannot give a container a terminal: this one starts through bollard.
-    async fn start_with_terminal(self) -> anyhow::Result<Sandbox> {
-        let drop_ins = self.write_drop_ins()?;
-        let docker = docker().await?;
-        let body = ContainerCreateBody { tty: Some(true), ..self.create_body(drop_ins.path())? };
-        let created =
-            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
-        let sandbox =
-            Sandbox { id: created.id.clone(), _owner: Owner::Engine(RemoveOnDrop(created.id)), drop_ins };
-        docker.start_container(&sandbox.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
-        sandbox.wait_for_stdout("sandbox ready", 1).await?;
-        Ok(sandbox)
-    }
-
-    fn create_body(&self, drop_in_dir: &std::path::Path) -> anyhow::Result<ContainerCreateBody> {
-        Ok(ContainerCreateBody {
-            image: Some(self.image.clone()),
-            env: Some(self.env_list()),
-            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "sandbox".to_string())])),
-            host_config: Some(self.host_config(drop_in_dir)?),
-            ..Default::default()
-        })
-    }
-
-    /// Runs the sandbox's entrypoint to its end (for the refusals), with bollard: testcontainers
-    /// treats a container that exits before it is ready as an error.
-    pub async fn run_to_exit(self) -> anyhow::Result<Exited> {
-        let drop_ins = self.write_drop_ins()?;
-        let docker = docker().await?;
-        let body = self.create_body(drop_ins.path())?;
-        let created =
-            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
-        let id = created.id;
-        let guard = RemoveOnDrop(id.clone());
-        docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await?;
-        let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
-        let code = match tokio::time::timeout(Duration::from_secs(30), wait.next()).await {
-            Ok(Some(Ok(response))) => response.status_code,
-            Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. }))) => code,
-            Ok(other) => anyhow::bail!("waiting for {id} failed: {other:?}"),
-            Err(_) => {
-                let logs = container_logs(&id).await?;
-                anyhow::bail!(
-                    "{} kept running (it should have exited); its output:\n{}{}",
-                    self.image,
-                    logs.0,
-                    logs.1
-                )
-            }
-        };
-        let (stdout, stderr) = container_logs(&id).await?;
-        drop(guard);
-        Ok(Exited { code, stdout, stderr })
-    }
-}
-
-/// A sandbox that ran to its end.
-#[derive(Debug)]
-pub struct Exited {
-    pub code: i64,
-    pub stdout: String,
-    pub stderr: String,
-}
 
 /// A running sandbox, removed when dropped.
 pub struct Sandbox {
@@ -296,12 +21,16 @@ pub struct Sandbox {
 }
 
 /// What removes the container when the sandbox is dropped.
-enum Owner {
+pub(crate) enum Owner {
     Testcontainers(#[allow(dead_code)] Box<ContainerAsync<GenericImage>>),
     Engine(#[allow(dead_code)] RemoveOnDrop),
 }
 
 impl Sandbox {
+    pub(crate) fn new(id: String, owner: Owner, drop_ins: tempfile::TempDir) -> Sandbox {
+        Sandbox { id, _owner: owner, drop_ins }
+    }
+
     /// A running sandbox something else started (the launcher), with the probe copied in; removed
     /// when dropped like the others.
     pub async fn adopt(id: &str) -> anyhow::Result<Sandbox> {
@@ -463,19 +192,4 @@ impl Sandbox {
         let (stdout, stderr) = self.logs().await?;
         anyhow::bail!("`{needle}` did not appear {count} times; stdout:\n{stdout}\nstderr:\n{stderr}")
     }
-}
-
-/// A root-only file (mode 600) in `dir` holding `contents`: a secret to mount under
-/// /run/secrets (an API key, the forwarder's extra CA). Its path.
-pub fn secret_file(dir: &std::path::Path, name: &str, contents: &str) -> anyhow::Result<String> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let path = dir.join(name);
-    std::fs::write(&path, contents)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(path.display().to_string())
-}
-
-/// The test CA as a secret file in `dir`, for the forwarder's /run/secrets/sandbox_api_ca.pem.
-pub fn ca_secret_file(dir: &std::path::Path) -> anyhow::Result<String> {
-    secret_file(dir, "ca.pem", &std::fs::read_to_string(crate::tls::ca_file()?)?)
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::Peer;
-use sandbox_tests::sandbox::{SandboxSpec, ca_secret_file, secret_file};
+use sandbox_tests::spec::{SandboxSpec, ca_secret_file, secret_file};
 
 /// The mock's names: the real API hosts.
 const API_HOSTS: &[&str] = &["api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"];

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use sandbox_tests::docker::TestVolume;
 use sandbox_tests::images::image;
-use sandbox_tests::sandbox::{Limits, SandboxSpec};
+use sandbox_tests::spec::{Limits, SandboxSpec};
 use serde_json::Value;
 
 /// What both tools ask of the engine, in the few terms these examples use.
@@ -174,7 +174,7 @@ async fn runs_as_written(run: Run) -> anyhow::Result<()> {
     let mut spec = SandboxSpec::of(run.image.clone()).offline();
     spec.limits = run.limits.clone();
     // As the example asks, except under `--ci`, where no container gets a capability.
-    spec.net_admin = sandbox_tests::sandbox::full_mode();
+    spec.net_admin = sandbox_tests::spec::full_mode();
     let mut state_dirs = Vec::new();
     for (source, target) in &run.mounts {
         if source == "workspace" {

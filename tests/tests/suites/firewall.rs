@@ -7,7 +7,8 @@ use std::time::Duration;
 use sandbox_tests::assert::{assert_blocked, assert_reaches};
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::{Peer, ResolvedNet};
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::SandboxSpec;
 
 const ALLOWED: &str = "api.allowed.test";
 const BLOCKED: &str = "blocked.test";

@@ -6,7 +6,8 @@
 
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::Peer;
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec, ca_secret_file, secret_file};
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::{SandboxSpec, ca_secret_file, secret_file};
 
 const ANTHROPIC_KEY: &str = "sk-ant-api03-REAL-key-of-the-test-7f3a9c";
 const OPENAI_KEY: &str = "sk-proj-REAL-openai-key-of-the-test-41d2";

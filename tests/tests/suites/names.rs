@@ -8,7 +8,8 @@ use std::time::Duration;
 use sandbox_tests::assert::{assert_reaches, processes};
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::{PEER_GREETER, Peer};
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::SandboxSpec;
 
 /// The name the policy allows, and another served from the same address.
 const ALLOWED: &str = "api.allowed.test";

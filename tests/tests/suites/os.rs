@@ -61,7 +61,7 @@ async fn two_bootstraps_give_the_same_digest() -> anyhow::Result<()> {
 /// tmux and nftables, whose manuals would otherwise come along.
 #[tokio::test]
 async fn packages_installed_later_leave_their_documentation_out() -> anyhow::Result<()> {
-    let sb = sandbox_tests::sandbox::SandboxSpec::smallest().await?.offline().start().await?;
+    let sb = sandbox_tests::spec::SandboxSpec::smallest().await?.offline().start().await?;
     let manuals = sb
         .exec(&["sh", "-c", "find /usr/share/man /usr/share/info /usr/share/doc -type f ! -name copyright ! -path /usr/share/info/dir | wc -l"])
         .await?;

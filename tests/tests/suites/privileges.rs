@@ -2,7 +2,8 @@
 //! empty, NoNewPrivs. Needs no capability: runs in both modes.
 
 use sandbox_tests::assert::{ProcStatus, assert_agent_processes_unprivileged, assert_unprivileged};
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::SandboxSpec;
 
 async fn no_network() -> anyhow::Result<Sandbox> {
     let spec = SandboxSpec::smallest().await?.offline();

@@ -3,7 +3,7 @@
 //! purpose. Needs no capability: runs in both modes.
 
 use sandbox_tests::docker::TestNet;
-use sandbox_tests::sandbox::SandboxSpec;
+use sandbox_tests::spec::SandboxSpec;
 
 #[tokio::test]
 async fn without_net_admin_the_agent_never_starts() -> anyhow::Result<()> {

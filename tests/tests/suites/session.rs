@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::SandboxSpec;
 
 async fn start(env: &[(&str, &str)]) -> anyhow::Result<Sandbox> {
     let mut spec = SandboxSpec::smallest().await?.offline();
@@ -160,7 +161,7 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
     use futures_util::StreamExt as _;
     use tokio::io::AsyncWriteExt as _;
 
-    let image = sandbox_tests::images::image(sandbox_tests::sandbox::SMALLEST).await?;
+    let image = sandbox_tests::images::image(sandbox_tests::spec::SMALLEST).await?;
     let docker = xtask::engine::Engine::connect().await?.docker().clone();
     let (container, mut attached) = sandbox_tests::docker::start_with_terminal(&image, "tty").await?;
     let id = container.0.clone();

@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _, lchown, symlink};
 
-use sandbox_tests::sandbox::SandboxSpec;
+use sandbox_tests::spec::SandboxSpec;
 
 #[tokio::test]
 async fn a_bind_mounted_state_dir_of_another_uid_becomes_the_agents_and_links_are_not_followed()

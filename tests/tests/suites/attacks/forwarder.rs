@@ -4,7 +4,8 @@
 
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::Peer;
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec, ca_secret_file, secret_file};
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::{SandboxSpec, ca_secret_file, secret_file};
 
 const KEY: &str = "sk-REAL-openai-key-of-the-attacks-5b9e";
 const FORWARDER: &str = "15102";

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sandbox_tests::assert::assert_reaches;
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::{Peer, PeerSpec};
-use sandbox_tests::sandbox::SandboxSpec;
+use sandbox_tests::spec::SandboxSpec;
 
 use super::{ALLOWED, allow};
 

@@ -6,7 +6,8 @@ use sandbox_tests::assert::{assert_blocked, assert_reaches};
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::{PEER_ECHO, PEER_UDP, Peer, ResolvedNet};
 use sandbox_tests::probe::PROBE;
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::SandboxSpec;
 
 use super::{ALLOWED, allow};
 

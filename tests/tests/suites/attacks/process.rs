@@ -7,7 +7,8 @@ use sandbox_tests::assert::privileged_files;
 use sandbox_tests::docker::{TestNet, TestVolume, exec};
 use sandbox_tests::peers::Helper;
 use sandbox_tests::probe::PROBE;
-use sandbox_tests::sandbox::{Sandbox, SandboxSpec};
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::SandboxSpec;
 
 const STATUS: &str = "/run/agent-sandbox/session/status";
 

@@ -1,0 +1,337 @@
+//! How the suites start a sandbox: a `SandboxSpec`, translated once into the engine's
+//! `HostConfig` and create body, started by one of three paths that all take that translation:
+//! testcontainers (ready at `sandbox ready`, the usual way), bollard with a terminal (which
+//! testcontainers cannot give), or run to its end (for the refusals, which testcontainers treats
+//! as a failed start). The running sandbox is `sandbox`'s.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::WaitContainerOptions;
+use futures_util::StreamExt as _;
+use testcontainers::core::WaitFor;
+use testcontainers::runners::AsyncRunner as _;
+use testcontainers::{GenericImage, ImageExt as _};
+
+use crate::docker::{RemoveOnDrop, TEST_LABEL, TestNet, container_logs, docker};
+use crate::images::image;
+use crate::peers::{Peer, ResolvedNet};
+use crate::probe::{PROBE, probe_binary};
+use crate::sandbox::{Owner, Sandbox};
+
+/// The image the deep security suites run against: the smallest in the graph.
+pub const SMALLEST: &str = "shell";
+
+/// Whether containers may get NET_ADMIN (`cargo xtask test`), or not (`--ci`).
+pub fn full_mode() -> bool {
+    std::env::var(xtask::test::MODE_ENV).map_or(true, |mode| mode != "ci")
+}
+
+/// How to start a sandbox.
+#[derive(Clone, Debug)]
+pub struct SandboxSpec {
+    pub image: String,
+    pub net_admin: bool,
+    pub network: Option<String>,
+    /// A resolver for Docker's DNS to forward unknown names to (the DNS peer).
+    pub dns: Option<IpAddr>,
+    /// policy.d files: (file name, contents).
+    pub drop_ins: Vec<(String, String)>,
+    pub env: Vec<(String, String)>,
+    /// Read-write mounts: (host path or volume name, path in the container).
+    pub mounts: Vec<(String, String)>,
+    /// `--cap-drop ALL` (NET_ADMIN is still added when asked for).
+    pub cap_drop_all: bool,
+    /// `--pids-limit`, `--memory` (bytes) and `--log-opt`s.
+    pub limits: Limits,
+    /// `-t`: the container has a terminal, and the agent's tmux client is attached to it.
+    pub terminal: bool,
+}
+
+/// What the engine bounds for the container.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub pids: Option<i64>,
+    pub memory: Option<i64>,
+    pub log_options: std::collections::BTreeMap<String, String>,
+    /// `--ulimit nofile=N:N`: the descriptors each process may hold.
+    pub nofile: Option<i64>,
+}
+
+impl Limits {
+    fn apply(&self, host: &mut HostConfig) {
+        host.pids_limit = self.pids;
+        host.memory = self.memory;
+        host.ulimits = self.nofile.map(|n| {
+            vec![bollard::models::ResourcesUlimits {
+                name: Some("nofile".into()),
+                soft: Some(n),
+                hard: Some(n),
+            }]
+        });
+        if !self.log_options.is_empty() {
+            host.log_config = Some(bollard::models::HostConfigLogConfig {
+                typ: Some("json-file".into()),
+                config: Some(self.log_options.clone().into_iter().collect()),
+            });
+        }
+    }
+}
+
+impl SandboxSpec {
+    pub async fn smallest() -> anyhow::Result<SandboxSpec> {
+        Ok(SandboxSpec::of(image(SMALLEST).await?))
+    }
+
+    pub fn of(image: String) -> SandboxSpec {
+        SandboxSpec {
+            image,
+            net_admin: false,
+            network: None,
+            dns: None,
+            drop_ins: Vec::new(),
+            env: Vec::new(),
+            mounts: Vec::new(),
+            cap_drop_all: false,
+            limits: Limits::default(),
+            terminal: false,
+        }
+    }
+
+    /// `docker run -t`: a terminal, which PID 1 writes to and the agent's tmux client holds.
+    pub fn with_terminal(mut self) -> Self {
+        self.terminal = true;
+        self
+    }
+
+    pub fn net_admin(mut self) -> Self {
+        self.net_admin = true;
+        self
+    }
+
+    pub fn on(mut self, net: &TestNet) -> Self {
+        self.network = Some(net.name.clone());
+        self
+    }
+
+    /// No network but loopback (`--network none`): nothing to filter, and nothing reachable.
+    pub fn offline(self) -> Self {
+        self.network_mode("none")
+    }
+
+    /// Any of Docker's network modes (`none`, `host`, a network's name).
+    pub fn network_mode(mut self, mode: &str) -> Self {
+        self.network = Some(mode.into());
+        self
+    }
+
+    pub fn dns(mut self, peer: &Peer) -> Self {
+        self.dns = Some(peer.ipv4);
+        self
+    }
+
+    /// With NET_ADMIN on `world`'s network, resolving through its DNS peer, allowing `policy`
+    /// (a `.txt` list).
+    pub fn resolving_through(self, world: &ResolvedNet, policy: &str) -> Self {
+        self.net_admin().on(&world.net).dns(&world.dns).drop_in("resolved.txt", policy)
+    }
+
+    pub fn drop_in(mut self, file: &str, contents: &str) -> Self {
+        self.drop_ins.push((file.into(), contents.into()));
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Mounts a host directory (an absolute path) or a named volume at `target`, read-write.
+    pub fn mount(mut self, source: &str, target: &str) -> Self {
+        self.mounts.push((source.into(), target.into()));
+        self
+    }
+
+    /// The spec as the engine takes it, the one translation both ways of starting use: the
+    /// probe and the policy drop-ins mounted read-only, the mounts, network, capabilities,
+    /// resolver and limits.
+    fn host_config(&self, probe: &std::path::Path, drop_in_dir: &std::path::Path) -> HostConfig {
+        let binds = [
+            format!("{}:{PROBE}:ro", probe.display()),
+            format!("{}:/etc/agent-sandbox/policy.d:ro", drop_in_dir.display()),
+        ]
+        .into_iter()
+        .chain(self.mounts.iter().map(|(source, target)| format!("{source}:{target}:rw")))
+        .collect();
+        let mut host = HostConfig {
+            binds: Some(binds),
+            network_mode: self.network.clone(),
+            cap_add: self.net_admin.then(|| vec!["NET_ADMIN".to_string()]),
+            cap_drop: self.cap_drop_all.then(|| vec!["ALL".to_string()]),
+            dns: self.dns.map(|dns| vec![dns.to_string()]),
+            ..Default::default()
+        };
+        self.limits.apply(&mut host);
+        host
+    }
+
+    fn env_list(&self) -> Vec<String> {
+        self.env.iter().map(|(k, v)| format!("{k}={v}")).collect()
+    }
+
+    fn write_drop_ins(&self) -> anyhow::Result<tempfile::TempDir> {
+        let dir = tempfile::tempdir()?;
+        for (file, contents) in &self.drop_ins {
+            std::fs::write(dir.path().join(file), contents)?;
+        }
+        Ok(dir)
+    }
+
+    /// Starts the sandbox and waits for `sandbox ready` (testcontainers: readiness declared,
+    /// never slept).
+    pub async fn start(self) -> anyhow::Result<Sandbox> {
+        if self.terminal {
+            return self.start_with_terminal().await;
+        }
+        let drop_ins = self.write_drop_ins()?;
+        let host = self.host_config(&probe_binary()?, drop_ins.path());
+        let (name, tag) = self.image.rsplit_once(':').context("image without a tag")?;
+        let mut request = GenericImage::new(name, tag)
+            .with_wait_for(WaitFor::message_on_stdout("sandbox ready"))
+            .with_label(TEST_LABEL, "sandbox")
+            .with_startup_timeout(Duration::from_secs(30))
+            .with_host_config_modifier(move |hc| *hc = overlay(hc, &host));
+        for (k, v) in &self.env {
+            request = request.with_env_var(k, v);
+        }
+        let container =
+            request.start().await.with_context(|| format!("{} did not reach `sandbox ready`", self.image))?;
+        Ok(Sandbox::new(container.id().to_string(), Owner::Testcontainers(Box::new(container)), drop_ins))
+    }
+
+    /// testcontainers cannot give a container a terminal: this one starts through bollard.
+    async fn start_with_terminal(self) -> anyhow::Result<Sandbox> {
+        let drop_ins = self.write_drop_ins()?;
+        let docker = docker().await?;
+        let body = ContainerCreateBody { tty: Some(true), ..self.create_body(drop_ins.path())? };
+        let created =
+            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
+        let sandbox = Sandbox::new(created.id.clone(), Owner::Engine(RemoveOnDrop(created.id)), drop_ins);
+        docker
+            .start_container(sandbox.id(), None::<bollard::query_parameters::StartContainerOptions>)
+            .await?;
+        sandbox.wait_for_stdout("sandbox ready", 1).await?;
+        Ok(sandbox)
+    }
+
+    fn create_body(&self, drop_in_dir: &std::path::Path) -> anyhow::Result<ContainerCreateBody> {
+        Ok(ContainerCreateBody {
+            image: Some(self.image.clone()),
+            env: Some(self.env_list()),
+            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "sandbox".to_string())])),
+            host_config: Some(self.host_config(&probe_binary()?, drop_in_dir)),
+            ..Default::default()
+        })
+    }
+
+    /// Runs the sandbox's entrypoint to its end (for the refusals), with bollard: testcontainers
+    /// treats a container that exits before it is ready as an error.
+    pub async fn run_to_exit(self) -> anyhow::Result<Exited> {
+        let drop_ins = self.write_drop_ins()?;
+        let docker = docker().await?;
+        let body = self.create_body(drop_ins.path())?;
+        let created =
+            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
+        let id = created.id;
+        let guard = RemoveOnDrop(id.clone());
+        docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+        let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
+        let code = match tokio::time::timeout(Duration::from_secs(30), wait.next()).await {
+            Ok(Some(Ok(response))) => response.status_code,
+            Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. }))) => code,
+            Ok(other) => anyhow::bail!("waiting for {id} failed: {other:?}"),
+            Err(_) => {
+                let logs = container_logs(&id).await?;
+                anyhow::bail!(
+                    "{} kept running (it should have exited); its output:\n{}{}",
+                    self.image,
+                    logs.0,
+                    logs.1
+                )
+            }
+        };
+        let (stdout, stderr) = container_logs(&id).await?;
+        drop(guard);
+        Ok(Exited { code, stdout, stderr })
+    }
+}
+
+/// A sandbox that ran to its end.
+#[derive(Debug)]
+pub struct Exited {
+    pub code: i64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A root-only file (mode 600) in `dir` holding `contents`: a secret to mount under
+/// /run/secrets (an API key, the forwarder's extra CA). Its path.
+pub fn secret_file(dir: &std::path::Path, name: &str, contents: &str) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    std::fs::write(&path, contents)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(path.display().to_string())
+}
+
+/// The test CA as a secret file in `dir`, for the forwarder's /run/secrets/sandbox_api_ca.pem.
+pub fn ca_secret_file(dir: &std::path::Path) -> anyhow::Result<String> {
+    secret_file(dir, "ca.pem", &std::fs::read_to_string(crate::tls::ca_file()?)?)
+}
+
+/// `ours` laid over testcontainers' `theirs`: every field the spec sets wins, every other stays
+/// as testcontainers made it. Field by field through their JSON, so that a field the spec
+/// gains is never left out of this path.
+fn overlay(theirs: &HostConfig, ours: &HostConfig) -> HostConfig {
+    let mut merged = serde_json::to_value(theirs).expect("a HostConfig serialises");
+    if let (Some(merged), serde_json::Value::Object(set)) =
+        (merged.as_object_mut(), serde_json::to_value(ours).expect("a HostConfig serialises"))
+    {
+        merged.extend(set.into_iter().filter(|(_, value)| !value.is_null()));
+    }
+    serde_json::from_value(merged).expect("a HostConfig deserialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field the spec sets reaches the container whichever way it starts: the overlay
+    /// keeps each of them, and what testcontainers set that the spec does not.
+    #[test]
+    fn the_testcontainers_path_loses_no_field_of_the_spec() {
+        let mut spec = SandboxSpec::of("img:1".into()).net_admin().network_mode("none").env("A", "1");
+        spec.cap_drop_all = true;
+        spec.dns = Some("10.0.0.53".parse().unwrap());
+        spec.limits = Limits {
+            pids: Some(64),
+            memory: Some(1 << 30),
+            nofile: Some(512),
+            log_options: [("max-size".to_string(), "1m".to_string())].into(),
+        };
+        spec.mounts.push(("/src".into(), "/workspace".into()));
+        let ours = spec.host_config(std::path::Path::new("/probe"), std::path::Path::new("/drop-ins"));
+        let theirs = HostConfig { shm_size: Some(64), privileged: Some(false), ..Default::default() };
+        let merged = overlay(&theirs, &ours);
+        let ours_json = serde_json::to_value(&ours).unwrap();
+        let merged_json = serde_json::to_value(&merged).unwrap();
+        for (field, value) in ours_json.as_object().unwrap().iter().filter(|(_, v)| !v.is_null()) {
+            assert_eq!(&merged_json[field], value, "{field} was lost");
+        }
+        assert_eq!((merged.shm_size, merged.privileged), (Some(64), Some(false)), "testcontainers' own");
+        assert_eq!(merged.ulimits.as_ref().map(Vec::len), Some(1));
+    }
+}
