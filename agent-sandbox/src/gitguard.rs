@@ -29,7 +29,7 @@ use crate::exit::{Code, Failure, Result};
 pub const WORKSPACE: &str = "/workspace";
 /// The files of a git directory that name commands, or point git at a configuration elsewhere.
 const GUARDED_FILES: [&str; 4] = ["config", "config.worktree", "commondir", "gitdir"];
-/// The most entries the walk for nested repositories looks at.
+/// The most entries the walk of the project looks at.
 const MAX_WALK: usize = 500_000;
 
 /// A bind mount the guard asks for: host path, path in the sandbox, read-only or not.
@@ -53,54 +53,90 @@ pub struct GitSnapshot {
     pub truncated: bool,
 }
 
-/// The project's git layout: its git directories, and the `.git` file if it has one.
+/// The project's git layout: every git directory git could use in or for it, every `.git`
+/// file, and the repositories nested below its top.
 #[derive(Debug, Default)]
 struct Layout {
     git_dirs: BTreeSet<PathBuf>,
-    dot_git_file: Option<PathBuf>,
+    dot_git_files: BTreeSet<PathBuf>,
+    /// `.git` entries and other git directories below the project's top, relative.
+    nested: BTreeSet<String>,
+    truncated: bool,
 }
 
-/// The git directories of `project`: its own (a `.git` folder, or the one a `.git` file names),
-/// the common one it points to, and every submodule's and worktree's below the common one.
+/// Whether `dir` is a git directory as git recognises one: a `HEAD`, and a configuration,
+/// another directory's (`commondir`), or objects and refs.
+fn is_git_dir(dir: &Path) -> bool {
+    dir.join("HEAD").is_file()
+        && (dir.join("config").is_file()
+            || dir.join("commondir").is_file()
+            || (dir.join("objects").is_dir() && dir.join("refs").is_dir()))
+}
+
+/// The folders inside a git directory that hold no git directory: walked past.
+const GIT_DATA: [&str; 5] = ["objects", "refs", "logs", "lfs", "hooks"];
+
+/// Every git directory and `.git` file of `project`: a walk of the project (a `.git` at any
+/// depth, and any folder that is a git directory by another name, as a bare repository the
+/// agent planted would be), the git directories `.git` files and `commondir` name, and every
+/// git directory inside those (submodules' at any depth, worktrees', and any other).
 fn layout(project: &Path) -> Layout {
     let mut layout = Layout::default();
-    let dot_git = project.join(".git");
-    let own = match std::fs::symlink_metadata(&dot_git) {
-        Ok(meta) if meta.is_dir() => dot_git,
-        Ok(meta) if meta.is_file() => {
-            layout.dot_git_file = Some(dot_git.clone());
-            let Some(dir) = gitdir_of_file(&dot_git) else { return layout };
-            dir
-        }
-        _ => return layout,
-    };
-    let common = std::fs::read_to_string(own.join("commondir"))
-        .ok()
-        .map(|c| own.join(c.trim()))
-        .and_then(|c| c.canonicalize().ok())
-        .unwrap_or_else(|| own.clone());
-    layout.git_dirs.insert(own);
-    let mut stack = vec![common];
-    while let Some(dir) = stack.pop() {
-        for sub in ["modules", "worktrees"] {
-            for entry in std::fs::read_dir(dir.join(sub)).into_iter().flatten().flatten() {
-                let path = entry.path();
-                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    continue;
+    let mut seen = 0;
+    let mut found = Vec::new();
+    let mut stack = vec![project.to_path_buf()];
+    'walk: while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            seen += 1;
+            if seen > MAX_WALK {
+                layout.truncated = true;
+                break 'walk;
+            }
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else { continue };
+            let relative = path.strip_prefix(project).unwrap_or(&path).display().to_string();
+            if entry.file_name() == ".git" {
+                if dir != project {
+                    layout.nested.insert(relative);
                 }
-                if path.join("HEAD").is_file() {
+                if kind.is_file() {
+                    layout.dot_git_files.insert(path.clone());
+                    found.extend(gitdir_of_file(&path));
+                } else if kind.is_dir() {
+                    found.push(path);
+                }
+            } else if kind.is_dir() {
+                if is_git_dir(&path) {
+                    layout.nested.insert(relative);
+                    found.push(path);
+                } else {
                     stack.push(path);
-                } else if sub == "modules" {
-                    // A submodule at a deeper path (`modules/a/b`): its git directory is below.
-                    for deeper in std::fs::read_dir(&path).into_iter().flatten().flatten() {
-                        if deeper.path().join("HEAD").is_file() {
-                            stack.push(deeper.path());
-                        }
-                    }
                 }
             }
         }
-        layout.git_dirs.insert(dir);
+    }
+    while let Some(dir) = found.pop() {
+        let dir = dir.canonicalize().unwrap_or(dir);
+        if !layout.git_dirs.insert(dir.clone()) {
+            continue;
+        }
+        if let Ok(common) = std::fs::read_to_string(dir.join("commondir"))
+            && let Ok(common) = dir.join(common.trim()).canonicalize()
+        {
+            found.push(common);
+        }
+        let mut inside = vec![dir];
+        while let Some(folder) = inside.pop() {
+            for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if !entry.file_type().is_ok_and(|t| t.is_dir())
+                    || GIT_DATA.iter().any(|d| entry.file_name() == *d)
+                {
+                    continue;
+                }
+                if is_git_dir(&path) { found.push(path) } else { inside.push(path) }
+            }
+        }
     }
     layout
 }
@@ -148,7 +184,7 @@ pub fn plan(project: &Path) -> std::io::Result<(Vec<GuardMount>, GitSnapshot)> {
             mounts.push(mount(&hooks, true));
         }
     }
-    if let Some(file) = &layout.dot_git_file {
+    for file in &layout.dot_git_files {
         mounts.push(mount(file, true));
     }
     mounts.sort_by(|a, b| a.target.cmp(&b.target));
@@ -181,40 +217,12 @@ pub fn snapshot(project: &Path) -> GitSnapshot {
             }
         }
     }
-    if let Some(file) = &layout.dot_git_file {
+    for file in &layout.dot_git_files {
         record(file);
     }
     snapshot.git_dirs = layout.git_dirs.iter().map(|d| d.display().to_string()).collect();
-    (snapshot.nested, snapshot.truncated) = nested_repositories(project);
+    (snapshot.nested, snapshot.truncated) = (layout.nested, layout.truncated);
     snapshot
-}
-
-/// Every `.git` below the project's top (not following links), relative; and whether the walk
-/// stopped at its bound.
-fn nested_repositories(project: &Path) -> (BTreeSet<String>, bool) {
-    let mut found = BTreeSet::new();
-    let mut stack = vec![project.to_path_buf()];
-    let mut seen = 0;
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            seen += 1;
-            if seen > MAX_WALK {
-                return (found, true);
-            }
-            let path = entry.path();
-            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            if entry.file_name() == ".git" {
-                if dir != project {
-                    found.insert(path.strip_prefix(project).unwrap_or(&path).display().to_string());
-                }
-                continue;
-            }
-            if is_dir {
-                stack.push(path);
-            }
-        }
-    }
-    (found, false)
 }
 
 impl GitSnapshot {
@@ -380,6 +388,63 @@ mod tests {
         // The commondir now points git elsewhere: the planted module is found through the
         // layout as it is now, or named as new.
         assert!(changes.len() >= 4, "{changes:?}");
+    }
+
+    /// Found by a red team: a submodule's `.git` file pointed at a git directory the agent
+    /// planted inside `.git`, a submodule at a deep path, a nested repository that was there
+    /// before the run, and a bare repository under another name. git on the host runs what
+    /// each one's configuration names.
+    #[test]
+    fn submodules_at_any_depth_nested_and_bare_repositories_are_guarded_and_named() {
+        let project = repo();
+        let root = project.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("lib")).unwrap();
+        std::fs::write(root.join("lib/.git"), "gitdir: ../.git/modules/lib\n").unwrap();
+        let deep = root.join(".git/modules/third_party/lib/foo");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(deep.join("config"), "[core]\n").unwrap();
+        let vendored = root.join("vendor/x/.git");
+        std::fs::create_dir_all(vendored.join("objects")).unwrap();
+        std::fs::create_dir_all(vendored.join("refs")).unwrap();
+        std::fs::write(vendored.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(vendored.join("config"), "[core]\n").unwrap();
+        let (mounts, before) = plan(&root).unwrap();
+        let read_only: Vec<&str> = mounts.iter().filter(|m| m.read_only).map(|m| m.target.as_str()).collect();
+        for guarded in [
+            "/workspace/lib/.git",
+            "/workspace/.git/modules/third_party/lib/foo/config",
+            "/workspace/.git/modules/third_party/lib/foo/hooks",
+            "/workspace/vendor/x/.git/config",
+            "/workspace/vendor/x/.git/hooks",
+        ] {
+            assert!(read_only.contains(&guarded), "{guarded} is not read-only: {read_only:?}");
+        }
+        // What the mounts would stop, done on the host: each is named.
+        let planted = root.join(".git/cache");
+        std::fs::create_dir_all(&planted).unwrap();
+        std::fs::write(planted.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(planted.join("config"), "[core]\n\tworktree = ../../lib\n\tfsmonitor = id\n").unwrap();
+        std::fs::write(root.join("lib/.git"), "gitdir: ../.git/cache\n").unwrap();
+        std::fs::write(deep.join("config"), "[core]\n\tfsmonitor = id\n").unwrap();
+        std::fs::write(vendored.join("config"), "[core]\n\tfsmonitor = id\n").unwrap();
+        let bare = root.join("docs/api");
+        for folder in ["objects", "refs"] {
+            std::fs::create_dir_all(bare.join(folder)).unwrap();
+        }
+        std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let text = before.changes(&snapshot(&root)).join("\n");
+        for expected in [
+            "changed: ",
+            "/lib/.git\n",
+            "new git directory: ",
+            "/.git/cache",
+            "/.git/modules/third_party/lib/foo/config",
+            "/vendor/x/.git/config",
+            "new repository in the project: docs/api",
+        ] {
+            assert!(text.contains(expected), "{expected}: {text}");
+        }
     }
 
     #[test]

@@ -34,7 +34,16 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
             return reattach(&engine, &found, flags).await;
         }
         // Stopped (the session ended, or the engine restarted): its state is in its volumes.
+        // What it changed in the project's git files is named now, before a new snapshot is
+        // taken; the next run starts.
         found.remove(0).await?;
+        crate::gitguard::changes_since_start(&found).map_err(|mut failure| {
+            failure.message = format!(
+                "{} had stopped and is removed; {}\n(`agent-sandbox run` again starts a new one)",
+                found.name, failure.message
+            );
+            failure
+        })?;
     }
     let (reference, facts) = image(&engine, flags).await?;
     let logins =

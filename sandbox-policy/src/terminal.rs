@@ -18,9 +18,10 @@ use rustix::termios::{OptionalActions, Termios, tcgetattr, tcsetattr};
 /// - OSC 0, 1, 2 (titles) and 8 (hyperlinks), and no other OSC: not 52 (the clipboard), 7 (the
 ///   folder new tabs open in, on the user's machine), 1337, 5113 or 5522 (files), 9 or 777
 ///   (notifications);
-/// - a hyperlink only to a public web host that its own visible text names (the address, or its
-///   host as a whole name), with nothing but text and colours inside it: otherwise its text
-///   passes without the link ([`link`]);
+/// - a hyperlink only to a public web host that its own visible text names (the text is the
+///   address, or its host), with nothing but text inside it, shown plainly (bold, italic and
+///   underline at most: no colour, which could match the background, no concealed, dim or
+///   reversed text): otherwise its text passes without the link ([`link`]);
 /// - no DCS, APC, PM or SOS string (passthrough to the outer terminal, graphics, vendor
 ///   commands); a C1 control, raw or UTF-8 encoded, is judged (and sent) as its 7-bit form;
 /// - what is not valid UTF-8 as U+FFFD; an ESC only with a byte 0x20 to 0x7E after it (terminals
@@ -45,6 +46,67 @@ pub struct Sanitizer {
     link: Option<OpenLink>,
     /// Counts the links opened, so that the end of one is told from the start of the next.
     links: u64,
+    /// What the SGR sequences so far make of text, as far as it could hide a link's text.
+    style: Style,
+}
+
+/// The SGR attributes that could make text unreadable where it is: a colour (the same as the
+/// background, or the terminal's), concealed, dim or reversed text.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Style {
+    foreground: bool,
+    background: bool,
+    concealed: bool,
+    dim: bool,
+    reversed: bool,
+}
+
+impl Style {
+    fn plain(self) -> bool {
+        self == Style::default()
+    }
+
+    /// Applies an SGR's parameters (`1;38;5;0`, `38:2::0:0:0`).
+    fn apply(&mut self, parameters: &[u8]) {
+        let text = String::from_utf8_lossy(parameters);
+        let mut params = text.split(';');
+        while let Some(param) = params.next() {
+            let code = param.split(':').next().unwrap_or_default();
+            let colon = param.contains(':');
+            match code.parse::<u32>().unwrap_or(0) {
+                0 => *self = Style::default(),
+                2 => self.dim = true,
+                22 => self.dim = false,
+                7 => self.reversed = true,
+                27 => self.reversed = false,
+                8 => self.concealed = true,
+                28 => self.concealed = false,
+                30..=37 | 90..=97 => self.foreground = true,
+                39 => self.foreground = false,
+                40..=47 | 100..=107 => self.background = true,
+                49 => self.background = false,
+                extended @ (38 | 48) => {
+                    if extended == 38 {
+                        self.foreground = true;
+                    } else {
+                        self.background = true;
+                    }
+                    // `38;5;N` or `38;2;R;G;B`: its arguments are not attributes.
+                    if !colon {
+                        let skip = match params.next() {
+                            Some("5") => 1,
+                            Some("2") => 3,
+                            _ => 0,
+                        };
+                        for _ in 0..skip {
+                            params.next();
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// A hyperlink held until it ends: it goes out around its text only if the text names its host.
@@ -194,7 +256,7 @@ impl Sanitizer {
                 open: [b"\x1b]8;", body, b"\x1b\\"].concat(),
                 uri: String::from_utf8_lossy(uri).into_owned(),
                 host,
-                plain: true,
+                plain: self.style.plain(),
                 ..Default::default()
             });
         }
@@ -408,7 +470,12 @@ impl Sanitizer {
                 // (a long one is dropped: no terminal needs it, some would misread it).
                 0x40..=0x7e => {
                     if byte != b't' && sequence.len() <= MAX_CSI {
-                        if byte != b'm' {
+                        let sgr =
+                            byte == b'm' && sequence.iter().all(|b| b.is_ascii_digit() || b":;".contains(b));
+                        if sgr {
+                            self.style.apply(&sequence);
+                        }
+                        if !sgr || !self.style.plain() {
                             self.not_plain();
                         }
                         out.extend_from_slice(&[ESC, b'[']);

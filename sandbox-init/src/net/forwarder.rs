@@ -327,7 +327,7 @@ async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::Clien
             Ok(body) => body?,
             Err(_) => return Err(Refused(408, "no whole request body in time".into())),
         };
-        if let Some(tool) = judge_body(api, &body)? {
+        if let Some(tool) = judge_body(&route.host, &body)? {
             return Err(Refused(
                 403,
                 format!(
@@ -454,12 +454,19 @@ fn dechunk(mut bytes: &[u8]) -> Result<Option<Vec<u8>>, Refused> {
         let size = usize::from_str_radix(digits, 16).map_err(|_| bad("a size too large"))?;
         bytes = &bytes[end + 2..];
         if size == 0 {
-            // No trailers: the body ends with the empty line.
-            return match bytes.get(..2) {
-                None | Some([b'\r']) => Ok(None),
-                Some(b"\r\n") => Ok(Some(body)),
-                Some(_) => Err(bad("trailers")),
-            };
+            // Trailers, if any, then the empty line. They are dropped: the body goes on with a
+            // length of its own.
+            loop {
+                let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+                if end == 0 {
+                    return Ok(Some(body));
+                }
+                let line = &bytes[..end];
+                if !line.contains(&b':') || line.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+                    return Err(bad("a malformed trailer"));
+                }
+                bytes = &bytes[end + 2..];
+            }
         }
         if body.len() + size > MAX_INSPECTED_BODY {
             return Err(Refused(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
@@ -473,17 +480,36 @@ fn dechunk(mut bytes: &[u8]) -> Result<Option<Vec<u8>>, Refused> {
     }
 }
 
-/// The remote tool the body names, if any. A body that looks like JSON must be JSON as strict
-/// as any server reads it: no duplicate key, which one server would take first and another
-/// last. Any other body (a file upload) names no tool.
-fn judge_body(api: &str, body: &[u8]) -> Result<Option<String>, Refused> {
-    let start = body.iter().find(|b| !b.is_ascii_whitespace());
-    if !matches!(start, Some(b'{' | b'[')) {
-        return Ok(None);
+/// The remote fetch the body asks for, if any (`host` is the API's own). A body that looks like
+/// JSON must be JSON as strict as any server reads it: no duplicate key, which one server would
+/// take first and another last; and plain UTF-8, since a server may read a byte-order mark or
+/// UTF-16 as JSON too. Any other body (a file upload) is searched line by line for JSON lines:
+/// a batch's input file is one request per line.
+fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
+    if body.starts_with(b"\xef\xbb\xbf")
+        || body.starts_with(b"\xfe\xff")
+        || body.starts_with(b"\xff\xfe")
+        || body.iter().take(4).any(|&b| b == 0)
+    {
+        return Err(Refused(415, "a request body in another encoding than plain UTF-8".into()));
     }
-    let value = strict_json(body)
-        .map_err(|e| Refused(400, format!("a request body that is not strict JSON: {e}")))?;
-    Ok(crate::net::remote_tools::named(api, &value))
+    let start = body.iter().find(|b| !b.is_ascii_whitespace());
+    if matches!(start, Some(b'{' | b'[')) {
+        let value = strict_json(body)
+            .map_err(|e| Refused(400, format!("a request body that is not strict JSON: {e}")))?;
+        return Ok(crate::net::remote_tools::named(&value, host));
+    }
+    for line in body.split(|&b| b == b'\n') {
+        let line = line.trim_ascii();
+        let line = line.strip_prefix(b"\xef\xbb\xbf").unwrap_or(line);
+        if line.first() == Some(&b'{')
+            && let Ok(value) = serde_json::from_slice::<serde_json::Value>(line)
+            && let Some(found) = crate::net::remote_tools::named(&value, host)
+        {
+            return Ok(Some(format!("{found}, in a line of an uploaded file")));
+        }
+    }
+    Ok(None)
 }
 
 /// JSON parsed into a value, refusing a key repeated in one object.
@@ -797,14 +823,16 @@ mod tests {
         );
         assert_eq!(dechunk(b"5\r\nhel").unwrap(), None, "not whole yet");
         assert_eq!(dechunk(b"5\r\nhello\r\n0\r\n").unwrap(), None);
-        for bad in [&b"x\r\n"[..], b"5\r\nhello!\r\n", b"0\r\nX-Trailer: 1\r\n\r\n", b"+5\r\nhello\r\n"] {
+        assert_eq!(dechunk(b"5\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n").unwrap(), Some(b"hello".to_vec()));
+        assert_eq!(dechunk(b"5\r\nhello\r\n0\r\nX-Trailer: 1\r\n").unwrap(), None, "not whole yet");
+        for bad in [&b"x\r\n"[..], b"5\r\nhello!\r\n", b"0\r\nX-Trailer 1\r\n\r\n", b"+5\r\nhello\r\n"] {
             assert!(dechunk(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
     #[test]
     fn a_body_naming_a_remote_tool_is_refused_however_its_json_is_written() {
-        let tools = |body: &str| judge_body("anthropic", body.as_bytes());
+        let tools = |body: &str| judge_body("api.anthropic.com", body.as_bytes());
         assert!(tools(r#"{"model":"m","mcp_servers":[{"url":"https://x.test"}]}"#).unwrap().is_some());
         assert!(tools(r#" {"model":"m","tools":[{"type":"web_fetch_20250910"}]} "#).unwrap().is_some());
         // The key twice: one server reads the first, another the last.
@@ -812,6 +840,19 @@ mod tests {
         assert_eq!(tools(r#"{"model":"m"} trailing"#).unwrap_err().0, 400);
         assert_eq!(tools(r#"{"model":"m","messages":[]}"#).unwrap(), None);
         assert_eq!(tools("--boundary\r\nContent-Disposition: form-data").unwrap(), None, "an upload");
+        // A batch's input file, uploaded: one request per line, each judged.
+        let batch = "--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\n\
+            {\"custom_id\":\"1\",\"body\":{\"model\":\"m\",\"input\":\"hi\"}}\r\n\
+            {\"custom_id\":\"2\",\"body\":{\"tools\":[{\"type\":\"mcp\",\"server_url\":\"https://x.test\"}]}}\r\n--b--\r\n";
+        assert!(tools(batch).unwrap().is_some_and(|t| t.contains("uploaded file")), "{:?}", tools(batch));
+        // JSON a server may read though it is not plain UTF-8 (found by a red team).
+        let fetch = r#"{"model":"m","tools":[{"type":"web_fetch_20250910","name":"web_fetch"}]}"#;
+        let bom = [b"\xef\xbb\xbf".as_slice(), fetch.as_bytes()].concat();
+        let utf16: Vec<u8> = fetch.encode_utf16().flat_map(u16::to_be_bytes).collect();
+        let utf16le: Vec<u8> = fetch.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        for body in [bom, utf16, utf16le] {
+            assert_eq!(judge_body("api.anthropic.com", &body).unwrap_err().0, 415);
+        }
     }
 
     #[test]

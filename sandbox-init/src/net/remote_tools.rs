@@ -1,48 +1,93 @@
 //! What in a model API request makes the provider's own servers contact a URL the request
 //! names: Anthropic's MCP connector (`mcp_servers`) and web fetch tool, OpenAI's remote MCP
-//! tool, Gemini's URL context. With the user's key, such a request carries whatever the agent
-//! put in it to any address, past the allowlist, from the provider's side. The key forwarder
-//! refuses such requests unless the policy says `remote_tools: allow` for the API. Pure.
+//! tool, Gemini's URL context, and content the provider fetches by its URL (an image, a
+//! document or a file given as a link rather than inline). With the user's key, such a request
+//! carries whatever the agent put in it to any address, past the allowlist, from the
+//! provider's side. The key forwarder refuses such requests unless the policy says
+//! `remote_tools: allow` for the API. Pure.
+//!
+//! The whole request is searched, at any depth, for every API's shapes: a batch nests whole
+//! requests (Anthropic's `requests[].params`, Gemini's `batch.input_config`), and a provider
+//! may accept another's format (OpenAI-compatible endpoints). A link to the API's own host
+//! (a file the provider stores) is not a fetch elsewhere.
 //!
 //! Web search tools are not among them: the provider searches with the query and fetches what
 //! its search found, not an address the request names (the README says what that leaves).
 
 use serde_json::Value;
 
-/// The first tool of `body` that makes the provider contact a URL, for the API named `api`
-/// (`anthropic`, `openai`, `gemini`): what it is, for the refusal. None if there is none.
-pub fn named(api: &str, body: &Value) -> Option<String> {
-    let tools = body.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let kind = |tool: &Value| tool.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
-    match api {
-        "anthropic" => {
-            if body
-                .get("mcp_servers")
-                .is_some_and(|s| !s.is_null() && s.as_array().is_none_or(|a| !a.is_empty()))
-            {
-                return Some("`mcp_servers` (Anthropic's MCP connector)".into());
+/// The first thing in `body` that makes the provider contact a URL other than on `own_host`
+/// (the API's host): what it is, for the refusal. None if there is none.
+pub fn named(body: &Value, own_host: &str) -> Option<String> {
+    match body {
+        Value::Array(items) => items.iter().find_map(|item| named(item, own_host)),
+        Value::Object(object) => {
+            if let Some(found) = in_object(object, own_host) {
+                return Some(found);
             }
-            tools
-                .iter()
-                .map(kind)
-                .find(|k| k.starts_with("web_fetch") || k.starts_with("mcp"))
-                .map(|k| format!("the `{k}` tool (the provider fetches a URL the request names)"))
+            object.values().find_map(|value| named(value, own_host))
         }
-        "openai" => tools
-            .iter()
-            .find(|t| kind(t) == "mcp" || t.get("server_url").is_some() || t.get("connector_id").is_some())
-            .map(|_| "an `mcp` tool (OpenAI's remote MCP servers and connectors)".into()),
-        "gemini" => tools
-            .iter()
-            .find(|t| t.get("url_context").is_some() || t.get("urlContext").is_some())
-            .map(|_| "the `url_context` tool (the provider fetches the URLs in the prompt)".into()),
         _ => None,
     }
+}
+
+/// What this object itself asks the provider to fetch.
+fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<String> {
+    let kind = |tool: &Value| tool.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+    if object.get("mcp_servers").is_some_and(|s| !s.is_null() && s.as_array().is_none_or(|a| !a.is_empty())) {
+        return Some("`mcp_servers` (Anthropic's MCP connector)".into());
+    }
+    for tool in object.get("tools").and_then(Value::as_array).into_iter().flatten() {
+        let k = kind(tool);
+        if k.starts_with("web_fetch") || k.starts_with("mcp") {
+            return Some(format!("the `{k}` tool (the provider fetches a URL the request names)"));
+        }
+        if tool.get("server_url").is_some() || tool.get("connector_id").is_some() {
+            return Some("an `mcp` tool (OpenAI's remote MCP servers and connectors)".into());
+        }
+        if tool.get("url_context").is_some() || tool.get("urlContext").is_some() {
+            return Some("the `url_context` tool (the provider fetches the URLs in the prompt)".into());
+        }
+    }
+    // Content given by its link: Anthropic's `{"type": "url", "url": …}` sources, OpenAI's
+    // `image_url` and `file_url`, Gemini's `fileData.fileUri`.
+    let link = |value: Option<&Value>| -> Option<String> {
+        let value = value?;
+        let url = value.as_str().or_else(|| value.get("url").and_then(Value::as_str))?;
+        elsewhere(url, own_host).then(|| url.chars().take(80).collect())
+    };
+    let by_link = [
+        (kind(&Value::Object(object.clone())) == "url").then(|| link(object.get("url"))).flatten(),
+        link(object.get("image_url")),
+        link(object.get("file_url")),
+        link(object.get("file_uri")),
+        link(object.get("fileUri")),
+    ];
+    by_link
+        .into_iter()
+        .flatten()
+        .next()
+        .map(|url| format!("content the provider fetches from {url} (a link, not the content itself)"))
+}
+
+/// Whether `url` is a link the provider would fetch from a host other than `own_host`: any
+/// scheme but `data:` (content inline) and the provider's own files.
+fn elsewhere(url: &str, own_host: &str) -> bool {
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once(':') else { return false };
+    if scheme.eq_ignore_ascii_case("data") {
+        return false;
+    }
+    let authority = rest.trim_start_matches('/').split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default().split(':').next().unwrap_or_default();
+    !(scheme.eq_ignore_ascii_case("https") && host.eq_ignore_ascii_case(own_host))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const HOST: &str = "api.example.com";
 
     fn json(text: &str) -> Value {
         serde_json::from_str(text).unwrap()
@@ -64,8 +109,43 @@ mod tests {
             ("openai", r#"{"model":"m","tools":[{"type":"mcp","connector_id":"connector_gmail"}]}"#),
             ("gemini", r#"{"contents":[],"tools":[{"url_context":{}}]}"#),
             ("gemini", r#"{"contents":[],"tools":[{"googleSearch":{}},{"urlContext":{}}]}"#),
+            // Nested: a batch of whole requests (found by a red team at the top level only).
+            (
+                "anthropic",
+                r#"{"requests":[{"custom_id":"a","params":{"model":"m","mcp_servers":[{"type":"url","url":"https://x.test/sse"}]}}]}"#,
+            ),
+            (
+                "gemini",
+                r#"{"batch":{"input_config":{"requests":{"requests":[{"request":{"contents":[],"tools":[{"url_context":{}}]}}]}}}}"#,
+            ),
+            // Content by its link, which the provider fetches.
+            (
+                "anthropic",
+                r#"{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://x.test/a.png?d=1"}}]}]}"#,
+            ),
+            (
+                "anthropic",
+                r#"{"messages":[{"role":"user","content":[{"type":"document","source":{"type":"url","url":"http://x.test/a.pdf"}}]}]}"#,
+            ),
+            (
+                "openai",
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x.test/a.png"}}]}]}"#,
+            ),
+            (
+                "openai",
+                r#"{"input":[{"content":[{"type":"input_image","image_url":"https://x.test/a.png"}]}]}"#,
+            ),
+            (
+                "openai",
+                r#"{"input":[{"content":[{"type":"input_file","file_url":"https://x.test/a.pdf"}]}]}"#,
+            ),
+            (
+                "gemini",
+                r#"{"contents":[{"parts":[{"fileData":{"mimeType":"image/png","fileUri":"https://x.test/a"}}]}]}"#,
+            ),
+            ("gemini", r#"{"contents":[{"parts":[{"file_data":{"file_uri":"gs://bucket/a"}}]}]}"#),
         ] {
-            assert!(named(api, &json(body)).is_some(), "{api}: {body}");
+            assert!(named(&json(body), HOST).is_some(), "{api}: {body}");
         }
     }
 
@@ -83,8 +163,21 @@ mod tests {
                 r#"{"contents":[{"parts":[{"text":"url_context"}]}],"tools":[{"functionDeclarations":[]},{"google_search":{}}]}"#,
             ),
             ("gemini", r#"{"contents":[]}"#),
+            // Content inline, a file the provider stores, and a search result's link.
+            (
+                "openai",
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}"#,
+            ),
+            (
+                "gemini",
+                r#"{"contents":[{"parts":[{"fileData":{"fileUri":"https://api.example.com/v1beta/files/x"}}]}]}"#,
+            ),
+            (
+                "anthropic",
+                r#"{"messages":[{"role":"assistant","content":[{"type":"web_search_tool_result","content":[{"type":"web_search_result","url":"https://x.test/","title":"t"}]}]}],"tools":[{"type":"function","name":"f","input_schema":{"properties":{"url":{"type":"string"}}}}]}"#,
+            ),
         ] {
-            assert_eq!(named(api, &json(body)), None, "{api}: {body}");
+            assert_eq!(named(&json(body), HOST), None, "{api}: {body}");
         }
     }
 }

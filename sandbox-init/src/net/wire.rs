@@ -73,7 +73,7 @@ fn handshake_bytes(mut bytes: &[u8]) -> Result<(Vec<u8>, bool), &'static str> {
 }
 
 fn client_hello(bytes: &[u8]) -> Sniffed {
-    let (handshake, _) = match handshake_bytes(bytes) {
+    let (handshake, complete) = match handshake_bytes(bytes) {
         Ok(parts) => parts,
         Err(why) => return Sniffed::Refused(why),
     };
@@ -88,9 +88,11 @@ fn client_hello(bytes: &[u8]) -> Sniffed {
         return Sniffed::Refused("a ClientHello longer than the check reads");
     }
     let Some(body) = handshake.get(4..4 + len) else { return Sniffed::NeedMore };
-    if handshake.len() > 4 + len {
-        // Another handshake message after the ClientHello, in its first flight: not TLS as
-        // any client speaks it.
+    if handshake.len() > 4 + len || !complete {
+        // Another handshake message after the ClientHello, in its first flight, or a record
+        // that goes on past it (longer than the ClientHello, or the header of the next one):
+        // not TLS as any client speaks it, and bytes the check would not have read. A second
+        // ClientHello sent there after a HelloRetryRequest would reach the server unjudged.
         return Sniffed::Refused("bytes after the ClientHello in its records");
     }
     match server_name(body) {
@@ -425,7 +427,7 @@ impl HttpRequests {
                 let left = left - take as u64;
                 self.state = match (self.state, left) {
                     (Framing::Body(_), 0) => {
-                        self.body.end(out)?;
+                        self.body.end(&self.host, out)?;
                         Framing::Head
                     }
                     (Framing::Body(_), n) => Framing::Body(n),
@@ -460,7 +462,7 @@ impl HttpRequests {
             Framing::Trailers => {
                 let Some(end) = line_end(rest, MAX_CHUNK_LINE)? else { return Ok(None) };
                 if end == 0 {
-                    self.body.end(out)?;
+                    self.body.end(&self.host, out)?;
                     self.state = Framing::Head;
                 }
                 out.extend_from_slice(&rest[..end + 2]);
@@ -483,8 +485,9 @@ struct BodyLines {
     passing: bool,
 }
 
-/// The longest line start that tells whether a line might be a request or a Host line.
-const LINE_PREFIX: usize = "OPTIONS ".len();
+/// The longest method a line is held for: a token longer than this followed by a space is no
+/// method a server knows.
+const LINE_PREFIX: usize = 32;
 
 impl BodyLines {
     fn feed(&mut self, mut bytes: &[u8], host: &str, out: &mut Vec<u8>) -> Result<(), &'static str> {
@@ -504,7 +507,7 @@ impl BodyLines {
                 out.append(&mut self.line);
             } else if self.line.len() > MAX_HEAD {
                 return Err("a line in a body too long to tell from a request");
-            } else if self.line.len() <= LINE_PREFIX && !might_be_request_or_host(&self.line) {
+            } else if !might_be_request_or_host(&self.line) {
                 out.append(&mut self.line);
                 self.passing = true;
             }
@@ -512,38 +515,54 @@ impl BodyLines {
         Ok(())
     }
 
-    /// The body ended: a line held then runs into the next request as a server reads it.
-    fn end(&mut self, out: &mut Vec<u8>) -> Result<(), &'static str> {
+    /// The body ended: a line held then is judged as it stands. A server that read it as the
+    /// start of a request would read the next request's line after it, on the same line; that
+    /// line is checked on its own, so the two make no target or Host the check did not see.
+    /// A CR in it is refused: a server might end the line there.
+    fn end(&mut self, host: &str, out: &mut Vec<u8>) -> Result<(), &'static str> {
         let held = std::mem::take(&mut self.line);
         self.passing = false;
-        let prefix = &held[..held.len().min(LINE_PREFIX)];
-        if prefix.len() == LINE_PREFIX || prefix.ends_with(b" ") || prefix.ends_with(b":") {
-            // Past what a partial word could be: a request or Host line, cut by the next head.
+        if held.contains(&b'\r') {
             return Err("a body that ends inside what may be a request or Host line");
         }
+        judge_body_line(&held, host)?;
         out.extend_from_slice(&held);
         Ok(())
     }
 }
 
-/// Whether a line starting with `start` (at most LINE_PREFIX bytes) may be a request line or a
-/// Host header line, as a lenient server reads them (any case).
+/// Whether a line starting with `start` may be a request line or a Host header line, as a
+/// lenient server reads them: a method is any token (nginx proxies PROPFIND, Go takes any
+/// token), so a line is held while it starts with a token of up to [`LINE_PREFIX`] bytes and
+/// what follows a space after it; or with `host:`, in any case.
 fn might_be_request_or_host(start: &[u8]) -> bool {
-    let candidate = |word: &[u8]| {
-        let n = start.len().min(word.len());
-        start[..n].eq_ignore_ascii_case(&word[..n])
-    };
-    METHODS.iter().any(|m| candidate(m.as_bytes())) || candidate(b"host:")
+    let n = start.len().min(5);
+    if start[..n].eq_ignore_ascii_case(&b"host:"[..n]) {
+        return true;
+    }
+    match start.iter().position(|&b| !is_tchar(b)) {
+        None => start.len() <= LINE_PREFIX,
+        Some(at) => at > 0 && at <= LINE_PREFIX && start[at] == b' ',
+    }
 }
 
-/// A whole line of a body (ending at LF): refused if a server would take it for a request line,
-/// or for a Host header naming another host than `host`.
+/// A byte of an HTTP token (RFC 9110 §5.6.2).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A whole line of a body: refused if a server would take it for a request line (a token, a
+/// space, and ` HTTP/` after a target, whatever version or spaces follow: nginx takes
+/// `HTTP/1.01`, `HTTP/1.2` and a trailing space), or for a Host header naming another host
+/// than `host`.
 fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
     let text = line.strip_suffix(b"\n").unwrap_or(line);
     let text = text.strip_suffix(b"\r").unwrap_or(text);
     let upper = text.to_ascii_uppercase();
-    if METHODS.iter().any(|m| upper.starts_with(m.as_bytes()))
-        && (upper.ends_with(b" HTTP/1.1") || upper.ends_with(b" HTTP/1.0"))
+    let method = upper.iter().position(|&b| !is_tchar(b)).unwrap_or(upper.len());
+    if method > 0
+        && upper.get(method) == Some(&b' ')
+        && upper[method..].windows(6).skip(1).any(|w| w == b" HTTP/")
     {
         return Err("a request line hidden in a request body");
     }
@@ -600,8 +619,6 @@ pub fn hello_retry(server: &[u8]) -> Option<bool> {
 #[derive(Debug)]
 pub struct TlsRetry {
     name: String,
-    /// Bytes of a record already sent on, to pass without looking at them.
-    skip: usize,
     /// Bytes not yet judged (of which the first `held_sent` were sent on already).
     held: Vec<u8>,
     held_sent: usize,
@@ -612,21 +629,27 @@ pub struct TlsRetry {
 
 impl TlsRetry {
     /// After `first` (the first ClientHello's records, and whatever came with them, all sent on
-    /// already), for a connection allowed for `name`.
+    /// already), for a connection allowed for `name`. [`sniff`] allows a ClientHello only when
+    /// its records end where it does; were anything after them, it is held as sent and judged
+    /// with what follows, never passed because a record header announced it.
     pub fn new(name: &str, first: &[u8]) -> TlsRetry {
         let mut at = 0;
-        while first.len() >= at + 5 {
-            at += 5 + usize::from(u16::from_be_bytes([first[at + 3], first[at + 4]]));
+        while let Some(header) = first.get(at..at + 5) {
+            let end = at + 5 + usize::from(u16::from_be_bytes([header[3], header[4]]));
+            if end > first.len() {
+                break;
+            }
+            at = end;
         }
-        let (skip, held) =
-            if at >= first.len() { (at - first.len(), Vec::new()) } else { (0, first[at..].to_vec()) };
+        let held = first[at..].to_vec();
+        // Bytes of a record begun but not whole: nothing to judge them by.
+        let whole = held.is_empty() || held[0] != CONTENT_HANDSHAKE;
         TlsRetry {
             name: name.to_ascii_lowercase(),
-            skip,
             held_sent: held.len(),
             held,
             done: false,
-            refused: None,
+            refused: (!whole).then_some("the first ClientHello's records were not whole"),
             refused_host: None,
         }
     }
@@ -698,7 +721,7 @@ fn handshake_prefix(bytes: &[u8]) -> usize {
 }
 
 impl ClientBytes for TlsRetry {
-    fn feed(&mut self, mut bytes: &[u8]) -> (Vec<u8>, Option<&'static str>) {
+    fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, Option<&'static str>) {
         if let Some(reason) = self.refused {
             return (Vec::new(), Some(reason));
         }
@@ -706,10 +729,6 @@ impl ClientBytes for TlsRetry {
             return (bytes.to_vec(), None);
         }
         let mut out = Vec::new();
-        let skipped = self.skip.min(bytes.len());
-        out.extend_from_slice(&bytes[..skipped]);
-        self.skip -= skipped;
-        bytes = &bytes[skipped..];
         self.held.extend_from_slice(bytes);
         if let Err(reason) = self.judge(&mut out) {
             self.refused = Some(reason);

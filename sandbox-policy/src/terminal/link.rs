@@ -70,35 +70,18 @@ fn public_v6(address: &std::net::Ipv6Addr) -> bool {
         || first & 0xffc0 == 0xfe80)
 }
 
-/// Whether the visible text of a link says where it goes: it is the address itself, or it
-/// names the address's host as a whole name (not as the end of a longer one, which would show
-/// another site's name over this one).
+/// Whether the visible text of a link says where it goes: it is the address itself (with or
+/// without its scheme, or a last `/`), or the address's host. Nothing else: a host named
+/// inside other text (`https://docs.example.com/attacker.example`) shows one site and opens
+/// another.
 pub fn text_names(text: &str, uri: &str, host: &str) -> bool {
-    let text = text.trim().to_ascii_lowercase();
-    if text == uri.to_ascii_lowercase() {
-        return true;
-    }
-    let name_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'-';
-    let bytes = text.as_bytes();
-    let mut from = 0;
-    while let Some(at) = text[from..].find(host).map(|i| i + from) {
-        let end = at + host.len();
-        let before = at.checked_sub(1).map(|i| bytes[i]);
-        let after = bytes.get(end).copied();
-        let after_dot = bytes.get(end + 1).copied();
-        let starts = before.is_none_or(|b| !name_byte(b) && b != b'.');
-        let ends = match after {
-            None => true,
-            // A full stop that ends a sentence, not a longer name.
-            Some(b'.') => after_dot.is_none_or(|b| !name_byte(b)),
-            Some(b) => !name_byte(b),
-        };
-        if starts && ends {
-            return true;
-        }
-        from = at + 1;
-    }
-    false
+    let bare = |s: &str| {
+        let s = s.trim().to_ascii_lowercase();
+        let s = s.strip_prefix("https://").or_else(|| s.strip_prefix("http://")).unwrap_or(&s).to_string();
+        s.strip_suffix('/').unwrap_or(&s).to_string()
+    };
+    let text = bare(text);
+    text == host || text == bare(uri)
 }
 
 #[cfg(test)]
@@ -151,11 +134,17 @@ mod tests {
         let uri = "https://attacker.example/?d=secret";
         let host = "attacker.example";
         assert!(text_names(uri, uri, host));
+        assert!(text_names(" attacker.example/?d=secret", uri, host));
         assert!(text_names("attacker.example", uri, host));
-        assert!(text_names("see attacker.example.", uri, host));
-        assert!(text_names("https://attacker.example/docs", uri, host));
+        assert!(text_names("https://attacker.example/", uri, host));
         for lie in [
             "https://docs.anthropic.com/en/docs",
+            // The host named inside other text (found by a red team).
+            "https://docs.anthropic.com/en/attacker.example",
+            "https://github.com/login?next=attacker.example",
+            "docs.anthropic.com attacker.example",
+            "see attacker.example.",
+            "https://attacker.example/docs",
             "docs",
             "docs.anthropic.com.attacker.example",
             "attacker.example.com",

@@ -19,9 +19,9 @@ fn the_clipboard_and_passthrough_strings_are_dropped_and_the_rest_passes() {
     assert_eq!(through(&[b"a\x1b]52;c;SGVsbG8=\x07b"]), b"ab");
     assert_eq!(through(&[b"\x1b(B\x1b[m\x1b(0qq\x1b(B"]), b"\x1b(B\x1b[m\x1b(0qq\x1b(B", "character sets");
     assert_eq!(
-        through(&[b"\x1b]8;id=1;https://x.test/a?b=c\x07\x1b[1mx.test\x1b[0m/a\x1b]8;;\x07"]),
-        b"\x1b]8;id=1;https://x.test/a?b=c\x1b\\\x1b[1mx.test\x1b[0m/a\x1b]8;;\x1b\\",
-        "a web link, colours in its text, its end made ST"
+        through(&[b"\x1b]8;id=1;https://x.test/a\x07\x1b[1mx.test\x1b[0m/a\x1b]8;;\x07"]),
+        b"\x1b]8;id=1;https://x.test/a\x1b\\\x1b[1mx.test\x1b[0m/a\x1b]8;;\x1b\\",
+        "a web link, bold in its text, its end made ST"
     );
     assert_eq!(through(&[b"a\x1b]8;;file:///etc/passwd\x1b\\l\x1b]8;;\x1b\\b"]), b"alb");
     let long = [b"\x1b]8;;https://x.test/".as_slice(), &[b'a'; 3000], b"\x07b"].concat();
@@ -72,8 +72,8 @@ fn no_way_around_it_gets_a_clipboard_write_or_a_string_out() {
 /// UTF-8 with no C1 control in it; every ESC followed by a byte 0x20 to 0x7E; no DCS, APC,
 /// PM or SOS; no window operation (a CSI ending in `t`); every OSC exactly `ESC ] d ;` with d
 /// one of 0 1 2 8, then no C0 control but its end (BEL, the ESC of ST, or CAN or SUB, which
-/// cancel it), and a link only to the web, whose text up to the next link holds its host and
-/// nothing but SGR sequences.
+/// cancel it), and a link only to the web, whose text up to the next link is its address or
+/// its host, with nothing but SGR sequences.
 fn unsafe_part(out: &[u8]) -> Option<String> {
     if let Some(part) = window_operation(out).or_else(|| lying_link(out)) {
         return Some(part);
@@ -135,8 +135,8 @@ fn window_operation(out: &[u8]) -> Option<String> {
     None
 }
 
-/// A link whose text, up to the next OSC 8, lacks its host or carries anything but text and
-/// SGR sequences.
+/// A link whose text, up to the next OSC 8, is neither its address nor its host, or carries
+/// anything but text and SGR sequences.
 fn lying_link(out: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(out);
     for (n, part) in text.split("\x1b]8;").enumerate().skip(1) {
@@ -168,7 +168,12 @@ fn lying_link(out: &[u8]) -> Option<String> {
                 visible.push(c);
             }
         }
-        if host.is_empty() || !visible.to_ascii_lowercase().contains(&host.to_ascii_lowercase()) {
+        let bare = |s: &str| {
+            let s = s.trim().to_ascii_lowercase();
+            let s = s.split_once("://").map_or(s.clone(), |(_, rest)| rest.to_string());
+            s.trim_end_matches('/').to_string()
+        };
+        if host.is_empty() || (bare(&visible) != host.to_ascii_lowercase() && bare(&visible) != bare(uri)) {
             return Some(format!("link {n} to {uri} under {visible:?}"));
         }
     }
@@ -209,9 +214,35 @@ fn links_that_lie_and_what_acts_on_the_users_machine_are_dropped() {
     // A link that says where it goes passes, the address as its text or its host named in it.
     for honest in [
         &b"\x1b]8;;https://attacker.example/?d=c2VjcmV0\x1b\\https://attacker.example/?d=c2VjcmV0\x1b]8;;\x1b\\"[..],
-        b"\x1b]8;;https://docs.anthropic.com/en/docs/x\x1b\\the \x1b[4mdocs.anthropic.com\x1b[24m page\x1b]8;;\x1b\\",
+        b"\x1b]8;;https://docs.anthropic.com/en/docs/x\x1b\\\x1b[4mdocs.anthropic.com\x1b[24m\x1b]8;;\x1b\\",
     ] {
         assert_eq!(through(&[honest]), honest, "{:?}", String::from_utf8_lossy(honest));
+    }
+    // Found by a red team: the host named inside other text, and text hidden by its style
+    // (concealed, the same colour as the background, dim, reversed), inside the link or from
+    // before it.
+    let uri = "https://attacker.example/?d=c2VjcmV0";
+    for (before, text) in [
+        (&b""[..], &b"https://docs.anthropic.com/en/attacker.example"[..]),
+        (b"", b"https://github.com/login?next=attacker.example"),
+        (b"", b"attacker.example\x1b[8m docs.anthropic.com\x1b[28m"),
+        (b"", b"\x1b[38;5;0;48;5;0mattacker.example\x1b[0m"),
+        (b"", b"\x1b[2mattacker.example"),
+        (b"\x1b[8m", b"attacker.example"),
+        (b"\x1b[30;40m", b"attacker.example"),
+        (b"\x1b[7m", b"attacker.example"),
+        (b"\x1b[38:2::0:0:0m", b"attacker.example"),
+    ] {
+        let input = [before, b"\x1b]8;;", uri.as_bytes(), b"\x1b\\", text, b"\x1b]8;;\x1b\\"].concat();
+        let shown = String::from_utf8_lossy(&through(&[&input])).into_owned();
+        assert!(!shown.contains("\x1b]8;;https://attacker"), "a link passed: {shown:?}");
+    }
+    // The control: the same link, its text plain, passes; and styles reset before it do not
+    // count.
+    for before in [&b""[..], b"\x1b[31;8mx\x1b[0m", b"\x1b[1;4m"] {
+        let input = [before, b"\x1b]8;;", uri.as_bytes(), b"\x1b\\attacker.example\x1b]8;;\x1b\\"].concat();
+        let shown = String::from_utf8_lossy(&through(&[&input])).into_owned();
+        assert!(shown.contains("\x1b]8;;https://attacker"), "{before:?}: {shown:?}");
     }
     // OSC 7 and window operations: dropped whole, around them the rest passes.
     assert_eq!(through(&[b"a\x1b]7;file://host/workspace\x1b\\b"]), b"ab");

@@ -662,13 +662,15 @@ fn client_hello(sni: Option<&str>, ech: bool, pad: usize, share: bool) -> Vec<u8
 }
 
 /// `tls-hello HOST PORT [--sni NAME] [--no-sni] [--ech] [--pad N] [--split N] [--records]
-/// [--retry NAME [--alert first|after-ccs] [--alert-apart]]`: a ClientHello written in two
+/// [--retry NAME [--alert first|after-ccs] [--alert-apart] [--announce]]`: a ClientHello written in two
 /// segments (the first N bytes, a pause, the rest) or, with `--records`, in two TLS records;
 /// `outcome=answered` if the server answered anything, `reset` if the connection was refused
 /// after it was taken. With `--retry`, the hello offers no key share, so that the server asks for
 /// another (`retry=yes`), and the second hello names NAME, after a change_cipher_spec and, with
 /// `--alert`, an alert (in a segment of its own with `--alert-apart`); the outcome is the answer
-/// to that hello.
+/// to that hello. With `--announce`, the first flight ends with the header of the record the
+/// second hello will be (no payload yet), and after the request only that payload follows: a
+/// record the check saw announced, but never read.
 pub fn tls_hello(args: &Args) {
     use std::io::Read as _;
     let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
@@ -687,12 +689,20 @@ pub fn tls_hello(args: &Args) {
         r.extend(part);
         r
     };
-    let (first, second) = if args.has("--records") && split > 0 {
+    let (mut first, second) = if args.has("--records") && split > 0 {
         (record(&hello[..split]), record(&hello[split..]))
     } else {
         let whole = record(&hello);
         let cut = if split > 0 { split.min(whole.len()) } else { whole.len() };
         (whole[..cut].to_vec(), whole[cut..].to_vec())
+    };
+    let announced = match (&retry, args.has("--announce")) {
+        (Some(name), true) => {
+            let payload = client_hello(Some(name), false, 0, true);
+            first.extend(&record(&payload)[..5]);
+            Some(payload)
+        }
+        _ => None,
     };
     let asked_again = std::cell::Cell::new(false);
     let result = (|| {
@@ -721,7 +731,15 @@ pub fn tls_hello(args: &Args) {
                 Some(_) => [&ccs[..], &alert].concat(),
                 None => ccs.to_vec(),
             };
-            let hello = record(&client_hello(Some(name), false, 0, true));
+            if let Some(payload) = &announced {
+                // The record the first flight announced: its payload, the second hello.
+                again = payload.clone();
+            }
+            let hello = if announced.is_some() {
+                Vec::new()
+            } else {
+                record(&client_hello(Some(name), false, 0, true))
+            };
             if args.has("--alert-apart") {
                 // The hello in a segment of its own, after the alert has gone.
                 stream.write_all(&again)?;

@@ -289,13 +289,38 @@ fn after_a_retry_the_second_hello_must_name_the_same_host() {
         assert!(out.is_empty(), "no byte of the refused retry went on: {out:?}");
         assert!(run(&after).1.is_some(), "application data where the second hello belongs");
     }
-    // The first bytes ended inside a record: its rest passes unjudged, then the check starts.
+    // The first bytes ended inside a record: no record header makes the check skip what
+    // follows; nothing more goes on.
     let mut retry = TlsRetry::new("a.example.com", &first[..first.len() - 3]);
     let (pass, refused) = retry.feed(&[&first[first.len() - 3..], &other[..]].concat());
-    assert_eq!(
-        (pass, refused),
-        (first[first.len() - 3..].to_vec(), Some("a second ClientHello names another host"))
-    );
+    assert_eq!((pass, refused), (vec![], Some("the first ClientHello's records were not whole")));
+}
+
+/// A ClientHello whose records go on past it (the header of the next record sent early, or a
+/// record longer than the hello) is refused: the second ClientHello of a retry, sent there,
+/// would otherwise reach the server unjudged (found by a red team: the check skipped a record
+/// its header announced).
+#[test]
+fn a_hello_whose_records_go_on_past_it_is_refused() {
+    let second = hello(&["evil.example.net"], &[]);
+    let first = records(&hello(&["a.example.com"], &[]), &[]);
+    assert_eq!(sniff(&first), tls("a.example.com"), "the control: the hello alone");
+    let mut announced = first.clone();
+    announced.extend([CONTENT_HANDSHAKE, 3, 3]);
+    announced.extend((second.len() as u16).to_be_bytes());
+    for cut in 1..=5 {
+        let sent = &announced[..first.len() + cut];
+        assert_eq!(sniff(sent), Sniffed::Refused("bytes after the ClientHello in its records"), "{cut}");
+    }
+    let ch = hello(&["a.example.com"], &[]);
+    let mut long = vec![CONTENT_HANDSHAKE, 3, 3];
+    long.extend(((ch.len() + second.len()) as u16).to_be_bytes());
+    long.extend(&ch);
+    assert_eq!(sniff(&long), Sniffed::Refused("bytes after the ClientHello in its records"));
+    // And were such bytes ever allowed, the retry's check would judge them, not skip them.
+    let mut retry = TlsRetry::new("a.example.com", &announced);
+    let (out, refused) = ClientBytes::feed(&mut retry, &second);
+    assert!(refused.is_some() && out.is_empty(), "{refused:?} {out:?}");
 }
 
 /// OpenSSL's TLS 1.3 server reads on past a `user_canceled` alert to the second hello and picks
@@ -370,6 +395,14 @@ fn a_request_hidden_in_a_body_is_refused() {
         "get http://other.example.com/ http/1.1\n",
         "GET / HTTP/1.1\r\nHost: a.example",
         "x\r\nHost:",
+        // Any token is a method to some server, any version after ` HTTP/` to nginx.
+        "PROPFIND http://other.example.com/ HTTP/1.1\r\nHost: a.example.com\r\n\r\n",
+        "CONNECT other.example.com:443 HTTP/1.1\r\n\r\n",
+        "GET http://other.example.com/ HTTP/1.1 \r\n",
+        "GET http://other.example.com/ HTTP/1.01\r\n",
+        "GET http://other.example.com/ HTTP/1.2\r\n",
+        "GETAWAY / HTTP/1.1\n",
+        "GET / HTTP/1.1\r",
     ] {
         for expect in ["", "Expect: 100-continue\r\n"] {
             let request = post(body, expect);
@@ -378,7 +411,9 @@ fn a_request_hidden_in_a_body_is_refused() {
                 let (out, refused) = passed(host, &request, step);
                 assert!(refused.is_some(), "{body:?} step {step}: {out:?}");
                 let sent = &out[head_len.min(out.len())..];
-                for line in ["GET", "POST /y", "Host: other", "hOsT", "get http", "Host:"] {
+                for line in
+                    ["GET", "POST /y", "Host: other", "hOsT", "get http", "Host:", "PROPFIND", "CONNECT"]
+                {
                     assert!(
                         !(sent.starts_with(line) || sent.contains(&format!("\n{line}"))),
                         "{body:?} step {step}: {line} went on: {out:?}"
@@ -392,7 +427,12 @@ fn a_request_hidden_in_a_body_is_refused() {
         "{\"model\": \"x\", \"messages\": [\"GET / HTTP/1.1\"]}",
         "GET",
         "Hostname: b\n",
-        "GETAWAY / HTTP/1.1\n",
+        // Text that starts like a request line and is none, ending the body without a newline.
+        "Put it back",
+        "get well soon",
+        "Options are fine",
+        "hello\nDelete me later",
+        "GET / HTTP",
     ] {
         let request = post(body, "");
         for step in [1, 4096] {

