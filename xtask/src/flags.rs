@@ -49,6 +49,21 @@ pub enum Command {
         after_help = "Examples:\n  cargo xtask test\n  cargo xtask test --ci\n  cargo xtask test -- graph   (only tests whose name contains 'graph')"
     )]
     Test(TestFlags),
+    /// Run what CI checks, in order: fmt, clippy, the build, images.lock unchanged, both test modes
+    #[command(
+        long_about = "Run what CI checks, in order, stopping at the first that fails:\n\n  \
+            fmt       cargo fmt --all -- --check\n  \
+            clippy    cargo clippy --workspace --all-targets -- -D warnings\n  \
+            build     cargo xtask build (every image)\n  \
+            lock      git diff --exit-code images.lock: the build must not have changed it\n  \
+            test      cargo xtask test\n  \
+            test-ci   cargo xtask test --ci\n\n\
+            .ci/run installs the tools and the engine, then runs this; the GitHub workflow's test \
+            job runs it too. Each step's time is printed at the end.",
+        after_help = "Examples:\n  cargo xtask ci\n  cargo xtask ci --skip fmt --skip clippy   only the build and the suites\n  \
+            cargo xtask ci --ca-bundle /usr/local/share/ca-certificates/corp.crt"
+    )]
+    Ci(CiFlags),
     /// Push the images to a registry, read their manifests back, and pin the digests in images.lock
     #[command(
         long_about = "Push the images (and their ancestors) to a registry, parents first, as \
@@ -115,6 +130,26 @@ pub struct NewAgentFlags {
     /// A domain the agent needs (repeatable): `host`, `*.host` or `host:port`
     #[arg(long = "domain")]
     pub domains: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CiFlags {
+    /// A step not to run (repeatable)
+    #[arg(long, value_enum, value_name = "STEP")]
+    pub skip: Vec<CiStep>,
+    #[command(flatten)]
+    pub common: CommonBuildFlags,
+}
+
+/// The steps of `cargo xtask ci`, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CiStep {
+    Fmt,
+    Clippy,
+    Build,
+    Lock,
+    Test,
+    TestCi,
 }
 
 #[derive(Debug, Args)]

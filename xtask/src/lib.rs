@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod build;
+pub mod ci;
 pub mod context;
 pub mod dockerfile;
 pub mod engine;

@@ -23,6 +23,7 @@ async fn run(flags: Xtask) -> anyhow::Result<()> {
         Command::Graph(f) => f.run(&root),
         Command::Bench(f) => f.run(&root).await,
         Command::Test(f) => f.run(&root).await,
+        Command::Ci(f) => f.run(&root).await,
         Command::Publish(f) => f.run(&root).await,
         Command::Digests(f) => f.run(&root),
         Command::List(f) => f.run().await,

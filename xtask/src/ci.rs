@@ -1,0 +1,112 @@
+//! `cargo xtask ci`: what CI checks, in one command and one order, so that `.ci/run` and the
+//! GitHub workflow cannot drift apart: fmt, clippy, the build, images.lock unchanged by it, and
+//! the suites in both modes. It stops at the first step that fails and says which.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::ValueEnum as _;
+use xshell::{Shell, cmd};
+
+use crate::build::{self, BuildOptions};
+use crate::flags::{CiFlags, CiStep, TestFlags};
+
+impl CiFlags {
+    pub async fn run(self, root: &Path) -> anyhow::Result<()> {
+        let steps: Vec<CiStep> =
+            CiStep::value_variants().iter().copied().filter(|step| !self.skip.contains(step)).collect();
+        let mut times: Vec<(CiStep, Duration)> = Vec::new();
+        for (n, step) in steps.iter().enumerate() {
+            eprintln!("==> ci [{}/{}] {}", n + 1, steps.len(), describe(*step));
+            let started = Instant::now();
+            let result = self.step(*step, root).await;
+            times.push((*step, started.elapsed()));
+            if let Err(e) = result {
+                eprintln!("{}", summary(&times));
+                let rest: Vec<&str> = steps[n + 1..].iter().map(|s| name(*s)).collect();
+                let rest = if rest.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({} did not run)", rest.join(", "))
+                };
+                return Err(e.context(format!("ci: step `{}` failed{rest}", name(*step))));
+            }
+        }
+        eprintln!("{}", summary(&times));
+        Ok(())
+    }
+
+    async fn step(&self, step: CiStep, root: &Path) -> anyhow::Result<()> {
+        let sh = Shell::new()?;
+        let _dir = sh.push_dir(root);
+        match step {
+            CiStep::Fmt => cmd!(sh, "cargo fmt --all -- --check").run().context("cargo fmt: run `cargo fmt --all`")?,
+            CiStep::Clippy => cmd!(sh, "cargo clippy --workspace --all-targets -- -D warnings").run()?,
+            CiStep::Build => {
+                let mut opts = BuildOptions::new(root);
+                self.common.apply(&mut opts);
+                build::build(&opts).await?.ensure_success()?;
+            }
+            CiStep::Lock => cmd!(sh, "git diff --exit-code -- images.lock").run().context(
+                "the build changed images.lock: commit what `cargo xtask build` recorded with the change that caused it",
+            )?,
+            CiStep::Test | CiStep::TestCi => {
+                let flags =
+                    TestFlags { ci: step == CiStep::TestCi, common: self.common.clone(), nextest_args: Vec::new() };
+                flags.run(root).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn name(step: CiStep) -> &'static str {
+    match step {
+        CiStep::Fmt => "fmt",
+        CiStep::Clippy => "clippy",
+        CiStep::Build => "build",
+        CiStep::Lock => "lock",
+        CiStep::Test => "test",
+        CiStep::TestCi => "test-ci",
+    }
+}
+
+fn describe(step: CiStep) -> &'static str {
+    match step {
+        CiStep::Fmt => "fmt: cargo fmt --all -- --check",
+        CiStep::Clippy => "clippy: cargo clippy --workspace --all-targets -- -D warnings",
+        CiStep::Build => "build: every image",
+        CiStep::Lock => "lock: images.lock unchanged by the build",
+        CiStep::Test => "test: the suites, NET_ADMIN allowed",
+        CiStep::TestCi => "test-ci: the suites that need no capability (JUnit)",
+    }
+}
+
+/// Each step run and its time, as one line each.
+fn summary(times: &[(CiStep, Duration)]) -> String {
+    let mut text = String::from("ci steps:");
+    for (step, time) in times {
+        text.push_str(&format!("\n  {:<8} {:>6.0} s", name(*step), time.as_secs_f64()));
+    }
+    let total: Duration = times.iter().map(|(_, t)| *t).sum();
+    text.push_str(&format!("\n  {:<8} {:>6.0} s", "total", total.as_secs_f64()));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_step_has_the_name_the_command_line_takes() {
+        for step in CiStep::value_variants() {
+            let possible = step.to_possible_value().expect("a value");
+            assert_eq!(possible.get_name(), name(*step));
+        }
+        assert_eq!(
+            summary(&[(CiStep::Fmt, Duration::from_secs(2)), (CiStep::TestCi, Duration::from_secs(61))]),
+            "ci steps:\n  fmt           2 s\n  test-ci      61 s\n  total        63 s"
+        );
+    }
+}
