@@ -1,3 +1,5 @@
+//! The policy format's unit tests: parsing, errors at their line and column, merging, matching.
+
 use super::*;
 
 fn yaml(text: &str) -> Result<Policy, PolicyError> {

@@ -143,3 +143,185 @@ fn a_circle_is_found() {
         [("a".to_string(), BTreeSet::from(["b".to_string()])), ("b".to_string(), BTreeSet::new())].into();
     assert_eq!(cycle(&layered), None);
 }
+
+/// The crates' source folders the shape checks look at.
+const SOURCES: [&str; 7] = [
+    "xtask/src",
+    "agent-sandbox/src",
+    "sandbox-images/src",
+    "sandbox-init/src",
+    "sandbox-policy/src",
+    "tests/src",
+    "tests/probe/src",
+];
+
+/// Every `.rs` file under `dir`, but under `target/` and hidden folders.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if path.is_dir() {
+            if name == "target" || (name.starts_with('.') && path != dir) {
+                continue;
+            }
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if name.ends_with(".rs") {
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The text users read: the README and every page under docs/.
+fn documentation() -> String {
+    let mut text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for page in std::fs::read_dir(root().join("docs")).into_iter().flatten() {
+        let path = page.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            text.push_str(&std::fs::read_to_string(path).unwrap());
+        }
+    }
+    text
+}
+
+#[test]
+fn every_rust_file_opens_with_what_it_is() {
+    let missing: Vec<String> = rust_files(&root())
+        .into_iter()
+        .filter(|f| !std::fs::read_to_string(f).unwrap().starts_with("//!"))
+        .map(|f| f.strip_prefix(root()).unwrap().display().to_string())
+        .collect();
+    assert!(missing.is_empty(), "files that do not open with a `//!` comment: {missing:?}");
+}
+
+/// Non-test code per module: past 600 lines a module is listed, past 800 the test fails. The
+/// lines up to a module's `#[cfg(test)]` count; a `tests.rs` and the suites are tests.
+#[test]
+fn no_module_outgrows_its_bar() {
+    let mut listed = Vec::new();
+    let mut over = Vec::new();
+    for src in SOURCES {
+        for file in rust_files(&root().join(src)) {
+            if file.file_name().is_some_and(|n| n == "tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            let lines = text.lines().take_while(|l| l.trim() != "#[cfg(test)]").count();
+            let name = file.strip_prefix(root()).unwrap().display().to_string();
+            if lines > 800 {
+                over.push(format!("{name} ({lines})"));
+            } else if lines > 600 {
+                listed.push(format!("{name} ({lines})"));
+            }
+        }
+    }
+    if !listed.is_empty() {
+        eprintln!("modules over 600 lines of code, to split before they pass 800: {}", listed.join(", "));
+    }
+    assert!(over.is_empty(), "modules over 800 lines of code: split them by concern: {}", over.join(", "));
+}
+
+/// The values of `enum NAME { Variant = N, … }` in `file`.
+fn enum_values(file: &str, name: &str) -> BTreeSet<u32> {
+    let text = std::fs::read_to_string(root().join(file)).unwrap();
+    let start =
+        text.find(&format!("pub enum {name} {{")).unwrap_or_else(|| panic!("no enum {name} in {file}"));
+    let body = &text[start..start + text[start..].find("\n}").unwrap()];
+    body.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .filter_map(|l| l.split_once(" = ")?.1.trim_end_matches(',').trim().parse().ok())
+        .collect()
+}
+
+/// The codes in the first column of the table after the line that contains `heading`.
+fn table_codes(text: &str, heading: &str) -> BTreeSet<u32> {
+    let start = text.find(heading).unwrap_or_else(|| panic!("no `{heading}` in the documentation"));
+    text[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.trim_start_matches('|').split('|').next()?.trim().parse().ok())
+        .collect()
+}
+
+/// The documented exit codes are the code's: the launcher's table (and its `--help`) against
+/// `Code`, sandbox-init's against `Refusal`.
+#[test]
+fn the_documented_exit_codes_are_the_enums() {
+    let docs = documentation();
+    let mut launcher = enum_values("agent-sandbox/src/exit.rs", "Code");
+    // Success, and clap's own for bad usage.
+    launcher.extend([0, 2]);
+    assert_eq!(table_codes(&docs, "Exit codes of the launcher"), launcher, "the launcher's table");
+    let help = std::fs::read_to_string(root().join("agent-sandbox/src/flags.rs")).unwrap();
+    let help = &help[help.find("Exit codes:").unwrap()..help.find("\";").unwrap()];
+    let in_help: BTreeSet<u32> = help
+        .lines()
+        .filter_map(|l| l.trim().trim_end_matches(['\\', 'n']).split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(in_help, launcher, "`agent-sandbox --help`");
+    assert_eq!(
+        table_codes(&docs, "Exit codes of sandbox-init"),
+        enum_values("sandbox-init/src/exit.rs", "Refusal"),
+        "sandbox-init's table"
+    );
+}
+
+/// ARCHITECTURE.md's code map names every module of every crate (as `name.rs`, or `name`), and
+/// every `name.rs` it names exists.
+#[test]
+fn the_code_map_names_every_module() {
+    let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let mut unnamed = Vec::new();
+    let mut on_disk = BTreeSet::new();
+    for src in SOURCES {
+        for file in rust_files(&root().join(src)) {
+            let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            on_disk.insert(name.clone());
+            let stem = name.trim_end_matches(".rs");
+            if ["lib.rs", "main.rs", "tests.rs", "mod.rs"].contains(&name.as_str()) {
+                continue;
+            }
+            if !map.contains(&format!("`{name}`"))
+                && !map.contains(&format!("/{name}`"))
+                && !map.contains(&format!("`{stem}`"))
+            {
+                unnamed.push(file.strip_prefix(root()).unwrap().display().to_string());
+            }
+        }
+    }
+    assert!(unnamed.is_empty(), "modules ARCHITECTURE.md's code map does not name: {unnamed:?}");
+    for file in rust_files(&root()) {
+        on_disk.insert(file.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    let named: Vec<&str> = map
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.ends_with(".rs") && !s.contains(' '))
+        .map(|s| s.rsplit('/').next().unwrap())
+        .filter(|s| !on_disk.contains(*s))
+        .collect();
+    assert!(named.is_empty(), "ARCHITECTURE.md names files that do not exist: {named:?}");
+}
+
+/// The probe's usage text lists every command its dispatcher takes, and no other.
+#[test]
+fn the_probe_usage_is_its_dispatcher() {
+    let main = std::fs::read_to_string(root().join("tests/probe/src/main.rs")).unwrap();
+    let usage = &main[main.find("const USAGE").unwrap()..];
+    let usage = &usage[..usage.find("\";").unwrap()];
+    let listed: BTreeSet<&str> = usage
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let dispatch = &main[main.find("match args.arg(0)").unwrap()..];
+    let dispatch = &dispatch[..dispatch.find("_ =>").unwrap()];
+    let taken: BTreeSet<&str> =
+        dispatch.lines().filter_map(|l| l.trim().strip_prefix('"')?.split('"').next()).collect();
+    assert!(taken.len() > 20, "{taken:?}");
+    assert_eq!(listed, taken, "the usage text and the dispatcher");
+}

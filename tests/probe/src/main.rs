@@ -10,6 +10,7 @@
 
 mod answer;
 mod attacks;
+mod hello;
 mod mock;
 mod oauth;
 mod peer;
@@ -58,20 +59,48 @@ pub fn report(pairs: &[(&str, String)]) {
     }
 }
 
+/// Every command the dispatcher below takes, one per line (`xtask/tests/tidy.rs` keeps the two
+/// the same).
 const USAGE: &str = "\
-usage: sandbox-probe serve [--tcp P,P] [--echo P,P] [--udp P,P] [--dns ZONE LOG]
-                           [--http P,P] [--tls P,P --cert F --key F] [--files DIR] [--log FILE]
-                           [--mock-api] [--ignore-bodies]
-       sandbox-probe tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME]
-       sandbox-probe fetch HOST PORT PATH [--tls] | concurrent HOST PORT N [--tls]
-       sandbox-probe tls-hello HOST PORT [--sni NAME] [--ech] [--pad N] [--split N]
-                           [--retry NAME [--alert first|after-ccs] [--alert-apart]]
-       sandbox-probe udp HOST PORT | icmp ADDR | hold HOST PORT --ms N
-       sandbox-probe dns NAME [--type T] [--id N] [--server IP] [--timeout-ms MS]
-       sandbox-probe dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K]
-       sandbox-probe openai-jwt EXP SIGNATURE   (a token as the mock's sign-in hands out)
-attacks (attacks.rs): forge-dns, dns-flood, tcp-flood, fake-tmux, race-state, sentinel,
-       set-file-cap, privileged-files, caps";
+usage: sandbox-probe COMMAND [ARGS]: prints key=value lines and exits 0 whatever happened.
+as a peer (peer.rs, web.rs, mock.rs, oauth.rs):
+  serve [--tcp P,P] [--echo P,P] [--udp P,P] [--dns ZONE LOG] [--http P,P]
+        [--tls P,P --cert F --key F] [--files DIR] [--log FILE] [--mock-api] [--ignore-bodies]
+probes, as a well-behaved agent (probes.rs):
+  tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME] [--send TEXT]
+  http-pipeline HOST PORT NAME...
+  first-byte HOST PORT COUNT [--tls]
+  api-first-byte HOST PORT COUNT [--tls]
+  fetch HOST PORT PATH [--tls]
+  concurrent HOST PORT N [--tls] [--hold-ms M]
+  udp HOST PORT
+  icmp ADDR
+  hold HOST PORT --ms N [--http]
+  dns NAME [--type T] [--id N] [--server IP] [--timeout-ms MS]
+  dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K] [--for-ms N]
+  pattern-sha N
+  openai-jwt EXP SIGNATURE
+attacks, as a hostile agent (attacks.rs, hello.rs):
+  tls-hello HOST PORT [--sni NAME] [--no-sni] [--ech] [--pad N] [--split N] [--records]
+            [--retry NAME [--alert first|after-ccs] [--alert-apart] [--announce]]
+  forge-dns --bind IP:PORT [--freebind] --name NAME --answer IPV4 [--ttl S] [--spray IP]
+            [--blind IP] [--id N] [--asks N] [--ms N]
+  dns-flood NAME COUNT [--distinct] [--server IP]
+  dns-crafted LABELS [--smuggle TEXT]
+  tcp-flood ADDR PORT COUNT --ms N
+  fake-tmux SOCKET PAYLOAD --ms N
+  race-state DIR FILE TARGET --dirs N --ms M
+  sentinel FILE
+  set-file-cap FILE
+  privileged-files ROOT
+  caps
+  plant-udp REMOTE:PORT LOCAL:PORT MESSAGE
+  lo-hole LOCAL:PORT REMOTE:PORT --ms N
+  forged-ping REMOTE LOCAL PAYLOAD
+  forged-source FORGED:PORT TARGET:PORT PAYLOAD
+  tty-stop MARKER
+  deep DIR DEPTH
+  find-string HEX ROOT...";
 
 fn main() {
     let args = Args { all: std::env::args().skip(1).collect() };
@@ -84,7 +113,7 @@ fn main() {
         "pattern-sha" => report(&[("sha256", web::pattern_sha(args.arg(1).parse().unwrap_or(0)))]),
         "fetch" => probes::fetch(&args),
         "concurrent" => probes::concurrent(&args),
-        "tls-hello" => attacks::tls_hello(&args),
+        "tls-hello" => hello::tls_hello(&args),
         "udp" => probes::udp(&args),
         "icmp" => probes::icmp(&args),
         "hold" => probes::hold(&args),

@@ -1,3 +1,5 @@
+//! The DNS gate's unit tests: decisions, answers and the upstream, without root.
+
 use super::*;
 use crate::policy::{Opening, Policy, Ports};
 use hickory_proto::rr::Record;

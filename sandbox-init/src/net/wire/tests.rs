@@ -1,3 +1,6 @@
+//! The name check's readers, tested on the bytes clients and attackers send: ClientHellos,
+//! request heads and bodies, retries, split at every byte where it matters.
+
 use super::*;
 
 /// A ClientHello handshake message naming `names` (none: no server_name extension), with
