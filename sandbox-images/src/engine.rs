@@ -12,7 +12,8 @@ pub enum EngineError {
         "no container engine answers at {endpoint}: {cause}\n\
          DOCKER_HOST is {docker_host}.\n\
          Start the engine (`sudo systemctl start docker`, or `sudo dockerd &`), or install one \
-         (Debian: `sudo apt-get install docker.io`), or point DOCKER_HOST at a running engine."
+         (Debian: `sudo apt-get install docker.io`; `cargo xtask setup` in a checkout of \
+         agent-sandbox does both), or point DOCKER_HOST at a running engine."
     )]
     Unreachable { endpoint: String, docker_host: String, cause: String },
     #[error("the engine refused {what}: {source}")]

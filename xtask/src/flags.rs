@@ -64,6 +64,25 @@ pub enum Command {
             cargo xtask ci --ca-bundle /usr/local/share/ca-certificates/corp.crt"
     )]
     Ci(CiFlags),
+    /// Install and start what a fresh machine lacks, build AGENT's image and install the launcher
+    #[command(
+        long_about = "Install and start what a fresh machine lacks, once, in order: the \
+            distribution's packages (docker.io, mmdebstrap; with --tests also docker-registry, \
+            Node.js and git), the engine where none answers (systemd, else dockerd itself), and \
+            with --tests the Rust tools the suites use (cargo-nextest, rustfmt, clippy) and the \
+            pinned Dev Containers CLI (under target/). For each AGENT named, its image is built \
+            and the launcher installed (cargo install), so that `agent-sandbox run AGENT DIR` \
+            works next.\n\n\
+            It says what is missing and asks before installing on a terminal; elsewhere it \
+            installs only with --yes. Packages need a Debian-like system (apt-get) and root or \
+            sudo; where it cannot install, it names what to install and stops (exit 1). \
+            --check only looks.",
+        after_help = "Examples:\n  cargo xtask setup claude          then: agent-sandbox run claude ~/src/myapp\n  \
+            cargo xtask setup --tests         then: cargo xtask ci\n  \
+            cargo xtask setup --check         what is missing, nothing installed\n  \
+            cargo xtask setup --tests --yes   what .ci/run does"
+    )]
+    Setup(SetupFlags),
     /// Push the images to a registry, read their manifests back, and pin the digests in images.lock
     #[command(
         long_about = "Push the images (and their ancestors) to a registry, parents first, as \
@@ -130,6 +149,24 @@ pub struct NewAgentFlags {
     /// A domain the agent needs (repeatable): `host`, `*.host` or `host:port`
     #[arg(long = "domain")]
     pub domains: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SetupFlags {
+    /// Agent images to build (with what they are built on); the launcher is installed with them
+    #[arg(value_name = "AGENT")]
+    pub agents: Vec<String>,
+    /// Also what the test command needs
+    #[arg(long)]
+    pub tests: bool,
+    /// Install without asking
+    #[arg(long, short = 'y', conflicts_with = "check")]
+    pub yes: bool,
+    /// Only say what is missing; install nothing
+    #[arg(long)]
+    pub check: bool,
+    #[command(flatten)]
+    pub common: CommonBuildFlags,
 }
 
 #[derive(Debug, Args)]

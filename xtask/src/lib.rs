@@ -21,6 +21,7 @@ pub mod prune;
 pub mod publish;
 pub mod registry;
 pub mod report;
+pub mod setup;
 pub mod show;
 pub mod test;
 pub mod walk;

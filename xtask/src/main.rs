@@ -24,6 +24,7 @@ async fn run(flags: Xtask) -> anyhow::Result<()> {
         Command::Bench(f) => f.run(&root).await,
         Command::Test(f) => f.run(&root).await,
         Command::Ci(f) => f.run(&root).await,
+        Command::Setup(f) => f.run(&root).await,
         Command::Publish(f) => f.run(&root).await,
         Command::Digests(f) => f.run(&root),
         Command::List(f) => f.run().await,

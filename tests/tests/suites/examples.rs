@@ -233,11 +233,16 @@ fn the_compose_translation_refuses_a_key_it_does_not_know() {
     compose().expect("the example's keys are all known");
 }
 
-/// The Dev Containers CLI (`@devcontainers/cli`): `AGENT_SANDBOX_DEVCONTAINER_CLI`, or
-/// `devcontainer` on the PATH.
+/// The Dev Containers CLI (`@devcontainers/cli`): `AGENT_SANDBOX_DEVCONTAINER_CLI`, the one
+/// `cargo xtask setup --tests` installs under target/, or `devcontainer` on the PATH.
 fn devcontainer_cli() -> anyhow::Result<String> {
     if let Ok(path) = std::env::var("AGENT_SANDBOX_DEVCONTAINER_CLI") {
         return Ok(path);
+    }
+    let installed =
+        sandbox_tests::root().join(xtask::setup::DEVCONTAINER_DIR).join("node_modules/.bin/devcontainer");
+    if installed.is_file() {
+        return Ok(installed.display().to_string());
     }
     let found = std::env::var("PATH")
         .unwrap_or_default()
@@ -246,8 +251,8 @@ fn devcontainer_cli() -> anyhow::Result<String> {
         .find(|p| std::path::Path::new(p).is_file());
     found.ok_or_else(|| {
         anyhow::anyhow!(
-            "the Dev Containers CLI is not installed: `npm install --global @devcontainers/cli@0.89.0`, \
-             or set AGENT_SANDBOX_DEVCONTAINER_CLI to its `devcontainer` (.ci/run does)"
+            "the Dev Containers CLI is not installed: `cargo xtask setup --tests` installs it, or \
+             set AGENT_SANDBOX_DEVCONTAINER_CLI to its `devcontainer`"
         )
     })
 }

@@ -1,0 +1,376 @@
+//! `cargo xtask setup`: everything a fresh machine lacks before the quick start's second command
+//! (`agent-sandbox run AGENT DIR`) or the test command (`cargo xtask ci`), done once, in order:
+//! the distribution's packages (the engine, mmdebstrap; with `--tests` the registry and Node.js
+//! the suites use), the engine started where none answers, the Rust tools (`--tests`:
+//! cargo-nextest, rustfmt, clippy, the pinned Dev Containers CLI), and for each AGENT named its
+//! image built and the launcher installed. It asks before installing anything on a terminal,
+//! never installs without `--yes` elsewhere, and on a machine where it cannot install (not
+//! Debian-like, no root and no sudo) says exactly what to install and stops.
+//!
+//! One command rather than set-up steps in the quick start and the test command (rust-analyzer's
+//! `cargo xtask install` is the model): the order matters (the engine before the build, the
+//! build before the launcher can run an image), and one place says what was done.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use xshell::{Shell, cmd};
+
+use crate::build::{self, BuildOptions};
+use crate::flags::SetupFlags;
+
+/// The Dev Containers CLI the examples suite runs, pinned.
+pub const DEVCONTAINER_VERSION: &str = "0.89.0";
+/// Where setup (and .ci/run) installs it, under the workspace: the examples suite looks here
+/// when `AGENT_SANDBOX_DEVCONTAINER_CLI` is not set.
+pub const DEVCONTAINER_DIR: &str = "target/ci-tools/devcontainers";
+/// How long a started engine may take to answer.
+const ENGINE_WAIT: Duration = Duration::from_secs(60);
+
+/// What this machine lacks.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Missing {
+    /// Distribution packages (Debian's names).
+    pub packages: Vec<&'static str>,
+    /// No engine answers (it is started once installed).
+    pub engine: bool,
+    pub nextest: bool,
+    /// rustup components.
+    pub components: Vec<&'static str>,
+    pub devcontainer: bool,
+}
+
+/// What was found on the machine, for [`missing`].
+#[derive(Debug, Default, Clone)]
+pub struct Found {
+    pub engine_answers: bool,
+    pub on_path: Vec<&'static str>,
+    pub nextest: bool,
+    pub components: Vec<String>,
+    pub devcontainer: bool,
+    /// Debian proper, whose archive keyring mmdebstrap has; Ubuntu needs Debian's.
+    pub debian: bool,
+}
+
+/// What is missing for the quick start, and with `tests` for the test command. Pure.
+pub fn missing(found: &Found, tests: bool) -> Missing {
+    let has = |program: &str| found.on_path.contains(&program);
+    let mut m = Missing { engine: !found.engine_answers, ..Missing::default() };
+    if !found.engine_answers && !has("dockerd") {
+        m.packages.push("docker.io");
+    }
+    if !has("mmdebstrap") {
+        m.packages.push("mmdebstrap");
+        if !found.debian {
+            m.packages.push("debian-archive-keyring");
+        }
+    }
+    if tests {
+        if !has("docker-registry") {
+            m.packages.push("docker-registry");
+        }
+        if !found.devcontainer && !has("npm") {
+            m.packages.extend(["nodejs", "npm"]);
+        }
+        if !has("git") {
+            m.packages.push("git");
+        }
+        m.nextest = !found.nextest;
+        m.components = ["rustfmt", "clippy"]
+            .into_iter()
+            .filter(|c| !found.components.iter().any(|f| f.starts_with(c)))
+            .collect();
+        m.devcontainer = !found.devcontainer;
+    }
+    m
+}
+
+/// How packages can be installed here.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Installer {
+    /// apt-get, as root already.
+    Root,
+    /// apt-get through sudo.
+    Sudo,
+    /// Nothing this command can use; the reason.
+    None(String),
+}
+
+impl SetupFlags {
+    pub async fn run(self, root: &Path) -> anyhow::Result<()> {
+        let mut done: Vec<String> = Vec::new();
+        let found = look(root).await;
+        let need = missing(&found, self.tests);
+        let installer = installer();
+        let wanted: Vec<String> = need
+            .packages
+            .iter()
+            .map(|p| p.to_string())
+            .chain(need.nextest.then(|| "cargo-nextest (cargo install)".to_string()))
+            .chain(need.components.iter().map(|c| format!("{c} (rustup component)")))
+            .chain(
+                need.devcontainer
+                    .then(|| format!("@devcontainers/cli@{DEVCONTAINER_VERSION} (npm, under target/)")),
+            )
+            .collect();
+        if wanted.is_empty() {
+            eprintln!("==> setup: nothing to install");
+        } else {
+            eprintln!("==> setup: this machine lacks {}", wanted.join(", "));
+            if self.check {
+                bail!(
+                    "--check: nothing installed; `cargo xtask setup{}` installs them",
+                    if self.tests { " --tests" } else { "" }
+                );
+            }
+            if !need.packages.is_empty()
+                && let Installer::None(why) = &installer
+            {
+                bail!(
+                    "{why}: install {} with your distribution's package manager (Docker: \
+                     https://docs.docker.com/engine/install/; without mmdebstrap the OS layer is \
+                     pulled from a registry instead), then run this again",
+                    need.packages.join(" ")
+                );
+            }
+            if !self.yes && !ask(&format!("Install {}?", wanted.join(", ")))? {
+                bail!(
+                    "nothing installed: run `cargo xtask setup --yes` to install them, or install them yourself"
+                );
+            }
+        }
+        let sh = Shell::new()?;
+        sh.change_dir(root);
+        if !need.packages.is_empty() {
+            let packages = &need.packages;
+            // Through sudo, or as root: `env` sets the variable either way.
+            let apt = |args: &[&str]| {
+                let mut command = sh.cmd(if installer == Installer::Sudo { "sudo" } else { "env" });
+                if installer == Installer::Sudo {
+                    command = command.arg("env");
+                }
+                command.args(["DEBIAN_FRONTEND=noninteractive", "apt-get"]).args(args)
+            };
+            eprintln!("==> apt-get install {}", packages.join(" "));
+            apt(&["update", "-q"]).run()?;
+            apt(&["install", "-y", "-q"])
+                .args(packages)
+                .run()
+                .context("apt-get could not install the packages")?;
+            done.push(format!("installed {}", packages.join(", ")));
+        }
+        if need.engine {
+            done.push(start_engine(&installer).await?);
+        }
+        if need.nextest {
+            eprintln!("==> cargo install --locked cargo-nextest");
+            cmd!(sh, "cargo install --locked cargo-nextest").run()?;
+            done.push("installed cargo-nextest".into());
+        }
+        for component in &need.components {
+            cmd!(sh, "rustup component add {component}").run()?;
+            done.push(format!("added the {component} component"));
+        }
+        if need.devcontainer {
+            let prefix = root.join(DEVCONTAINER_DIR);
+            let package = format!("@devcontainers/cli@{DEVCONTAINER_VERSION}");
+            eprintln!("==> npm install {package} under {DEVCONTAINER_DIR}");
+            // npm checks the registry's certificate with the system's trust store, which holds a
+            // TLS-intercepting proxy's CA where there is one.
+            let _ca = Path::new("/etc/ssl/certs/ca-certificates.crt")
+                .exists()
+                .then(|| sh.push_env("NODE_EXTRA_CA_CERTS", "/etc/ssl/certs/ca-certificates.crt"));
+            cmd!(sh, "npm install --prefix {prefix} --no-fund --no-audit --no-save {package}")
+                .quiet()
+                .run()?;
+            done.push(format!("installed the Dev Containers CLI {DEVCONTAINER_VERSION}"));
+        }
+        if !self.agents.is_empty() {
+            let mut opts = BuildOptions::new(root);
+            self.common.apply(&mut opts);
+            opts.images = self.agents.clone();
+            eprintln!("==> cargo xtask build {}", self.agents.join(" "));
+            build::build(&opts).await?.ensure_success()?;
+            done.push(format!("built {}", self.agents.join(", ")));
+            eprintln!("==> cargo install --locked --path agent-sandbox");
+            cmd!(sh, "cargo install --quiet --locked --path agent-sandbox").run()?;
+            done.push(format!("installed the launcher: {}", launcher_path().display()));
+        }
+        eprintln!(
+            "==> setup done{}",
+            if done.is_empty() { ": nothing was missing".to_string() } else { String::new() }
+        );
+        for line in &done {
+            eprintln!("    {line}");
+        }
+        if let Some(agent) = self.agents.first() {
+            if !on_path("agent-sandbox") {
+                eprintln!(
+                    "    note: {} is not on your PATH; add it",
+                    launcher_path().parent().unwrap_or(Path::new("")).display()
+                );
+            }
+            eprintln!("next: agent-sandbox run {agent} DIR");
+        } else if self.tests {
+            eprintln!("next: cargo xtask ci");
+        }
+        Ok(())
+    }
+}
+
+/// What the machine has now.
+async fn look(root: &Path) -> Found {
+    let programs = ["dockerd", "mmdebstrap", "docker-registry", "npm", "git"];
+    let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    let components = std::process::Command::new("rustup")
+        .args(["component", "list", "--installed"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect())
+        .unwrap_or_default();
+    Found {
+        engine_answers: sandbox_images::engine::connect().await.is_ok(),
+        on_path: programs.into_iter().filter(|p| on_path(p)).collect(),
+        nextest: std::process::Command::new("cargo")
+            .args(["nextest", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        components,
+        devcontainer: root.join(DEVCONTAINER_DIR).join("node_modules/.bin/devcontainer").is_file(),
+        debian: os_release.lines().any(|l| l == "ID=debian"),
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+fn launcher_path() -> PathBuf {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_default();
+    cargo_home.join("bin/agent-sandbox")
+}
+
+/// How this machine installs packages: apt-get on a Debian-like system, as root or with sudo.
+fn installer() -> Installer {
+    let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    let debian_like = os_release.lines().any(|l| {
+        (l.starts_with("ID=") || l.starts_with("ID_LIKE=")) && (l.contains("debian") || l.contains("ubuntu"))
+    });
+    if !debian_like || !on_path("apt-get") {
+        return Installer::None("this is not a Debian-like system (no apt-get)".into());
+    }
+    if rustix::process::geteuid().is_root() {
+        Installer::Root
+    } else if on_path("sudo") {
+        Installer::Sudo
+    } else {
+        Installer::None("not root, and no sudo".into())
+    }
+}
+
+/// Asks on the terminal; false when the answer is no. Off a terminal it does not ask, and
+/// fails: nothing is installed unasked.
+fn ask(question: &str) -> anyhow::Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        bail!("not on a terminal, so not asking: pass --yes to install, or --check to only look");
+    }
+    eprint!("{question} [Y/n] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "" | "y" | "yes"))
+}
+
+/// Starts the engine: through systemd where it runs, else dockerd itself, detached, its log in
+/// a file; then waits until it answers.
+async fn start_engine(installer: &Installer) -> anyhow::Result<String> {
+    if sandbox_images::engine::connect().await.is_ok() {
+        return Ok("the engine answers (its package started it)".into());
+    }
+    let sudo = *installer == Installer::Sudo;
+    let how = if Path::new("/run/systemd/system").is_dir() {
+        eprintln!("==> systemctl start docker");
+        let mut command = std::process::Command::new(if sudo { "sudo" } else { "systemctl" });
+        if sudo {
+            command.arg("systemctl");
+        }
+        let status = command.args(["start", "docker"]).status()?;
+        anyhow::ensure!(status.success(), "systemctl start docker failed");
+        "started the engine (systemctl start docker)".to_string()
+    } else {
+        anyhow::ensure!(
+            rustix::process::geteuid().is_root(),
+            "no engine answers and there is no systemd to start one: start dockerd as root"
+        );
+        let log = std::env::temp_dir().join("agent-sandbox-dockerd.log");
+        eprintln!("==> dockerd (its log: {})", log.display());
+        let file = std::fs::File::create(&log)?;
+        use std::os::unix::process::CommandExt as _;
+        std::process::Command::new("dockerd")
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            // Its own process group: it outlives this command and a ^C to it.
+            .process_group(0)
+            .spawn()
+            .context("cannot start dockerd")?;
+        format!("started dockerd (its log: {})", log.display())
+    };
+    let started = Instant::now();
+    while started.elapsed() < ENGINE_WAIT {
+        if sandbox_images::engine::connect().await.is_ok() {
+            return Ok(how);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("{how}, but it did not answer within {} s", ENGINE_WAIT.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_debian_machine_needs_the_engine_and_mmdebstrap_and_the_suites_more() {
+        let bare = Found { debian: true, ..Found::default() };
+        let quick = missing(&bare, false);
+        assert_eq!(quick.packages, ["docker.io", "mmdebstrap"]);
+        assert!(quick.engine && !quick.nextest && !quick.devcontainer);
+        let tests = missing(&bare, true);
+        assert_eq!(tests.packages, ["docker.io", "mmdebstrap", "docker-registry", "nodejs", "npm", "git"]);
+        assert_eq!(tests.components, ["rustfmt", "clippy"]);
+        assert!(tests.nextest && tests.devcontainer);
+    }
+
+    #[test]
+    fn what_is_there_is_not_installed_again() {
+        let ready = Found {
+            engine_answers: true,
+            on_path: vec!["mmdebstrap", "docker-registry", "npm", "git"],
+            nextest: true,
+            components: vec![
+                "rustfmt-x86_64-unknown-linux-gnu".into(),
+                "clippy-x86_64-unknown-linux-gnu".into(),
+            ],
+            devcontainer: true,
+            debian: true,
+        };
+        assert_eq!(missing(&ready, true), Missing::default());
+        // An engine elsewhere (DOCKER_HOST) answers: no engine package, nothing to start.
+        let remote = Found { engine_answers: true, debian: true, ..Found::default() };
+        assert_eq!(missing(&remote, false).packages, ["mmdebstrap"]);
+        // Installed but stopped: started, not installed.
+        let stopped = Found { on_path: vec!["dockerd", "mmdebstrap"], debian: true, ..Found::default() };
+        assert_eq!(missing(&stopped, false), Missing { engine: true, ..Missing::default() });
+        // Ubuntu's mmdebstrap needs Debian's keyring to bootstrap Debian.
+        assert_eq!(
+            missing(&Found { engine_answers: true, ..Found::default() }, false).packages,
+            ["mmdebstrap", "debian-archive-keyring"]
+        );
+    }
+}
