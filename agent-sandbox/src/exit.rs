@@ -1,5 +1,5 @@
 //! Every way the launcher fails, and its exit code (the table `agent-sandbox --help` prints and
-//! the README repeats).
+//! docs/exit-codes.md repeats).
 
 use std::fmt;
 

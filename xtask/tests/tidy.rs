@@ -300,7 +300,7 @@ fn the_code_map_names_every_module() {
         .split('`')
         .skip(1)
         .step_by(2)
-        .filter(|s| s.ends_with(".rs") && !s.contains(' '))
+        .filter(|s| s.ends_with(".rs") && s.len() > 3 && !s.contains(" "))
         .map(|s| s.rsplit('/').next().unwrap())
         .filter(|s| !on_disk.contains(*s))
         .collect();
@@ -324,4 +324,78 @@ fn the_probe_usage_is_its_dispatcher() {
         dispatch.lines().filter_map(|l| l.trim().strip_prefix('"')?.split('"').next()).collect();
     assert!(taken.len() > 20, "{taken:?}");
     assert_eq!(listed, taken, "the usage text and the dispatcher");
+}
+
+/// The anchors GitHub makes of a Markdown file's headings (outside code blocks).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut fence = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fence = !fence;
+        } else if !fence && line.starts_with('#') {
+            let heading = line.trim_start_matches('#').trim().to_lowercase();
+            let slug: String = heading
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_' || *c == ' ')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect();
+            found.insert(slug);
+        }
+    }
+    found
+}
+
+/// Every relative link in the README, ARCHITECTURE.md and docs/ names a file that exists, and
+/// every `#anchor` a heading of the file it points into.
+#[test]
+fn every_link_in_the_documentation_resolves() {
+    let mut pages = vec![root().join("README.md"), root().join("ARCHITECTURE.md")];
+    pages.extend(
+        std::fs::read_dir(root().join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
+    assert!(pages.len() > 5, "the docs/ pages: {pages:?}");
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let mut fence = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                fence = !fence;
+                continue;
+            }
+            if fence {
+                continue;
+            }
+            for (i, _) in line.match_indices("](") {
+                let target: String = line[i + 2..].chars().take_while(|c| *c != ')').collect();
+                if target.contains("://") || target.starts_with("mailto:") || target.is_empty() {
+                    continue;
+                }
+                let (path, anchor) =
+                    target.split_once('#').map_or((target.as_str(), None), |(p, a)| (p, Some(a)));
+                let file = if path.is_empty() { page.clone() } else { page.parent().unwrap().join(path) };
+                let name = page.strip_prefix(root()).unwrap().display();
+                if !file.exists() {
+                    broken.push(format!("{name}: `{target}`: no such file"));
+                    continue;
+                }
+                if let Some(anchor) = anchor
+                    && !anchors(&std::fs::read_to_string(&file).unwrap()).contains(anchor)
+                {
+                    broken.push(format!("{name}: `{target}`: no heading makes #{anchor}"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links that do not resolve:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn anchors_are_githubs() {
+    let made = anchors("# Without the launcher: `docker run`\n```\n# not a heading\n```\n## API keys\n");
+    assert_eq!(made, BTreeSet::from(["without-the-launcher-docker-run".to_string(), "api-keys".to_string()]));
 }

@@ -268,7 +268,7 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter_map(|d| Some(d.get("name")?.as_str()?.to_string()))
         .collect();
-    // For the README's per-agent rows: what the CLI asked for beyond its API, allowed by its
+    // For docs/agents.md's per-agent rows: what the CLI asked for beyond its API, allowed by its
     // policy (and answered by no one here) or refused by it.
     eprintln!(
         "{name}: turn in {seconds:.1} s; its policy's other names asked: {others:?}; refused: {refused:?}"

@@ -214,7 +214,7 @@ async fn a_scaffolded_agent_builds_and_passes_the_contract() -> anyhow::Result<(
     Ok(())
 }
 
-/// The variables the agents read their keys from (README, Agents).
+/// The variables the agents read their keys from (docs/agents.md).
 const KEY_VARIABLES: [&str; 7] = [
     "ANTHROPIC_API_KEY",
     "OPENAI_API_KEY",

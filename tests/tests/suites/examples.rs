@@ -1,4 +1,4 @@
-//! The compose and devcontainer examples of README, run the way those tools would run them: the
+//! The compose and devcontainer examples (docs/agents.md), run the way those tools would run them: the
 //! image they name is the one the build tags, the session starts, the workspace is mounted, the
 //! state volume is the agent's, and the API key reaches the agent only from the run-time
 //! environment. The network is left out (`none`): the firewall has its own suites, and no test

@@ -274,7 +274,7 @@ async fn the_agent_cannot_write_the_users_clipboard_through_the_launchers_attach
 }
 
 /// The same, with the user attached by hand, `docker exec -it C sandbox-attach` (the way the
-/// README gives without the launcher, and compose's and the devcontainer's): sandbox-attach
+/// docs/docker-run.md gives without the launcher, and compose's and the devcontainer's): sandbox-attach
 /// filters as root, between the agent's tmux client and the user's terminal.
 #[tokio::test]
 async fn the_agent_cannot_write_the_users_clipboard_through_sandbox_attach() -> anyhow::Result<()> {
