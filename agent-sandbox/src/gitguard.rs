@@ -64,10 +64,12 @@ struct Layout {
     truncated: bool,
 }
 
-/// Whether `dir` is a git directory as git recognises one: a `HEAD`, and a configuration,
+/// Whether `dir` is a git directory as git recognises one: a `HEAD` (a file, or a link), and a configuration,
 /// another directory's (`commondir`), or objects and refs.
 fn is_git_dir(dir: &Path) -> bool {
-    dir.join("HEAD").is_file()
+    // A HEAD of any kind: git takes a symbolic link into refs/ too, dangling before the
+    // branch's first commit.
+    std::fs::symlink_metadata(dir.join("HEAD")).is_ok_and(|m| !m.is_dir())
         && (dir.join("config").is_file()
             || dir.join("commondir").is_file()
             || (dir.join("objects").is_dir() && dir.join("refs").is_dir()))
@@ -433,6 +435,13 @@ mod tests {
             std::fs::create_dir_all(bare.join(folder)).unwrap();
         }
         std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        // Found by a second red team: a HEAD that is a dangling link, as git accepts it.
+        let linked = root.join("docs/linked");
+        for folder in ["objects", "refs"] {
+            std::fs::create_dir_all(linked.join(folder)).unwrap();
+        }
+        std::os::unix::fs::symlink("refs/heads/main", linked.join("HEAD")).unwrap();
+        std::fs::write(linked.join("config"), "[core]\n\tpager = id\n").unwrap();
         let text = before.changes(&snapshot(&root)).join("\n");
         for expected in [
             "changed: ",
@@ -442,6 +451,7 @@ mod tests {
             "/.git/modules/third_party/lib/foo/config",
             "/vendor/x/.git/config",
             "new repository in the project: docs/api",
+            "new repository in the project: docs/linked",
         ] {
             assert!(text.contains(expected), "{expected}: {text}");
         }

@@ -3,8 +3,6 @@
 //! the user's; and the launcher's `attach`, again, on the user's side). A policy like the
 //! allowlist: what the agent may send the person watching it.
 
-mod link;
-
 use std::os::fd::AsFd as _;
 
 use rustix::termios::{OptionalActions, Termios, tcgetattr, tcsetattr};
@@ -15,13 +13,13 @@ use rustix::termios::{OptionalActions, Termios, tcgetattr, tcsetattr};
 /// are integers) and lets through:
 /// - text, and escape and control sequences (colours, cursor, modes), but no window operation
 ///   (`CSI … t`: moving, resizing, iconifying the window, reporting its title);
-/// - OSC 0, 1, 2 (titles) and 8 (hyperlinks), and no other OSC: not 52 (the clipboard), 7 (the
-///   folder new tabs open in, on the user's machine), 1337, 5113 or 5522 (files), 9 or 777
-///   (notifications);
-/// - a hyperlink only to a public web host that its own visible text names (the text is the
-///   address, or its host), with nothing but text inside it, shown plainly (bold, italic and
-///   underline at most: no colour, which could match the background, no concealed, dim or
-///   reversed text): otherwise its text passes without the link ([`link`]);
+/// - OSC 0, 1, 2 (titles), and no other OSC: not 52 (the clipboard), 7 (the folder new tabs
+///   open in, on the user's machine), 1337, 5113 or 5522 (files), 9 or 777 (notifications), and
+///   not 8 (hyperlinks): a link opens, on a click, an address the agent chose under text it
+///   chose, and no filter of the stream can hold the two together, since the text's cells can be
+///   overwritten after the link has passed (a cursor move, a carriage return, an insert) while
+///   the terminal keeps the link on the cells that remain. The text passes; terminals make a
+///   visible address clickable themselves, from what the screen shows when it is clicked;
 /// - no DCS, APC, PM or SOS string (passthrough to the outer terminal, graphics, vendor
 ///   commands); a C1 control, raw or UTF-8 encoded, is judged (and sent) as its 7-bit form;
 /// - what is not valid UTF-8 as U+FFFD; an ESC only with a byte 0x20 to 0x7E after it (terminals
@@ -42,87 +40,6 @@ pub struct Sanitizer {
     pending: Vec<u8>,
     /// How long that character is: 0 when none is pending.
     need: usize,
-    /// A hyperlink that passed so far, held with its text until it ends.
-    link: Option<OpenLink>,
-    /// Counts the links opened, so that the end of one is told from the start of the next.
-    links: u64,
-    /// What the SGR sequences so far make of text, as far as it could hide a link's text.
-    style: Style,
-}
-
-/// The SGR attributes that could make text unreadable where it is: a colour (the same as the
-/// background, or the terminal's), concealed, dim or reversed text.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Style {
-    foreground: bool,
-    background: bool,
-    concealed: bool,
-    dim: bool,
-    reversed: bool,
-}
-
-impl Style {
-    fn plain(self) -> bool {
-        self == Style::default()
-    }
-
-    /// Applies an SGR's parameters (`1;38;5;0`, `38:2::0:0:0`).
-    fn apply(&mut self, parameters: &[u8]) {
-        let text = String::from_utf8_lossy(parameters);
-        let mut params = text.split(';');
-        while let Some(param) = params.next() {
-            let code = param.split(':').next().unwrap_or_default();
-            let colon = param.contains(':');
-            match code.parse::<u32>().unwrap_or(0) {
-                0 => *self = Style::default(),
-                2 => self.dim = true,
-                22 => self.dim = false,
-                7 => self.reversed = true,
-                27 => self.reversed = false,
-                8 => self.concealed = true,
-                28 => self.concealed = false,
-                30..=37 | 90..=97 => self.foreground = true,
-                39 => self.foreground = false,
-                40..=47 | 100..=107 => self.background = true,
-                49 => self.background = false,
-                extended @ (38 | 48) => {
-                    if extended == 38 {
-                        self.foreground = true;
-                    } else {
-                        self.background = true;
-                    }
-                    // `38;5;N` or `38;2;R;G;B`: its arguments are not attributes.
-                    if !colon {
-                        let skip = match params.next() {
-                            Some("5") => 1,
-                            Some("2") => 3,
-                            _ => 0,
-                        };
-                        for _ in 0..skip {
-                            params.next();
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
-/// A hyperlink held until it ends: it goes out around its text only if the text names its host.
-#[derive(Debug, Default)]
-struct OpenLink {
-    /// The OSC 8 that opened it, as it would go out.
-    open: Vec<u8>,
-    uri: String,
-    host: String,
-    /// Everything the filter let out since it opened.
-    held: Vec<u8>,
-    /// The printable text among it.
-    visible: Vec<u8>,
-    /// Only text and colours so far: a cursor move or a control could make the screen show other
-    /// text than `visible` under the link.
-    plain: bool,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -137,10 +54,6 @@ enum State {
     Osc(bool),
     /// ESC inside an OSC.
     OscEscape(bool),
-    /// In an OSC 8 (a hyperlink), held until it ends: it passes only as an http or https link.
-    Link(Vec<u8>),
-    /// ESC inside an OSC 8.
-    LinkEscape(Vec<u8>),
     /// In an escape sequence that is dropped whole (`ESC %`, `ESC SP`: the terminal's encoding
     /// and its 8-bit controls), until its final byte.
     EscDropped,
@@ -174,10 +87,6 @@ impl Drop for RawMode {
     }
 }
 
-/// The longest OSC 8 (parameters and link) that passes.
-const MAX_LINK: usize = 2048;
-/// The most output held under an open link: past it, the text goes out without the link.
-const MAX_LINK_TEXT: usize = 4096;
 /// The longest control sequence that passes.
 const MAX_CSI: usize = 64;
 
@@ -194,80 +103,20 @@ pub const END: &[u8] = b"\x1b<\x1b]8;;\x1b\\\x1b[?9l\x1b[?1000l\x1b[?1001l\x1b[?
 /// (both move the cursor, which a clean detach has put where the user expects it).
 pub const END_AFTER_A_CRASH: &[u8] = b"\x1b[r\x1b[?1049l";
 
-/// The end of an OSC 8, as it goes out.
-const LINK_END: &[u8] = b"\x1b]8;;\x1b\\";
-
 const ESC: u8 = 0x1b;
 const BEL: u8 = 0x07;
 const CAN: u8 = 0x18;
 const SUB: u8 = 0x1a;
-/// OSC numbers that pass: titles, the working folder, hyperlinks.
-const PASSING_OSC: [u32; 4] = [0, 1, 2, 8];
+/// OSC numbers that pass: titles.
+const PASSING_OSC: [u32; 3] = [0, 1, 2];
 
 impl Sanitizer {
     pub fn filter(&mut self, input: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(input.len());
         for &byte in input {
-            // Under an open link, what the byte lets out is held with the link's text.
-            let Some(mut held) = self.link.as_mut().map(|l| std::mem::take(&mut l.held)) else {
-                self.byte(byte, &mut out);
-                continue;
-            };
-            let opened = self.links;
-            self.byte(byte, &mut held);
-            match self.link.as_mut() {
-                Some(link) if self.links == opened => {
-                    link.held = held;
-                    if link.held.len() > MAX_LINK_TEXT {
-                        out.append(&mut self.link.take().map(|l| l.held).unwrap_or_default());
-                    }
-                }
-                // The link ended on this byte: `held` is what it judged to go out.
-                _ => out.append(&mut held),
-            }
+            self.byte(byte, &mut out);
         }
         out
-    }
-
-    /// The end of an OSC 8 body (`params;uri`): an empty uri ends the open link, any other
-    /// starts one (ending the open one first, as terminals do). A link starts only to a web
-    /// address of printable ASCII with a public host ([`link::web_host`]); any other scheme is
-    /// a file or a program the terminal would open on a click. `out` is the open link's held
-    /// output, if one is open: it becomes what goes out of it.
-    fn osc8(&mut self, body: &[u8], out: &mut Vec<u8>) {
-        if let Some(open) = self.link.take() {
-            let text = String::from_utf8_lossy(&open.visible);
-            if open.plain && link::text_names(&text, &open.uri, &open.host) {
-                let text = std::mem::take(out);
-                out.extend_from_slice(&open.open);
-                out.extend_from_slice(&text);
-                out.extend_from_slice(LINK_END);
-            }
-        }
-        let printable = |b: &u8| (0x21..=0x7e).contains(b);
-        let Some(at) = body.iter().position(|&b| b == b';') else { return };
-        let (params, uri) = (&body[..at], &body[at + 1..]);
-        if uri.is_empty() || !params.iter().all(printable) || !uri.iter().all(printable) {
-            return;
-        }
-        if let Some(host) = link::web_host(uri) {
-            self.links += 1;
-            self.link = Some(OpenLink {
-                open: [b"\x1b]8;", body, b"\x1b\\"].concat(),
-                uri: String::from_utf8_lossy(uri).into_owned(),
-                host,
-                plain: self.style.plain(),
-                ..Default::default()
-            });
-        }
-    }
-
-    /// Output that changes the screen other than by text and colours: an open link loses its
-    /// claim to show what its text says.
-    fn not_plain(&mut self) {
-        if let Some(link) = self.link.as_mut() {
-            link.plain = false;
-        }
     }
 
     /// What to send when the stream ends: the end of a passing string the agent left open (a
@@ -275,8 +124,7 @@ impl Sanitizer {
     /// half-written (a CSI would take the user's next key as its final byte) and does nothing
     /// otherwise. The filter starts afresh after it.
     pub fn finish(&mut self) -> Vec<u8> {
-        // A link never closed goes out as its text alone.
-        let mut out = self.link.take().map(|l| l.held).unwrap_or_default();
+        let mut out = Vec::new();
         if matches!(self.state, State::Osc(true) | State::OscEscape(true)) {
             out.extend_from_slice(&[ESC, b'\\']);
         }
@@ -353,11 +201,6 @@ impl Sanitizer {
             State::Text if byte == ESC => State::Escape,
             State::Text => {
                 out.push(byte);
-                match self.link.as_mut() {
-                    Some(link) if byte >= 0x20 && byte != 0x7f => link.visible.push(byte),
-                    Some(link) => link.plain = false,
-                    None => {}
-                }
                 State::Text
             }
             State::Escape => match byte {
@@ -376,7 +219,6 @@ impl Sanitizer {
                 // iTerm2), after which valid UTF-8 such as Ý (C3 9D) carries 8-bit OSC and DCS;
                 // `ESC SP G` and the conformance levels ask for 8-bit controls.
                 b'(' | b')' | b'*' | b'+' | b'-' | b'.' | b'/' | b'#' => {
-                    self.not_plain();
                     out.extend_from_slice(&[ESC, byte]);
                     State::Text
                 }
@@ -385,7 +227,6 @@ impl Sanitizer {
                 // state across C0 controls, DEL and high bytes (tmux, vte), or read 0xA0 to 0xFF
                 // as 0x20 to 0x7F (xterm: ESC Ý is ESC ]): the ESC is forgotten, the byte is text.
                 0x30..=0x7e => {
-                    self.not_plain();
                     out.extend_from_slice(&[ESC, byte]);
                     State::Text
                 }
@@ -407,10 +248,6 @@ impl Sanitizer {
                     // C0 controls and DEL between the digits.
                     let passes =
                         byte == b';' && head.len() == 1 && PASSING_OSC.contains(&u32::from(head[0] - b'0'));
-                    if passes && head[0] == b'8' {
-                        self.state = State::Link(Vec::new());
-                        return;
-                    }
                     if passes {
                         out.extend_from_slice(&[ESC, b']']);
                         out.extend_from_slice(&head);
@@ -443,23 +280,6 @@ impl Sanitizer {
                 }
                 return self.after_string(byte, out);
             }
-            State::Link(mut body) => match byte {
-                ESC => State::LinkEscape(body),
-                BEL => {
-                    self.osc8(&body, out);
-                    State::Text
-                }
-                CAN | SUB => State::Text,
-                _ if body.len() >= MAX_LINK => State::Osc(false),
-                _ => {
-                    body.push(byte);
-                    State::Link(body)
-                }
-            },
-            State::LinkEscape(body) => {
-                self.osc8(&body, out);
-                return self.after_string(byte, out);
-            }
             State::Csi(mut sequence) => match byte {
                 // Parameters and intermediates.
                 0x20..=0x3f => {
@@ -470,14 +290,6 @@ impl Sanitizer {
                 // (a long one is dropped: no terminal needs it, some would misread it).
                 0x40..=0x7e => {
                     if byte != b't' && sequence.len() <= MAX_CSI {
-                        let sgr =
-                            byte == b'm' && sequence.iter().all(|b| b.is_ascii_digit() || b":;".contains(b));
-                        if sgr {
-                            self.style.apply(&sequence);
-                        }
-                        if !sgr || !self.style.plain() {
-                            self.not_plain();
-                        }
                         out.extend_from_slice(&[ESC, b'[']);
                         out.extend_from_slice(&sequence);
                         out.push(byte);
@@ -489,7 +301,6 @@ impl Sanitizer {
                 CAN | SUB => State::Text,
                 // Terminals carry out a C0 control inside a sequence and go on with the sequence.
                 0x00..=0x1f => {
-                    self.not_plain();
                     out.push(byte);
                     State::Csi(sequence)
                 }

@@ -293,17 +293,19 @@ impl AttachFigures {
 }
 
 /// The mock Messages API answering a streamed request, as the agent calls it: straight over TLS
-/// (with the name check, as any connection), and through the forwarder that holds the key (plain
+/// (with the name check, as any connection; under a name of its own, since only the forwarder
+/// may reach a host whose key it holds), and through the forwarder that holds the key (plain
 /// HTTP on loopback, then its own TLS to the same mock). `api-first-byte` reports of each.
 async fn forwarder_first_byte(image: &str, net: &TestNet) -> anyhow::Result<(String, String)> {
-    let _mock = Peer::start_mock_api(net, &["api.anthropic.com"]).await?;
+    const DIRECT: &str = "direct.mock.test";
+    let _mock = Peer::start_mock_api(net, &["api.anthropic.com", DIRECT]).await?;
     let dir = tempfile::tempdir()?;
     let key = sandbox_tests::spec::secret_file(dir.path(), "key", "sk-ant-api03-bench-key")?;
     let ca = sandbox_tests::spec::ca_secret_file(dir.path())?;
     let sb = SandboxSpec::of(image.to_string())
         .net_admin()
         .on(net)
-        .drop_in("api.txt", "api.anthropic.com\n")
+        .drop_in("api.txt", &format!("api.anthropic.com\n{DIRECT}\n"))
         .mount(&key, "/run/secrets/anthropic_api_key")
         .mount(&ca, "/run/secrets/sandbox_api_ca.pem")
         .start()
@@ -320,9 +322,9 @@ async fn forwarder_first_byte(image: &str, net: &TestNet) -> anyhow::Result<(Str
             Ok::<_, anyhow::Error>(out.stdout)
         }
     };
-    run(&["api.anthropic.com", "443", "20", "--tls"]).await?; // warm-up: DNS, the sets
+    run(&[DIRECT, "443", "20", "--tls"]).await?; // warm-up: DNS, the sets
     run(&["127.0.0.1", "15101", "20"]).await?;
-    let direct = run(&["api.anthropic.com", "443", "300", "--tls"]).await?;
+    let direct = run(&[DIRECT, "443", "300", "--tls"]).await?;
     let forwarded = run(&["127.0.0.1", "15101", "300"]).await?;
     Ok((direct, forwarded))
 }

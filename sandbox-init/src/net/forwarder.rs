@@ -320,6 +320,7 @@ async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::Clien
             return Ok(());
         };
         let framing = body_framing(&head)?;
+        judge_head(&head, api)?;
         if framing.expect_continue {
             client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.map_err(|e| Refused(400, e.to_string()))?;
         }
@@ -480,6 +481,43 @@ fn dechunk(mut bytes: &[u8]) -> Result<Option<Vec<u8>>, Refused> {
     }
 }
 
+/// What the request's head says of a body that could not be read for remote fetches, refused:
+/// a file uploaded in parts (OpenAI's `/v1/uploads/{id}/parts`, Google's resumable uploads),
+/// whose parts are joined only at the provider, where a batch line cut across two parts is
+/// whole again; and a body in protobuf (`Content-Type: application/x-protobuf`, `alt=proto`),
+/// which Google's APIs take and which names no field by its name.
+fn judge_head(head: &[u8], api: &str) -> Result<(), Refused> {
+    let text = String::from_utf8_lossy(head).to_ascii_lowercase();
+    let target = text.split(' ').nth(1).unwrap_or_default();
+    let path = target.split('?').next().unwrap_or_default();
+    let query = target.split_once('?').map(|(_, q)| q).unwrap_or_default();
+    let header = |name: &str| {
+        text.split("\r\n").skip(1).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            (n.trim() == name).then(|| v.trim().to_string())
+        })
+    };
+    let in_parts = (path.contains("/uploads/") && path.trim_end_matches('/').ends_with("/parts"))
+        || header("x-goog-upload-protocol").is_some_and(|v| v.contains("resumable"))
+        || header("x-goog-upload-command").is_some()
+        || query.split('&').any(|p| p.starts_with("upload_id="));
+    if in_parts {
+        return Err(Refused(
+            403,
+            format!(
+                "a file uploaded in parts, which cannot be read for remote tools until the provider \
+                 joins them; upload it whole, or `apis: {{{api}: {{remote_tools: allow}}}}` in a policy allows it"
+            ),
+        ));
+    }
+    let protobuf = header("content-type").is_some_and(|v| v.contains("proto"))
+        || query.split('&').any(|p| p == "alt=proto" || p == "$alt=proto" || p == "%24alt=proto");
+    if protobuf {
+        return Err(Refused(415, "a protobuf request body, which cannot be read for remote tools".into()));
+    }
+    Ok(())
+}
+
 /// The remote fetch the body asks for, if any (`host` is the API's own). A body that looks like
 /// JSON must be JSON as strict as any server reads it: no duplicate key, which one server would
 /// take first and another last; and plain UTF-8, since a server may read a byte-order mark or
@@ -499,14 +537,24 @@ fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
             .map_err(|e| Refused(400, format!("a request body that is not strict JSON: {e}")))?;
         return Ok(crate::net::remote_tools::named(&value, host));
     }
-    for line in body.split(|&b| b == b'\n') {
+    // Lines end at LF or CR, as Python's universal newlines read a batch file.
+    for line in body.split(|&b| b == b'\n' || b == b'\r') {
         let line = line.trim_ascii();
         let line = line.strip_prefix(b"\xef\xbb\xbf").unwrap_or(line);
-        if line.first() == Some(&b'{')
-            && let Ok(value) = serde_json::from_slice::<serde_json::Value>(line)
-            && let Some(found) = crate::net::remote_tools::named(&value, host)
-        {
-            return Ok(Some(format!("{found}, in a line of an uploaded file")));
+        if line.first() != Some(&b'{') {
+            continue;
+        }
+        match strict_json(line) {
+            Ok(value) => {
+                if let Some(found) = crate::net::remote_tools::named(&value, host) {
+                    return Ok(Some(format!("{found}, in a line of an uploaded file")));
+                }
+            }
+            // A key twice: one reader takes the first, another the last.
+            Err(e) if e.to_string().contains("twice in one object") => {
+                return Err(Refused(400, format!("a line of an uploaded file that is not strict JSON: {e}")));
+            }
+            Err(_) => {}
         }
     }
     Ok(None)
@@ -852,6 +900,40 @@ mod tests {
         let utf16le: Vec<u8> = fetch.encode_utf16().flat_map(u16::to_le_bytes).collect();
         for body in [bom, utf16, utf16le] {
             assert_eq!(judge_body("api.anthropic.com", &body).unwrap_err().0, 415);
+        }
+        // Found by a second red team: batch lines ended by a bare CR (two lines to Python's
+        // reader), and a key twice in a line.
+        let cr = "{\"custom_id\":\"1\"}\r{\"body\":{\"mcp_servers\":[{\"url\":\"https://x.test\"}]}}\r";
+        assert!(tools(&format!("--b\r\n\r\n{cr}--b--")).unwrap().is_some());
+        let twice = "--b\r\n\r\n{\"body\":{\"tools\":[{\"type\":\"mcp\"}],\"tools\":[]}}\n--b--";
+        assert_eq!(tools(twice).unwrap_err().0, 400);
+    }
+
+    /// Bodies that cannot be read for remote tools, told by the head (found by a second red
+    /// team): a file uploaded in parts, joined only at the provider, and protobuf.
+    #[test]
+    fn a_body_in_parts_or_in_protobuf_is_refused_by_its_head() {
+        for (head, status) in [
+            ("POST /v1/uploads/upload_abc/parts HTTP/1.1\r\nContent-Type: multipart/form-data", 403),
+            ("POST /upload/v1beta/files HTTP/1.1\r\nX-Goog-Upload-Protocol: resumable", 403),
+            (
+                "POST /upload/v1beta/files?upload_id=x HTTP/1.1\r\nX-Goog-Upload-Command: upload, finalize",
+                403,
+            ),
+            ("POST /v1beta/models/m:generateContent HTTP/1.1\r\nContent-Type: application/x-protobuf", 415),
+            (
+                "POST /v1beta/models/m:generateContent?alt=proto HTTP/1.1\r\nContent-Type: application/json",
+                415,
+            ),
+        ] {
+            assert_eq!(judge_head(head.as_bytes(), "gemini").unwrap_err().0, status, "{head}");
+        }
+        for head in [
+            "POST /v1/messages HTTP/1.1\r\nContent-Type: application/json",
+            "POST /v1/files HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=b",
+            "POST /v1beta/models/m:streamGenerateContent?alt=sse HTTP/1.1\r\nContent-Type: application/json",
+        ] {
+            assert!(judge_head(head.as_bytes(), "openai").is_ok(), "{head}");
         }
     }
 

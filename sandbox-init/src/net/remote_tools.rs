@@ -25,16 +25,41 @@ pub fn named(body: &Value, own_host: &str) -> Option<String> {
             if let Some(found) = in_object(object, own_host) {
                 return Some(found);
             }
-            object.values().find_map(|value| named(value, own_host))
+            object
+                .iter()
+                .filter(|(key, _)| !opaque(object, key))
+                .find_map(|(_, value)| named(value, own_host))
         }
         _ => None,
+    }
+}
+
+/// Whether `object`'s value under `key` is data the provider does not act on: a tool's schema
+/// (`input_schema`, `parameters`, JSON Schema's `properties`) and a tool call's arguments or
+/// result (Anthropic's `tool_use` `input`, OpenAI's `arguments`, Gemini's `functionCall` `args`
+/// and `functionResponse` `response`): the agent's own data, which may name `image_url` or
+/// `mcp_servers` as plain fields. OpenAI's Responses API's top-level `input` is messages, and
+/// searched.
+fn opaque(object: &serde_json::Map<String, Value>, key: &str) -> bool {
+    let kind = object.get("type").and_then(Value::as_str).unwrap_or_default();
+    match key {
+        "input" => kind.ends_with("tool_use"),
+        "response" => object.contains_key("name"),
+        "args"
+        | "arguments"
+        | "input_schema"
+        | "inputSchema"
+        | "parameters"
+        | "parametersJsonSchema"
+        | "properties" => true,
+        _ => false,
     }
 }
 
 /// What this object itself asks the provider to fetch.
 fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<String> {
     let kind = |tool: &Value| tool.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
-    if object.get("mcp_servers").is_some_and(|s| !s.is_null() && s.as_array().is_none_or(|a| !a.is_empty())) {
+    if object.get("mcp_servers").is_some_and(|s| s.as_array().is_some_and(|a| !a.is_empty())) {
         return Some("`mcp_servers` (Anthropic's MCP connector)".into());
     }
     for tool in object.get("tools").and_then(Value::as_array).into_iter().flatten() {
@@ -74,6 +99,10 @@ fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<
 /// scheme but `data:` (content inline) and the provider's own files.
 fn elsewhere(url: &str, own_host: &str) -> bool {
     let url = url.trim();
+    // A backslash is a slash to browsers' URL parsers: `https://a\\@b/` goes to a.
+    if url.contains('\\') {
+        return true;
+    }
     let Some((scheme, rest)) = url.split_once(':') else { return false };
     if scheme.eq_ignore_ascii_case("data") {
         return false;
@@ -144,6 +173,11 @@ mod tests {
                 r#"{"contents":[{"parts":[{"fileData":{"mimeType":"image/png","fileUri":"https://x.test/a"}}]}]}"#,
             ),
             ("gemini", r#"{"contents":[{"parts":[{"file_data":{"file_uri":"gs://bucket/a"}}]}]}"#),
+            // A backslash before `@` (found by a second red team): browsers read the host before it.
+            (
+                "gemini",
+                r#"{"contents":[{"parts":[{"fileData":{"fileUri":"https://x.test\\@api.example.com/x"}}]}]}"#,
+            ),
         ] {
             assert!(named(&json(body), HOST).is_some(), "{api}: {body}");
         }
@@ -175,6 +209,16 @@ mod tests {
             (
                 "anthropic",
                 r#"{"messages":[{"role":"assistant","content":[{"type":"web_search_tool_result","content":[{"type":"web_search_result","url":"https://x.test/","title":"t"}]}]}],"tools":[{"type":"function","name":"f","input_schema":{"properties":{"url":{"type":"string"}}}}]}"#,
+            ),
+            // A tool's schema and a tool call's own arguments (found by a second red team: they
+            // were searched, so a local tool with an `image_url` field broke the session).
+            (
+                "anthropic",
+                r#"{"tools":[{"name":"f","input_schema":{"type":"object","properties":{"mcp_servers":{"type":"array"}}}}],"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"image_url":"https://x.test/a.png","mcp_servers":[{"url":"https://x.test"}]}}]}]}"#,
+            ),
+            (
+                "gemini",
+                r#"{"contents":[{"parts":[{"functionCall":{"name":"f","args":{"fileUri":"https://x.test/"}}},{"functionResponse":{"name":"f","response":{"image_url":"https://x.test/"}}}]}]}"#,
             ),
         ] {
             assert_eq!(named(&json(body), HOST), None, "{api}: {body}");

@@ -485,10 +485,6 @@ struct BodyLines {
     passing: bool,
 }
 
-/// The longest method a line is held for: a token longer than this followed by a space is no
-/// method a server knows.
-const LINE_PREFIX: usize = 32;
-
 impl BodyLines {
     fn feed(&mut self, mut bytes: &[u8], host: &str, out: &mut Vec<u8>) -> Result<(), &'static str> {
         while !bytes.is_empty() {
@@ -533,17 +529,25 @@ impl BodyLines {
 
 /// Whether a line starting with `start` may be a request line or a Host header line, as a
 /// lenient server reads them: a method is any token (nginx proxies PROPFIND, Go takes any
-/// token), so a line is held while it starts with a token of up to [`LINE_PREFIX`] bytes and
-/// what follows a space after it; or with `host:`, in any case.
+/// token), so a line is held while it starts with a token and
+/// what follows a space after it, past any CRs; or with `host:`, in any case.
 fn might_be_request_or_host(start: &[u8]) -> bool {
+    // Servers skip CRs (and LFs) before a request line (nginx's start state, Node's llhttp).
+    let start = skip_crs(start);
     let n = start.len().min(5);
     if start[..n].eq_ignore_ascii_case(&b"host:"[..n]) {
         return true;
     }
+    // Any length: nginx takes a method of any length.
     match start.iter().position(|&b| !is_tchar(b)) {
-        None => start.len() <= LINE_PREFIX,
-        Some(at) => at > 0 && at <= LINE_PREFIX && start[at] == b' ',
+        None => true,
+        Some(at) => at > 0 && start[at] == b' ',
     }
+}
+
+fn skip_crs(line: &[u8]) -> &[u8] {
+    let at = line.iter().position(|&b| b != b'\r').unwrap_or(line.len());
+    &line[at..]
 }
 
 /// A byte of an HTTP token (RFC 9110 §5.6.2).
@@ -557,7 +561,7 @@ fn is_tchar(b: u8) -> bool {
 /// than `host`.
 fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
     let text = line.strip_suffix(b"\n").unwrap_or(line);
-    let text = text.strip_suffix(b"\r").unwrap_or(text);
+    let text = skip_crs(text.strip_suffix(b"\r").unwrap_or(text));
     let upper = text.to_ascii_uppercase();
     let method = upper.iter().position(|&b| !is_tchar(b)).unwrap_or(upper.len());
     if method > 0
@@ -565,6 +569,17 @@ fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
         && upper[method..].windows(6).skip(1).any(|w| w == b" HTTP/")
     {
         return Err("a request line hidden in a request body");
+    }
+    // HTTP/0.9, which nginx still takes for GET: `GET target`, no version, the host from an
+    // absolute target.
+    if let Some(target) = text.strip_prefix(b"GET ") {
+        let target = target.trim_ascii();
+        if !target.is_empty()
+            && !target.contains(&b' ')
+            && (target.starts_with(b"/") || target.windows(3).any(|w| w == b"://"))
+        {
+            return Err("a request line hidden in a request body");
+        }
     }
     if upper.starts_with(b"HOST:") {
         let value = String::from_utf8_lossy(&text[5..]);

@@ -14,14 +14,15 @@ fn the_clipboard_and_passthrough_strings_are_dropped_and_the_rest_passes() {
     assert_eq!(through(&[text]), text, "colours, titles and UTF-8 text pass");
     assert_eq!(
         through(&[b"a\x1b]8;;https://x.test\x1b\\x.test\x1b]8;;\x1b\\b"]),
-        b"a\x1b]8;;https://x.test\x1b\\x.test\x1b]8;;\x1b\\b"
+        b"ax.testb",
+        "a link: its text"
     );
     assert_eq!(through(&[b"a\x1b]52;c;SGVsbG8=\x07b"]), b"ab");
     assert_eq!(through(&[b"\x1b(B\x1b[m\x1b(0qq\x1b(B"]), b"\x1b(B\x1b[m\x1b(0qq\x1b(B", "character sets");
     assert_eq!(
         through(&[b"\x1b]8;id=1;https://x.test/a\x07\x1b[1mx.test\x1b[0m/a\x1b]8;;\x07"]),
-        b"\x1b]8;id=1;https://x.test/a\x1b\\\x1b[1mx.test\x1b[0m/a\x1b]8;;\x1b\\",
-        "a web link, bold in its text, its end made ST"
+        b"\x1b[1mx.test\x1b[0m/a",
+        "a web link: its text, with its colours"
     );
     assert_eq!(through(&[b"a\x1b]8;;file:///etc/passwd\x1b\\l\x1b]8;;\x1b\\b"]), b"alb");
     let long = [b"\x1b]8;;https://x.test/".as_slice(), &[b'a'; 3000], b"\x07b"].concat();
@@ -71,11 +72,10 @@ fn no_way_around_it_gets_a_clipboard_write_or_a_string_out() {
 /// Whether `out` is safe for any terminal, judged without the filter's own states: valid
 /// UTF-8 with no C1 control in it; every ESC followed by a byte 0x20 to 0x7E; no DCS, APC,
 /// PM or SOS; no window operation (a CSI ending in `t`); every OSC exactly `ESC ] d ;` with d
-/// one of 0 1 2 8, then no C0 control but its end (BEL, the ESC of ST, or CAN or SUB, which
-/// cancel it), and a link only to the web, whose text up to the next link is its address or
-/// its host, with nothing but SGR sequences.
+/// one of 0 1 2 (no link), then no C0 control but its end (BEL, the ESC of ST, or CAN or SUB,
+/// which cancel it).
 fn unsafe_part(out: &[u8]) -> Option<String> {
-    if let Some(part) = window_operation(out).or_else(|| lying_link(out)) {
+    if let Some(part) = window_operation(out) {
         return Some(part);
     }
     let text = match std::str::from_utf8(out) {
@@ -97,7 +97,10 @@ fn unsafe_part(out: &[u8]) -> Option<String> {
             }
             if next == b']' {
                 let head = out.get(i + 2..i + 4).unwrap_or_default();
-                if head.len() < 2 || !b"0128".contains(&head[0]) || head[1] != b';' {
+                // The end of a link (`8;;` and nothing), which END sends, opens none.
+                let link_end = out.get(i + 2..i + 5) == Some(b"8;;")
+                    && matches!(out.get(i + 5), Some(&BEL) | Some(&ESC));
+                if !link_end && (head.len() < 2 || !b"012".contains(&head[0]) || head[1] != b';') {
                     return Some(format!("OSC {:?} at {i}", String::from_utf8_lossy(head)));
                 }
                 let body = i + 4;
@@ -107,12 +110,6 @@ fn unsafe_part(out: &[u8]) -> Option<String> {
                         return Some(format!("control {:#04x} inside an OSC at {i}", out[i]));
                     }
                     i += 1;
-                }
-                if head[0] == b'8' {
-                    let uri = out[body..i].splitn(2, |&b| b == b';').nth(1).unwrap_or_default();
-                    if !uri.is_empty() && !uri.starts_with(b"http://") && !uri.starts_with(b"https://") {
-                        return Some(format!("a link to {:?}", String::from_utf8_lossy(uri)));
-                    }
                 }
                 continue;
             }
@@ -135,56 +132,11 @@ fn window_operation(out: &[u8]) -> Option<String> {
     None
 }
 
-/// A link whose text, up to the next OSC 8, is neither its address nor its host, or carries
-/// anything but text and SGR sequences.
-fn lying_link(out: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(out);
-    for (n, part) in text.split("\x1b]8;").enumerate().skip(1) {
-        let (head, rest) = part.split_once(['\x07', '\x1b']).unwrap_or((part, ""));
-        let uri = head.split_once(';').map(|(_, u)| u).unwrap_or_default();
-        if uri.is_empty() {
-            continue;
-        }
-        let host =
-            uri.split("://").nth(1).unwrap_or_default().split(['/', ':', '?']).next().unwrap_or_default();
-        let rest = rest.strip_prefix('\\').unwrap_or(rest);
-        let mut visible = String::new();
-        let mut chars = rest.chars().peekable();
-        while let Some(c) = chars.next() {
-            if c == '\x1b' {
-                let mut sequence = String::new();
-                for c in chars.by_ref() {
-                    sequence.push(c);
-                    if c.is_ascii_alphabetic() || c == '\\' {
-                        break;
-                    }
-                }
-                if !(sequence.starts_with('[') && sequence.ends_with('m')) {
-                    return Some(format!("link {n}: `{sequence}` inside it"));
-                }
-            } else if (c as u32) < 0x20 {
-                return Some(format!("link {n}: control {:#04x} inside it", c as u32));
-            } else {
-                visible.push(c);
-            }
-        }
-        let bare = |s: &str| {
-            let s = s.trim().to_ascii_lowercase();
-            let s = s.split_once("://").map_or(s.clone(), |(_, rest)| rest.to_string());
-            s.trim_end_matches('/').to_string()
-        };
-        if host.is_empty() || (bare(&visible) != host.to_ascii_lowercase() && bare(&visible) != bare(uri)) {
-            return Some(format!("link {n} to {uri} under {visible:?}"));
-        }
-    }
-    None
-}
-
-/// Links whose text lies (the agent shows one address over another), links to the user's own
-/// machine and network, the folder new tabs open in, and window operations (a title report
-/// answers with text the agent chose). Each is dropped, its text kept, split at every byte.
+/// Links (the agent shows one address over another; or to the user's own machine and network),
+/// the folder new tabs open in, and window operations (a title report answers with text the
+/// agent chose). Each is dropped, its text kept, split at every byte.
 #[test]
-fn links_that_lie_and_what_acts_on_the_users_machine_are_dropped() {
+fn links_and_what_acts_on_the_users_machine_are_dropped() {
     let lying: [&[u8]; 10] = [
         b"\x1b]8;;https://attacker.example/?d=c2VjcmV0\x1b\\https://docs.anthropic.com/en/docs\x1b]8;;\x1b\\",
         b"\x1b]8;;https://attacker.example/?d=c2VjcmV0\x07docs.anthropic.com.attacker.example\x1b]8;;\x07",
@@ -204,46 +156,22 @@ fn links_that_lie_and_what_acts_on_the_users_machine_are_dropped() {
             out.extend(sanitizer.filter(&attack[at..]));
             out.extend(sanitizer.finish());
             let seen = String::from_utf8_lossy(&out);
-            let kept = seen.contains("\x1b]8;;http")
-                && !seen.contains("\x1b]8;;https://docs.anthropic.com/\x1b\\docs.anthropic.com");
+            let kept = seen.contains("\x1b]8;");
             assert!(!kept, "{:?} split at {at} kept a link: {seen:?}", String::from_utf8_lossy(attack));
         }
     }
     // Its text stays.
     assert_eq!(through(&[lying[0]]), b"https://docs.anthropic.com/en/docs");
-    // A link that says where it goes passes, the address as its text or its host named in it.
-    for honest in [
-        &b"\x1b]8;;https://attacker.example/?d=c2VjcmV0\x1b\\https://attacker.example/?d=c2VjcmV0\x1b]8;;\x1b\\"[..],
-        b"\x1b]8;;https://docs.anthropic.com/en/docs/x\x1b\\\x1b[4mdocs.anthropic.com\x1b[24m\x1b]8;;\x1b\\",
-    ] {
-        assert_eq!(through(&[honest]), honest, "{:?}", String::from_utf8_lossy(honest));
-    }
-    // Found by a red team: the host named inside other text, and text hidden by its style
-    // (concealed, the same colour as the background, dim, reversed), inside the link or from
-    // before it.
-    let uri = "https://attacker.example/?d=c2VjcmV0";
-    for (before, text) in [
-        (&b""[..], &b"https://docs.anthropic.com/en/attacker.example"[..]),
-        (b"", b"https://github.com/login?next=attacker.example"),
-        (b"", b"attacker.example\x1b[8m docs.anthropic.com\x1b[28m"),
-        (b"", b"\x1b[38;5;0;48;5;0mattacker.example\x1b[0m"),
-        (b"", b"\x1b[2mattacker.example"),
-        (b"\x1b[8m", b"attacker.example"),
-        (b"\x1b[30;40m", b"attacker.example"),
-        (b"\x1b[7m", b"attacker.example"),
-        (b"\x1b[38:2::0:0:0m", b"attacker.example"),
-    ] {
-        let input = [before, b"\x1b]8;;", uri.as_bytes(), b"\x1b\\", text, b"\x1b]8;;\x1b\\"].concat();
-        let shown = String::from_utf8_lossy(&through(&[&input])).into_owned();
-        assert!(!shown.contains("\x1b]8;;https://attacker"), "a link passed: {shown:?}");
-    }
-    // The control: the same link, its text plain, passes; and styles reset before it do not
-    // count.
-    for before in [&b""[..], b"\x1b[31;8mx\x1b[0m", b"\x1b[1;4m"] {
-        let input = [before, b"\x1b]8;;", uri.as_bytes(), b"\x1b\\attacker.example\x1b]8;;\x1b\\"].concat();
-        let shown = String::from_utf8_lossy(&through(&[&input])).into_owned();
-        assert!(shown.contains("\x1b]8;;https://attacker"), "{before:?}: {shown:?}");
-    }
+    // No link passes, however honest its text: its cells can be overwritten once it has passed
+    // (found by a second red team: the text `https://attacker.example/docs.anthropic.com`, then
+    // a carriage return and `See the docs at: https://` over its start, leaves
+    // `docs.anthropic.com` on the screen, linked to the attacker). Its text passes.
+    let honest =
+        b"\x1b]8;;https://docs.anthropic.com/en/docs\x1b\\https://docs.anthropic.com/en/docs\x1b]8;;\x1b\\";
+    assert_eq!(through(&[honest]), b"https://docs.anthropic.com/en/docs");
+    let overwritten = b"\x1b]8;;https://attacker.example/docs.anthropic.com\x1b\\https://attacker.example/docs.anthropic.com\x1b]8;;\x1b\\\rSee the docs at: https://";
+    let shown = through(&[overwritten]);
+    assert!(!shown.windows(4).any(|w| w == b"\x1b]8;"), "{:?}", String::from_utf8_lossy(&shown));
     // OSC 7 and window operations: dropped whole, around them the rest passes.
     assert_eq!(through(&[b"a\x1b]7;file://host/workspace\x1b\\b"]), b"ab");
     for window in [&b"\x1b[21t"[..], b"\x1b[8;1;1t", b"\x1b[2t", b"\x1b[>4;1t", b"\x1b[22;0t"] {

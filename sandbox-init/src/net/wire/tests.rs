@@ -406,6 +406,12 @@ fn a_request_hidden_in_a_body_is_refused() {
         "GET http://other.example.com/ HTTP/1.2\r\n",
         "GETAWAY / HTTP/1.1\n",
         "GET / HTTP/1.1\r",
+        // Found by a second red team: a CR first (nginx and Node skip it), HTTP/0.9 (nginx takes
+        // it for GET), and a method longer than the old bound.
+        "\rGET http://other.example.com/x HTTP/1.1\r\n",
+        "GET http://other.example.com/?d=1\r\n",
+        "GET /x\n",
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA http://other.example.com/ HTTP/1.1\r\n",
     ] {
         for expect in ["", "Expect: 100-continue\r\n"] {
             let request = post(body, expect);
@@ -436,6 +442,8 @@ fn a_request_hidden_in_a_body_is_refused() {
         "Options are fine",
         "hello\nDelete me later",
         "GET / HTTP",
+        "get it /here\n",
+        "GET the docs\n",
     ] {
         let request = post(body, "");
         for step in [1, 4096] {

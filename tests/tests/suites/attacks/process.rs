@@ -289,7 +289,8 @@ async fn the_agent_cannot_write_the_users_clipboard_through_sandbox_attach() -> 
 /// carrying its data (the attacker's host named inside other text, or hidden by concealed
 /// text), one to the user's own machine, the folder the user's next tab opens in, and a title
 /// report, whose answer the terminal would type into the session. The user's terminal gets the
-/// text, none of the rest; an honest link passes.
+/// text, none of the rest: no link passes, not even one whose text is its address, since its
+/// cells could be overwritten once it has passed.
 #[tokio::test]
 async fn the_agent_cannot_show_the_user_a_link_whose_text_lies() -> anyhow::Result<()> {
     let payload = r"printf '\033Ptmux;\033\033]8;;https://attacker.example/?d=c2VjcmV0\033\033\\\033\\' > $T; \
@@ -306,12 +307,10 @@ async fn the_agent_cannot_show_the_user_a_link_whose_text_lies() -> anyhow::Resu
         seen.contains("before-mark") && seen.contains("after-mark"),
         "the terminal showed nothing: {seen:?}"
     );
-    // The positive controls: the links' text reached the user, and a link whose text is its
-    // host passed whole.
+    // The positive controls: the links' text reached the user.
     assert!(seen.contains("https://docs.anthropic.com/en/docs"), "{seen:?}");
     assert!(seen.contains("https://docs.anthropic.com/en/attacker.example"), "{seen:?}");
-    assert!(seen.contains("]8;;https://docs.anthropic.com/en/docs\x1b\\docs.anthropic.com"), "{seen:?}");
-    for sequence in ["]8;;https://attacker", "]8;;http://127.0.0.1", "]7;", "[21t"] {
+    for sequence in ["]8;;https://attacker", "]8;;http://127.0.0.1", "]8;;https://docs", "]7;", "[21t"] {
         assert!(!seen.contains(sequence), "`{sequence}` reached the user's terminal: {seen:?}");
     }
     Ok(())
