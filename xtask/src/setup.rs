@@ -115,6 +115,9 @@ impl SetupFlags {
                     .then(|| format!("@devcontainers/cli@{DEVCONTAINER_VERSION} (npm, under target/)")),
             )
             .collect();
+        if need.engine {
+            eprintln!("==> setup: no container engine answers: it is started once installed");
+        }
         if wanted.is_empty() {
             eprintln!("==> setup: nothing to install");
         } else {
