@@ -12,15 +12,7 @@ fn root() -> PathBuf {
 /// names through `crate::…`.
 fn module_uses(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut modules: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut files = vec![src.to_path_buf()];
-    while let Some(path) = files.pop() {
-        if path.is_dir() {
-            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
-            continue;
-        }
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
+    for path in rust_files(src) {
         let relative = path.strip_prefix(src).unwrap().with_extension("");
         let parts: Vec<String> =
             relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
@@ -97,15 +89,7 @@ fn cycle(modules: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 /// layers, so no chain of `crate::` uses leads back to where it started.
 #[test]
 fn no_module_imports_upward() {
-    for src in [
-        "xtask/src",
-        "agent-sandbox/src",
-        "sandbox-images/src",
-        "sandbox-init/src",
-        "sandbox-policy/src",
-        "tests/src",
-        "tests/probe/src",
-    ] {
+    for src in SOURCES {
         let modules = module_uses(&root().join(src));
         assert!(modules.len() > 1 || src.contains("policy"), "{src}: no modules found");
         if let Some(found) = cycle(&modules) {
@@ -118,15 +102,11 @@ fn no_module_imports_upward() {
 /// nothing through `crate::`.
 #[test]
 fn no_suite_uses_another() {
-    let suites = root().join("tests/tests/suites");
-    let mut files = vec![suites];
-    while let Some(path) = files.pop() {
-        if path.is_dir() {
-            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let text = std::fs::read_to_string(&path).unwrap();
-            assert!(!text.contains("crate::"), "{} uses another suite through crate::", path.display());
-        }
+    let suites = rust_files(&root().join("tests/tests/suites"));
+    assert!(suites.len() > 5, "{suites:?}");
+    for path in suites {
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("crate::"), "{} uses another suite through crate::", path.display());
     }
 }
 

@@ -110,6 +110,26 @@ async fn write_as_agent(
     Ok(())
 }
 
+/// The mock model API on `net` under `hosts`, which the DNS peer resolves to it.
+async fn mock_api(net: &TestNet, dns: &Peer, hosts: &[&str]) -> anyhow::Result<Peer> {
+    let mock = Peer::start_mock_api(net, hosts).await?;
+    for host in hosts {
+        dns.set_dns(host, mock.ipv4, 300).await?;
+    }
+    Ok(mock)
+}
+
+/// The agent's sandbox on `net`, resolving through `dns`, its policy allowing the mock's API
+/// names besides its own.
+fn on_the_mock(image: String, net: &TestNet, dns: &Peer) -> SandboxSpec {
+    let names: String = API_HOSTS.iter().map(|h| format!("  - {h}\n")).collect();
+    SandboxSpec::of(image)
+        .net_admin()
+        .on(net)
+        .dns(dns)
+        .drop_in("mock-api.yaml", &format!("version: 1\ndomains:\n{names}"))
+}
+
 /// The CLI starts with its own sign-in, copied from the host as `--login-from-host` does, whose
 /// access token expired an hour ago, and no key: it refreshes the sign-in at its provider's
 /// token endpoint (the mock, under the real host name, which the image's own policy must
@@ -123,24 +143,13 @@ async fn refreshes_and_completes_a_turn(name: &str) -> anyhow::Result<()> {
     let dns = Peer::start_dns(&net).await?;
     let mut hosts: Vec<&str> = API_HOSTS.to_vec();
     hosts.extend(refresh.hosts.iter().map(String::as_str));
-    let mock = Peer::start_mock_api(&net, &hosts).await?;
-    for host in &hosts {
-        dns.set_dns(host, mock.ipv4, 300).await?;
-    }
+    let mock = mock_api(&net, &dns, &hosts).await?;
     let dir = tempfile::tempdir()?;
     let ca = dir.path().join("ca.pem");
     std::fs::copy(sandbox_tests::tls::ca_file()?, &ca)?;
     std::fs::set_permissions(&ca, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
     const CA: &str = "/etc/ssl/agent-sandbox-test-ca.pem";
-    let names: String = API_HOSTS.iter().map(|h| format!("  - {h}\n")).collect();
-    let sb = SandboxSpec::of(image)
-        .net_admin()
-        .on(&net)
-        .dns(&dns)
-        .drop_in("mock-api.yaml", &format!("version: 1\ndomains:\n{names}"))
-        .mount(&ca.display().to_string(), CA)
-        .start()
-        .await?;
+    let sb = on_the_mock(image, &net, &dns).mount(&ca.display().to_string(), CA).start().await?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
     let jwt = |exp: u64, signature: &str| {
         let mock = &mock;
@@ -197,20 +206,12 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
     let image = sandbox_tests::images::image(name).await?;
     let net = TestNet::create(&format!("agent-{name}")).await?;
     let dns = Peer::start_dns(&net).await?;
-    let mock = Peer::start_mock_api(&net, API_HOSTS).await?;
-    for host in API_HOSTS {
-        dns.set_dns(host, mock.ipv4, 300).await?;
-    }
+    let mock = mock_api(&net, &dns, API_HOSTS).await?;
     let key = format!("sk-REAL-{name}-key-of-the-agents-suite-5e1f");
     let dir = tempfile::tempdir()?;
     let key_file = secret_file(dir.path(), "key", &key)?;
     let ca_file = ca_secret_file(dir.path())?;
-    let names: String = API_HOSTS.iter().map(|h| format!("  - {h}\n")).collect();
-    let sb = SandboxSpec::of(image)
-        .net_admin()
-        .on(&net)
-        .dns(&dns)
-        .drop_in("mock-api.yaml", &format!("version: 1\ndomains:\n{names}"))
+    let sb = on_the_mock(image, &net, &dns)
         .mount(&key_file, &format!("/run/secrets/{}_api_key", turn.api))
         .mount(&ca_file, "/run/secrets/sandbox_api_ca.pem")
         // The same key in the container's environment too, as `-e` passed keys before: no
