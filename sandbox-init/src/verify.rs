@@ -29,15 +29,7 @@ pub fn blocked(policy: &Policy, agent: &AgentPrivileges, program: &Path) -> Resu
         return Ok(None);
     };
     let output = as_agent(agent, program, "probe", SocketAddr::new(target, PROBE_PORT))?;
-    if !output.status.success() {
-        return Err(Fatal::new(
-            Refusal::VerificationFailed,
-            format!(
-                "a connection as the agent to {target}:{PROBE_PORT} was not refused: {}",
-                String::from_utf8_lossy(&output.stdout).trim()
-            ),
-        ));
-    }
+    passed(&output, &format!("a connection as the agent to {target}:{PROBE_PORT} was not refused"))?;
     Ok(Some(target))
 }
 
@@ -57,16 +49,17 @@ pub fn name_check(
     let (add, delete) = probe_element(target, PROBE_PORT);
     nft.apply(&add).map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
     let output = as_agent(agent, program, "probe-checked", SocketAddr::new(target, PROBE_PORT))?;
-    if !output.status.success() {
-        return Err(Fatal::new(
-            Refusal::VerificationFailed,
-            format!(
-                "a connection as the agent to an allowed address did not reach the name check: {}",
-                String::from_utf8_lossy(&output.stdout).trim()
-            ),
-        ));
-    }
+    passed(&output, "a connection as the agent to an allowed address did not reach the name check")?;
     Ok(delete)
+}
+
+/// A probe's exit: 0 passed; anything else is `failure`, with what the probe printed.
+fn passed(output: &std::process::Output, failure: &str) -> Result<(), Fatal> {
+    if output.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&output.stdout);
+    Err(Fatal::new(Refusal::VerificationFailed, format!("{failure}: {}", said.trim())))
 }
 
 /// `sandbox-init <probe> ADDR` as the agent.
