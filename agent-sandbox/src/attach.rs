@@ -6,18 +6,15 @@ use crate::exit::Result;
 use crate::flags::AttachFlags;
 
 pub async fn run(flags: &AttachFlags) -> Result<i32> {
-    let engine = Engine::connect().await?;
-    let sandbox = engine.find(&flags.which.sandbox).await?;
+    let sandbox = Engine::connect().await?.find(&flags.which.sandbox).await?;
     sandbox.ensure_running()?;
-    attach_and_check(&engine, &sandbox).await
+    attach_and_check(&sandbox).await
 }
 
 /// Attaches; when that ends (a detach, or the session's end), names what changed in the
 /// project's git files.
-pub async fn attach_and_check(engine: &Engine, sandbox: &Sandbox) -> Result<i32> {
+pub async fn attach_and_check(sandbox: &Sandbox) -> Result<i32> {
     let status = crate::terminal::attach(sandbox).await?;
-    if let Ok(found) = engine.find(&sandbox.id).await {
-        crate::gitguard::changes_since_start(&found)?;
-    }
+    crate::gitguard::changes_since_start(sandbox)?;
     Ok(status)
 }

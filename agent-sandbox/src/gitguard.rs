@@ -190,12 +190,17 @@ pub fn plan(project: &Path) -> std::io::Result<(Vec<GuardMount>, GitSnapshot)> {
         mounts.push(mount(file, true));
     }
     mounts.sort_by(|a, b| a.target.cmp(&b.target));
-    Ok((mounts, snapshot(project)))
+    Ok((mounts, snapshot_of(layout)))
 }
 
 /// The project's git files as they are now.
 pub fn snapshot(project: &Path) -> GitSnapshot {
-    let layout = layout(project);
+    snapshot_of(layout(project))
+}
+
+/// The git files of `layout`, as they are now: one walk of the project serves both the mounts
+/// and the snapshot at start.
+fn snapshot_of(layout: Layout) -> GitSnapshot {
     let mut snapshot = GitSnapshot::default();
     let mut record = |path: &Path| {
         let hash = match std::fs::read(path) {

@@ -31,7 +31,7 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         engine.sandboxes().await?.into_iter().find(|s| s.agent == flags.agent && s.project == project);
     if let Some(found) = existing {
         if found.running {
-            return reattach(&engine, &found, flags).await;
+            return reattach(&found, flags).await;
         }
         // Stopped (the session ended, or the engine restarted): its state is in its volumes.
         // What it changed in the project's git files is named now, before a new snapshot is
@@ -73,11 +73,11 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         );
         return Ok(0);
     }
-    attach_and_check(&engine, &sandbox).await
+    attach_and_check(&sandbox).await
 }
 
 /// The agent's sandbox on this project runs: attach to it, unless an option would shape a new one.
-async fn reattach(engine: &Engine, found: &Sandbox, flags: &RunFlags) -> Result<i32> {
+async fn reattach(found: &Sandbox, flags: &RunFlags) -> Result<i32> {
     let shaping = flags.shaping();
     if !shaping.is_empty() {
         let live = if flags.allow.is_empty() {
@@ -95,7 +95,7 @@ async fn reattach(engine: &Engine, found: &Sandbox, flags: &RunFlags) -> Result<
         )));
     }
     eprintln!("agent-sandbox: {} is running on {}: reattaching", found.name, found.project);
-    if flags.detach { Ok(0) } else { attach_and_check(engine, found).await }
+    if flags.detach { Ok(0) } else { attach_and_check(found).await }
 }
 
 /// Makes what `spec` says and starts it. Nothing half-made is left: a sandbox that cannot be

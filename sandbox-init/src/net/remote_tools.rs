@@ -82,7 +82,9 @@ fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<
         elsewhere(url, own_host).then(|| url.chars().take(80).collect())
     };
     let by_link = [
-        (kind(&Value::Object(object.clone())) == "url").then(|| link(object.get("url"))).flatten(),
+        (object.get("type").and_then(Value::as_str) == Some("url"))
+            .then(|| link(object.get("url")))
+            .flatten(),
         link(object.get("image_url")),
         link(object.get("file_url")),
         link(object.get("file_uri")),
