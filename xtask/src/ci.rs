@@ -24,7 +24,7 @@ impl CiFlags {
             times.push((*step, started.elapsed()));
             if let Err(e) = result {
                 eprintln!("{}", summary(&times));
-                let rest: Vec<&str> = steps[n + 1..].iter().map(|s| name(*s)).collect();
+                let rest: Vec<String> = steps[n + 1..].iter().map(|s| name(*s)).collect();
                 let rest = if rest.is_empty() {
                     String::new()
                 } else {
@@ -61,15 +61,9 @@ impl CiFlags {
     }
 }
 
-fn name(step: CiStep) -> &'static str {
-    match step {
-        CiStep::Fmt => "fmt",
-        CiStep::Clippy => "clippy",
-        CiStep::Build => "build",
-        CiStep::Lock => "lock",
-        CiStep::Test => "test",
-        CiStep::TestCi => "test-ci",
-    }
+/// The step's name, as `--skip` takes it.
+fn name(step: CiStep) -> String {
+    step.to_possible_value().expect("every step has a name").get_name().to_string()
 }
 
 fn describe(step: CiStep) -> &'static str {
@@ -99,11 +93,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_step_has_the_name_the_command_line_takes() {
-        for step in CiStep::value_variants() {
-            let possible = step.to_possible_value().expect("a value");
-            assert_eq!(possible.get_name(), name(*step));
-        }
+    fn the_summary_lists_each_step_and_the_total() {
         assert_eq!(
             summary(&[(CiStep::Fmt, Duration::from_secs(2)), (CiStep::TestCi, Duration::from_secs(61))]),
             "ci steps:\n  fmt           2 s\n  test-ci      61 s\n  total        63 s"
