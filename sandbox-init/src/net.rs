@@ -9,6 +9,7 @@ pub mod dns;
 pub mod enforcer;
 pub mod firewall;
 pub mod forwarder;
+pub mod inspect;
 pub mod interfaces;
 pub mod netlink;
 pub mod nflog;
