@@ -91,10 +91,10 @@ pub fn api(name: &str) -> Option<&'static Api> {
     APIS.iter().find(|api| api.name == name)
 }
 
-/// Every variable that may hold a key, of every API: none reaches a process sandbox-init or
-/// sandbox-exec starts.
+/// Every variable that may hold a key, of every API and forwarded service (`GH_TOKEN`,
+/// `NPM_TOKEN`): none reaches a process sandbox-init or sandbox-exec starts.
 pub fn key_vars() -> impl Iterator<Item = &'static str> {
-    APIS.iter().flat_map(|api| api.keys.iter().map(|k| k.var))
+    APIS.iter().flat_map(|api| api.keys.iter().map(|k| k.var)).chain(crate::forward::token_vars())
 }
 
 #[cfg(test)]

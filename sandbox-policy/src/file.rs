@@ -1,5 +1,5 @@
 //! A policy file as YAML writes it: the serde form of each key (`version`, `domains`,
-//! `services`, `cidrs`, `inbound`, `allow`, `apis`), every value checked in its `Deserialize`
+//! `services`, `cidrs`, `inbound`, `allow`, `apis`, `forward`), every value checked in its `Deserialize`
 //! impl, so that the parser reports it at its own line and column. `Policy` (the crate's root)
 //! merges what these give.
 
@@ -249,4 +249,6 @@ pub(crate) struct PolicyFile {
     pub(crate) allow: Option<AllowNone>,
     #[serde(default)]
     pub(crate) apis: BTreeMap<ApiName, ApiSettings>,
+    #[serde(default)]
+    pub(crate) forward: Option<crate::forward::ForwardMap>,
 }

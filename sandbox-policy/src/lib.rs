@@ -8,6 +8,7 @@
 
 pub mod apis;
 mod file;
+pub mod forward;
 pub mod layout;
 mod pattern;
 pub mod terminal;
@@ -75,6 +76,8 @@ pub struct Policy {
     pub services: BTreeSet<String>,
     /// The model APIs' settings, by API name; an API not named has the defaults.
     pub apis: BTreeMap<String, ApiSettings>,
+    /// `forward:`, by service name: the built-in services' settings and the declared services.
+    pub forward: BTreeMap<String, forward::Forward>,
     /// The files this policy was read from, in merge order.
     pub files: Vec<PathBuf>,
 }
@@ -97,7 +100,12 @@ impl Policy {
             invalid(line, column, strip_location(&e.to_string()))
         })?;
         let mut policy = Policy { files: vec![file.to_path_buf()], ..Policy::default() };
-        let entries = parsed.domains.len() + parsed.services.len() + parsed.cidrs.len() + parsed.apis.len();
+        let forwards = parsed.forward.map(|f| f.0).unwrap_or_default();
+        let entries = parsed.domains.len()
+            + parsed.services.len()
+            + parsed.cidrs.len()
+            + parsed.apis.len()
+            + forwards.len();
         match (parsed.allow.is_some(), entries) {
             (false, 0) if parsed.inbound.is_none() => {
                 return Err(invalid(
@@ -121,11 +129,16 @@ impl Policy {
             policy.add_domain(rule.pattern, &rule.access);
         }
         for ServiceRef(name) in parsed.services {
-            for rule in &services()[&name].domains {
-                policy.add_domain(rule.pattern.clone(), &rule.access);
-            }
             policy.services.insert(name);
         }
+        for (name, settings) in forwards {
+            // Naming a built-in service under `forward` allows it, as `services` would.
+            if forward::builtin(&name).is_some() {
+                policy.services.insert(name.clone());
+            }
+            policy.forward.insert(name, settings);
+        }
+        policy.apply_services();
         for rule in parsed.cidrs {
             policy.cidrs.entry(rule.net).or_default().extend(rule.ports);
         }
@@ -206,7 +219,81 @@ impl Policy {
                 merged.remote_tools = RemoteTools::Allow;
             }
         }
+        for (name, settings) in other.forward {
+            match self.forward.get_mut(&name) {
+                Some(merged) => merged.merge(settings),
+                None => {
+                    self.forward.insert(name, settings);
+                }
+            }
+        }
+        self.apply_services();
         self.files.extend(other.files);
+    }
+
+    /// The domains of the services the policy names: a forwarded service's hosts on 443 (which
+    /// the forwarder alone reaches) and the hosts it leaves direct; any other bundle's domains as
+    /// written. Again after a merge, since a drop-in may set `direct`. A declared service's host
+    /// too, on 443.
+    fn apply_services(&mut self) {
+        let mut add = Vec::new();
+        for name in &self.services {
+            match forward::builtin(name) {
+                Some(builtin) if !self.forward.get(name).is_some_and(|f| f.direct) => {
+                    for host in builtin.hosts {
+                        add.push((DomainPattern::Exact(host.host.into()), Access::tcp(Ports::from([443]))));
+                    }
+                    for (host, _) in builtin.direct {
+                        let pattern = DomainPattern::parse(host).expect("a built-in direct host");
+                        add.push((pattern, Access::tcp(Ports::from(DEFAULT_PORTS))));
+                    }
+                }
+                _ => {
+                    for rule in &services()[name].domains {
+                        add.push((rule.pattern.clone(), rule.access.clone()));
+                    }
+                }
+            }
+        }
+        for declared in self.forward.values().filter_map(|f| f.declared.as_ref()) {
+            add.push((DomainPattern::Exact(declared.host.clone()), Access::tcp(Ports::from([443]))));
+        }
+        for (pattern, access) in add {
+            self.add_domain(pattern, &access);
+        }
+    }
+
+    /// Every host the forwarder alone reaches, with its port on 127.0.0.1, the service it
+    /// belongs to and (for a built-in) its rules' part.
+    pub fn forwarded(&self) -> Vec<ForwardedHost> {
+        let mut out = Vec::new();
+        for name in &self.services {
+            let Some(builtin) = forward::builtin(name) else { continue };
+            let settings = self.forward.get(name).cloned().unwrap_or_default();
+            if settings.direct {
+                continue;
+            }
+            for host in builtin.hosts {
+                out.push(ForwardedHost {
+                    service: name.clone(),
+                    host: host.host.to_string(),
+                    port: host.port,
+                    part: Some(host.part),
+                    settings: settings.clone(),
+                });
+            }
+        }
+        let declared = self.forward.iter().filter(|(_, f)| f.declared.is_some());
+        for (index, (name, settings)) in declared.enumerate() {
+            out.push(ForwardedHost {
+                service: name.clone(),
+                host: settings.declared.as_ref().map(|d| d.host.clone()).unwrap_or_default(),
+                port: forward::DECLARED_PORTS + index as u16,
+                part: None,
+                settings: settings.clone(),
+            });
+        }
+        out
     }
 
     fn add_domain(&mut self, pattern: DomainPattern, access: &Access) {
@@ -234,6 +321,18 @@ impl Policy {
     }
 }
 
+/// A host the forwarder alone reaches (`Policy::forwarded`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardedHost {
+    pub service: String,
+    pub host: String,
+    /// The forwarder's port on 127.0.0.1.
+    pub port: u16,
+    /// None: a declared service, whose `allow` rules apply.
+    pub part: Option<forward::Part>,
+    pub settings: forward::Forward,
+}
+
 /// Whether one of `ranges` (a policy's `cidrs`) opens `port` on `addr`.
 pub fn ranges_allow(ranges: &BTreeMap<IpNet, Ports>, addr: IpAddr, port: u16) -> bool {
     ranges.iter().any(|(net, ports)| net.contains(&addr) && ports.contains(&port))
@@ -259,6 +358,9 @@ fn key_position(text: &str, key: &str) -> Option<(usize, usize)> {
 pub struct Allowlist {
     exact: std::collections::HashMap<String, Access>,
     subdomains: std::collections::HashMap<String, Access>,
+    /// The forwarded hosts: name-checked TCP on 443 and nothing more, whatever other entries
+    /// (a wildcard, a drop-in's opaque or UDP ports) would open on them.
+    forwarded: BTreeSet<String>,
 }
 
 /// How a name is allowed: what it opens, and the entries that allow it (its exact entry and
@@ -286,7 +388,13 @@ impl Allowlist {
             };
             map.entry(name.clone()).or_default().merge(access);
         }
+        allowlist.forwarded = policy.forwarded().into_iter().map(|f| f.host).collect();
         allowlist
+    }
+
+    /// Whether `name` is a forwarded host.
+    pub fn is_forwarded(&self, name: &str) -> bool {
+        self.forwarded.contains(name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase().as_str())
     }
 
     /// How a queried name is allowed, or None if it is not. Names are compared without case and
@@ -309,6 +417,9 @@ impl Allowlist {
                 add(DomainPattern::Subdomains(parent.to_string()), access);
             }
             rest = parent;
+        }
+        if let Some(found) = found.as_mut().filter(|_| self.forwarded.contains(&name)) {
+            found.access = Access::tcp(Ports::from([443]));
         }
         found
     }

@@ -80,7 +80,8 @@ fn valid_policies_parse_to_normalised_entries() {
     assert_eq!(policy.domains[&d("internal-proxy")], tcp(&[3128]));
     assert_eq!(policy.domains[&d("models.example.net")], tcp(&[443, 8443]));
     let github = &policy.domains[&d("github.com")];
-    assert_eq!((&github.tcp, &github.opaque), (&ports(&[80, 443]), &ports(&[22])), "from the github service");
+    // Forwarded (the default): the forwarder's on 443, no SSH.
+    assert_eq!((&github.tcp, &github.opaque), (&ports(&[443]), &ports(&[])), "from the github service");
     assert!(policy.domains.contains_key(&d("api.anthropic.com")), "from the anthropic service");
     assert_eq!(policy.cidrs[&"10.20.0.0/16".parse().unwrap()], ports(&[80, 443]));
     assert_eq!(policy.cidrs[&"192.168.1.10/32".parse().unwrap()], ports(&[11434]));
@@ -231,4 +232,62 @@ fn remote_tools_are_refused_unless_a_policy_allows_them() {
         assert_eq!(merged.api_settings("openai").remote_tools, RemoteTools::Allow);
         assert_eq!(merged.api_settings("anthropic").remote_tools, RemoteTools::Refuse);
     }
+}
+
+#[test]
+fn github_and_npm_are_forwarded_unless_a_policy_says_direct() {
+    let policy = yaml("version: 1\nservices: [github, npm]\n").unwrap();
+    let allowlist = Allowlist::new(&policy);
+    // The forwarded hosts: checked TCP on 443 and no more; SSH on 22 is gone.
+    for host in ["github.com", "api.github.com", "uploads.github.com", "registry.npmjs.org"] {
+        assert_eq!(allowlist.access(host), Some(tcp(&[443])), "{host}");
+        assert!(allowlist.is_forwarded(host), "{host}");
+    }
+    // The read-only hosts stay direct; the wildcards that covered write hosts are gone.
+    assert_eq!(allowlist.access("codeload.github.com"), Some(tcp(&[80, 443])));
+    assert_eq!(allowlist.access("gist.github.com"), None);
+    let hosts: Vec<(String, u16)> = policy.forwarded().into_iter().map(|f| (f.host, f.port)).collect();
+    assert_eq!(hosts.len(), 4, "{hosts:?}");
+    assert!(hosts.contains(&("github.com".into(), 15110)), "{hosts:?}");
+
+    // A drop-in that says `direct` gives back the bundle as written, 22 included.
+    let mut merged = policy.clone();
+    merged.merge(yaml("version: 1\nforward:\n  github:\n    direct: true\n").unwrap());
+    let allowlist = Allowlist::new(&merged);
+    assert!(!allowlist.is_forwarded("github.com"));
+    assert!(allowlist.access("github.com").unwrap().opaque.contains(&22));
+    assert!(merged.forwarded().iter().all(|f| f.service == "npm"));
+
+    // A wildcard or opaque port a drop-in adds does not reopen a forwarded host.
+    let mut widened = policy.clone();
+    widened.merge(
+        yaml("version: 1\ndomains:\n  - {domain: \"*.github.com\", opaque: [22], udp: [443]}\n").unwrap(),
+    );
+    assert_eq!(Allowlist::new(&widened).access("api.github.com"), Some(tcp(&[443])));
+}
+
+#[test]
+fn forward_settings_merge_and_declared_services_get_ports_of_their_own() {
+    let policy = yaml(
+        "version: 1\nforward:\n  github:\n    write: [Octo/Hello.git]\n    mutations: [createPullRequest]\n  \
+         example:\n    host: API.example.com\n    secret: example_token\n    allow: [\"GET,HEAD /v1/**\"]\n",
+    )
+    .unwrap();
+    // Naming github under `forward` allows it.
+    assert!(policy.services.contains("github"));
+    let github = &policy.forward["github"];
+    assert_eq!(github.write.iter().collect::<Vec<_>>(), ["octo/hello"]);
+    assert_eq!(github.read, None, "every repository is readable by default");
+    let declared = policy.forwarded().into_iter().find(|f| f.service == "example").unwrap();
+    assert_eq!((declared.host.as_str(), declared.port, declared.part), ("api.example.com", 15130, None));
+    let d = declared.settings.declared.unwrap();
+    assert_eq!(
+        (d.secret.as_str(), d.header.as_str(), d.prefix.as_str()),
+        ("example_token", "authorization", "Bearer ")
+    );
+
+    let mut merged = policy.clone();
+    merged.merge(yaml("version: 1\nforward:\n  github:\n    write: [octo/other]\n").unwrap());
+    assert_eq!(merged.forward["github"].write.len(), 2);
+    assert!(err("version: 1\nforward:\n  github:\n    write: [a]\n").starts_with("policy.yaml:4:12:"));
 }
