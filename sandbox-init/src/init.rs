@@ -248,9 +248,11 @@ struct Supervised {
     forwarder: Option<Arc<Forwarder>>,
 }
 
-/// Takes the API keys given to the container (keys.rs) and starts the forwarder that holds
-/// them; writes the variables the agent's processes get instead, an empty list without keys.
-/// With the name check, the hosts of the held keys are the forwarder's alone from then on.
+/// Takes the API keys given to the container (keys.rs) and the forwarded services' tokens
+/// (forwarded.rs), and starts the forwarder that holds them; writes the variables the agent's
+/// processes get instead (an empty list without either) and git's `insteadOf`. With the name
+/// check, the hosts of the held keys and the forwarded hosts are the forwarder's alone from then
+/// on.
 fn hold_keys(
     agent: &AgentPrivileges,
     policy: &Policy,
@@ -258,18 +260,23 @@ fn hold_keys(
 ) -> Result<Option<Arc<Forwarder>>, Fatal> {
     let secrets = Path::new(keys::SECRETS_DIR);
     let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
-    let env = keys::session_env(&held);
-    crate::apis::write_session_env(&env).map_err(|e| {
-        Fatal::new(Refusal::SetupFailed, format!("cannot write {}: {e}", crate::apis::SESSION_ENV))
-    })?;
-    if held.is_empty() {
+    let services = crate::forwarded::routes(policy, agent, secrets)?;
+    let mut env = keys::session_env(&held);
+    env.extend(crate::forwarded::session_env(&services));
+    let setup =
+        |what: &str, e: std::io::Error| Fatal::new(Refusal::SetupFailed, format!("cannot write {what}: {e}"));
+    crate::apis::write_session_env(&env).map_err(|e| setup(crate::apis::SESSION_ENV, e))?;
+    crate::forwarded::write_gitconfig(&services).map_err(|e| setup(crate::forwarded::GITCONFIG, e))?;
+    if held.is_empty() && services.is_empty() {
         return Ok(None);
     }
     if let Some(verdicts) = verdicts {
         verdicts.hold(held.iter().map(|key| key.host.clone()));
+        verdicts.hold(services.iter().map(|s| s.host.host.clone()));
     }
     let extra_ca = keys::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
-    let forwarder = Forwarder::bind(&held, extra_ca, policy)
+    let routes = services.iter().map(crate::forwarded::ServiceRoute::route).collect();
+    let forwarder = Forwarder::bind(&held, routes, extra_ca, policy)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot listen for the key forwarder: {e}")))?;
     let pid = forwarder
         .start(&sandbox_init_exe())
@@ -278,6 +285,16 @@ fn hold_keys(
         console::err(format!(
             "sandbox-init: the {} key ({}) is held by the forwarder (pid {pid}): 127.0.0.1:{} sends to https://{}",
             key.api.name, key.from, key.api.port, key.host
+        ));
+    }
+    for service in &services {
+        let token = service
+            .from
+            .as_deref()
+            .map_or("without a token".to_string(), |from| format!("with the token of {from}"));
+        console::err(format!(
+            "sandbox-init: {} is forwarded (pid {pid}): 127.0.0.1:{} sends to https://{} {token}, under the policy's rules",
+            service.host.service, service.host.port, service.host.host
         ));
     }
     Ok(Some(Arc::new(forwarder)))

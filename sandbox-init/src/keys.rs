@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use crate::apis::{Api, KeyVar};
 use crate::exit::{Fatal, Refusal};
 use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, Route};
+use crate::net::rules::Rules;
 use crate::policy::{Policy, RemoteTools};
 use crate::privileges::AgentPrivileges;
 
@@ -215,16 +216,26 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Binds one loopback port per held key's API.
-    /// `policy` says which APIs' remote tools a request may name.
-    pub fn bind(held: &[HeldKey], extra_ca: Option<String>, policy: &Policy) -> std::io::Result<Forwarder> {
+    /// Binds one loopback port per held key's API, and one per forwarded host (`services`:
+    /// the port and the route, forwarded.rs's). `policy` says which APIs' remote tools a
+    /// request may name.
+    pub fn bind(
+        held: &[HeldKey],
+        services: Vec<(u16, Route)>,
+        extra_ca: Option<String>,
+        policy: &Policy,
+    ) -> std::io::Result<Forwarder> {
         let mut listeners = Vec::new();
         let mut routes = Vec::new();
-        for (i, key) in held.iter().enumerate() {
-            let listener = std::net::TcpListener::bind(("127.0.0.1", key.api.port))?;
-            listeners.push(listener);
+        let mut fd = CONFIG_FD;
+        let mut next_fd = || {
+            fd += 1;
+            fd
+        };
+        for key in held {
+            listeners.push(std::net::TcpListener::bind(("127.0.0.1", key.api.port))?);
             routes.push(Route {
-                fd: CONFIG_FD + 1 + i as i32,
+                fd: next_fd(),
                 host: key.host.clone(),
                 header: key.var.header.to_string(),
                 value: format!("{}{}", key.var.prefix, key.key),
@@ -232,7 +243,13 @@ impl Forwarder {
                 path: key.base_path.clone(),
                 inspect: (policy.api_settings(key.api.name).remote_tools == RemoteTools::Refuse)
                     .then(|| key.api.name.to_string()),
+                rules: Rules::Any,
             });
+        }
+        for (port, mut route) in services {
+            listeners.push(std::net::TcpListener::bind(("127.0.0.1", port))?);
+            route.fd = next_fd();
+            routes.push(route);
         }
         let config = serde_json::to_string(&Config { routes, extra_ca }).map_err(std::io::Error::other)?;
         Ok(Forwarder { listeners, config, pid: Mutex::new(0) })

@@ -22,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 pub use crate::net::inspect::Refused;
 use crate::net::inspect::{body_framing, inspected_head, judge_body, judge_head, read_body};
+use crate::net::rules::{Request, Rules, Verdict};
 
 /// The forwarder's own user: not the agent's, not root, not the checker's.
 pub const FORWARDER_UID: u32 = 65532;
@@ -43,7 +44,8 @@ pub struct Config {
     pub extra_ca: Option<String>,
 }
 
-/// One API: the listener at descriptor `fd` forwards to `host`:443 with `header: value`.
+/// One API or forwarded host: the listener at descriptor `fd` forwards to `host`:443 with
+/// `header: value` (no header when `header` is empty: a service used without a token).
 #[derive(Serialize, Deserialize)]
 pub struct Route {
     pub fd: RawFd,
@@ -61,6 +63,23 @@ pub struct Route {
     /// the policy allows them (None).
     #[serde(default)]
     pub inspect: Option<String>,
+    /// What the agent may ask of the host: method and path rules (net/rules.rs).
+    pub rules: Rules,
+}
+
+/// The agent's request as it goes upstream, and what the rules judge it by.
+pub struct Rewritten {
+    pub head: Vec<u8>,
+    pub method: String,
+    /// The canonical path ([`canonical_path`]) and the raw query.
+    pub path: String,
+    pub query: String,
+}
+
+impl Rewritten {
+    fn request(&self) -> Request<'_> {
+        Request { method: &self.method, path: &self.path, query: &self.query }
+    }
 }
 
 impl std::fmt::Debug for Route {
@@ -70,7 +89,7 @@ impl std::fmt::Debug for Route {
 }
 
 /// The agent's request head (without its blank line) as it goes upstream.
-pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Vec<u8>, Refused> {
+pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
     let bad = |why: &str| Refused(400, why.to_string());
     let text = std::str::from_utf8(raw).map_err(|_| bad("the request head is not UTF-8"))?;
     let mut lines = text.split("\r\n");
@@ -109,6 +128,7 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Vec<u8>, Refused> {
             return Err(Refused(403, format!("only paths under {prefix} are forwarded to {}", route.host)));
         }
     }
+    let query = target.split_once('?').map(|(_, q)| q.to_string()).unwrap_or_default();
     let target = drop_query_key(target);
     let mut headers: Vec<(&str, &str)> = Vec::new();
     for line in lines.filter(|l| !l.is_empty()) {
@@ -134,13 +154,16 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Vec<u8>, Refused> {
     for (name, value) in headers.iter().filter(|(n, _)| !dropped(n)) {
         out.push_str(&format!("{name}: {value}\r\n"));
     }
-    out.push_str(&format!("{}: {}\r\nconnection: close\r\n\r\n", route.header, route.value));
-    Ok(out.into_bytes())
+    if !route.header.is_empty() {
+        out.push_str(&format!("{}: {}\r\n", route.header, route.value));
+    }
+    out.push_str("connection: close\r\n\r\n");
+    Ok(Rewritten { head: out.into_bytes(), method: method.to_string(), path, query })
 }
 
 /// The path of a request target as every server reads it, for the rules to match: the query
 /// left out, percent-escapes decoded. What servers could read differently from this is refused
-/// rather than guessed at: an escaped `/`, `\`, `.`, `;`, `%`, `?` or `#`, or a control
+/// rather than guessed at: an escaped `/` (but npm's `@scope%2fname`), `\`, `.`, `;`, `%`, `?` or `#`, or a control
 /// character; a `\` or `;` (a separator to some servers); a `.` or `..` segment, or an empty
 /// one (`//`), which some servers remove or merge and others keep.
 pub fn canonical_path(target: &str) -> Result<String, &'static str> {
@@ -165,8 +188,12 @@ pub fn canonical_path(target: &str) -> Result<String, &'static str> {
             }
             _ => None,
         };
+        // npm's scoped names travel as `/@scope%2fname`: that one escaped slash, read as the
+        // registry reads it, splits the name's two parts.
+        let scoped = decoded.starts_with(b"/@") && !decoded[1..].contains(&b'/');
         match value {
             None => return Err("a malformed percent-escape in the path"),
+            Some(b'/') if scoped => decoded.push(b'/'),
             Some(v) if v < 0x20 || v == 0x7f || b"/\\.;%?#".contains(&v) => {
                 return Err("an escaped separator, dot, percent or control character in the path");
             }
@@ -306,17 +333,18 @@ async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::Clien
             Ok(read) => read?,
             Err(_) => return Err(Refused(408, "no request head in time".into())),
         };
-        let upstream_head = rewrite_head(&head, &route)?;
-        let Some(api) = route.inspect.as_deref() else {
-            let mut upstream = connect(&route.host, tls).await.map_err(|e| Refused(502, e))?;
-            upstream.write_all(&upstream_head).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
-            upstream.write_all(&rest).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
-            // Both ways as the bytes come: a streamed answer is never held back.
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-            return Ok(());
-        };
-        let framing = body_framing(&head)?;
-        judge_head(&head, api)?;
+        let rewritten = rewrite_head(&head, &route)?;
+        let verdict = route.rules.judge_head(&rewritten.request())?;
+        let api = route.inspect.as_deref();
+        let whole = verdict == Verdict::Body || api.is_some();
+        let framing = body_framing(&head, whole)?;
+        if !whole {
+            let upstream = connect(&route.host, tls).await.map_err(|e| Refused(502, e))?;
+            return relay(&mut client, upstream, &rewritten.head, rest, framing.body, &route.host).await;
+        }
+        if let Some(api) = api {
+            judge_head(&head, api)?;
+        }
         if framing.expect_continue {
             client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.map_err(|e| Refused(400, e.to_string()))?;
         }
@@ -324,7 +352,12 @@ async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::Clien
             Ok(body) => body?,
             Err(_) => return Err(Refused(408, "no whole request body in time".into())),
         };
-        if let Some(tool) = judge_body(&route.host, &body)? {
+        if verdict == Verdict::Body {
+            route.rules.judge_body(&rewritten.request(), &body)?;
+        }
+        if let Some(api) = api
+            && let Some(tool) = judge_body(&route.host, &body)?
+        {
             return Err(Refused(
                 403,
                 format!(
@@ -335,7 +368,7 @@ async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::Clien
             ));
         }
         let mut upstream = connect(&route.host, tls).await.map_err(|e| Refused(502, e))?;
-        let sent = [inspected_head(&upstream_head, body.len()), body].concat();
+        let sent = [inspected_head(&rewritten.head, body.len()), body].concat();
         upstream.write_all(&sent).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
         // One request: anything the agent sends after it goes nowhere; the answer streams back.
         let _ = tokio::io::copy(&mut upstream, &mut client).await;
@@ -343,15 +376,58 @@ async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::Clien
         Ok(())
     }
     .await;
-    if let Err(Refused(status, why)) = result {
-        let body = format!("agent-sandbox forwarder: {why}\n");
-        let answer = format!(
-            "HTTP/1.1 {status} Refused\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = client.write_all(answer.as_bytes()).await;
+    if let Err(refused) = result {
+        let _ = client.write_all(refusal_answer(&refused).as_bytes()).await;
         let _ = client.shutdown().await;
     }
+}
+
+/// The answer to a refused request: its line in the body (git shows a text/plain body as
+/// `remote: …`), and in the status line's reason too, which is all some clients show (npm's
+/// `403 … - PUT URL`): printable ASCII there, on one line.
+pub fn refusal_answer(Refused(status, why): &Refused) -> String {
+    let body = format!("agent-sandbox forwarder: {why}\n");
+    let reason: String = format!("agent-sandbox: {why}")
+        .chars()
+        .map(|c| if c == ' ' || c.is_ascii_graphic() { c } else { '?' })
+        .take(400)
+        .collect();
+    format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Sends `head` and the body it frames upstream as the agent's bytes come (net/relay.rs: that
+/// request and no other), while the answer streams back; done when the answer ends.
+async fn relay(
+    client: &mut TcpStream,
+    upstream: tokio_rustls::client::TlsStream<TcpStream>,
+    head: &[u8],
+    rest: Vec<u8>,
+    body: crate::net::inspect::BodyLength,
+    host: &str,
+) -> Result<(), Refused> {
+    let (mut up_read, mut up_write) = tokio::io::split(upstream);
+    let (mut c_read, mut c_write) = client.split();
+    let send = async {
+        up_write.write_all(head).await.map_err(|e| Refused(502, format!("{host}: {e}")))?;
+        crate::net::relay::copy_body(&mut c_read, &mut up_write, rest, body).await?;
+        up_write.flush().await.map_err(|e| Refused(502, format!("{host}: {e}")))
+    };
+    {
+        let answer = tokio::io::copy(&mut up_read, &mut c_write);
+        tokio::pin!(answer);
+        tokio::select! {
+            sent = send => {
+                sent?;
+                let _ = answer.await;
+            }
+            _ = &mut answer => {}
+        }
+    }
+    let _ = c_write.shutdown().await;
+    Ok(())
 }
 
 /// The head up to and with its blank line, and whatever came after it in the same reads.
@@ -471,11 +547,12 @@ mod tests {
             strip: vec!["x-api-key".into(), "authorization".into()],
             path: None,
             inspect: None,
+            rules: Rules::Any,
         }
     }
 
     fn rewrite(head: &str) -> Result<String, Refused> {
-        rewrite_head(head.as_bytes(), &route()).map(|b| String::from_utf8(b).unwrap())
+        rewrite_head(head.as_bytes(), &route()).map(|r| String::from_utf8(r.head).unwrap())
     }
 
     #[test]
@@ -544,6 +621,17 @@ mod tests {
             assert!(refused.0 == 400 || refused.0 == 403, "{hidden}: {refused:?}");
         }
         assert!(rewrite("/compatible-mode/v1/models/qwen%2Dmax/").is_ok(), "a harmless escape");
+    }
+
+    #[test]
+    fn a_refusal_names_its_reason_in_the_status_line_and_the_body() {
+        let answer = refusal_answer(&Refused(403, "push to o/r is refused:\r\nX: y \u{2026}".into()));
+        let (status, rest) = answer.split_once("\r\n").unwrap();
+        assert_eq!(status, "HTTP/1.1 403 agent-sandbox: push to o/r is refused:??X: y ?");
+        assert!(
+            rest.ends_with("\r\n\r\nagent-sandbox forwarder: push to o/r is refused:\r\nX: y \u{2026}\n"),
+            "{rest}"
+        );
     }
 
     #[test]

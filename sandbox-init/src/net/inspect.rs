@@ -29,9 +29,11 @@ pub enum BodyLength {
 }
 
 /// The framing of the agent's request head (without its blank line). A body this reader could
-/// frame otherwise than the API (two lengths, both a length and chunked, another coding), or
-/// one compressed, which could not be read for tools, is refused.
-pub fn body_framing(head: &[u8]) -> Result<Framing, Refused> {
+/// frame otherwise than the server (two lengths, both a length and chunked, another coding) is
+/// refused; so is, when it is to be `inspected`, one compressed, which could not be read, or one
+/// over the size read whole. A body only streamed on (git's gzipped fetch requests, a push's
+/// pack) may be compressed and of any size.
+pub fn body_framing(head: &[u8], inspected: bool) -> Result<Framing, Refused> {
     let bad = |why: &str| Refused(400, why.to_string());
     let text = std::str::from_utf8(head).map_err(|_| bad("the request head is not UTF-8"))?;
     let (mut length, mut chunked, mut expect_continue) = (None, false, false);
@@ -42,7 +44,7 @@ pub fn body_framing(head: &[u8]) -> Result<Framing, Refused> {
             "content-length" if length.is_some() => return Err(bad("two Content-Length headers")),
             "content-length" => {
                 let n = value.parse::<usize>().map_err(|_| bad("a malformed Content-Length"))?;
-                if n > MAX_INSPECTED_BODY {
+                if inspected && n > MAX_INSPECTED_BODY {
                     return Err(Refused(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
                 }
                 length = Some(n);
@@ -51,7 +53,7 @@ pub fn body_framing(head: &[u8]) -> Result<Framing, Refused> {
                 return Err(bad("a Transfer-Encoding other than chunked"));
             }
             "transfer-encoding" => chunked = true,
-            "content-encoding" if !value.eq_ignore_ascii_case("identity") => {
+            "content-encoding" if inspected && !value.eq_ignore_ascii_case("identity") => {
                 return Err(Refused(
                     415,
                     "a compressed request body, which cannot be read for remote tools".into(),
@@ -304,7 +306,7 @@ mod tests {
 
     #[test]
     fn a_body_is_framed_strictly_before_it_is_read_for_tools() {
-        let framing = |head: &str| body_framing(head.as_bytes());
+        let framing = |head: &str| body_framing(head.as_bytes(), true);
         assert_eq!(
             framing("POST /v1/messages HTTP/1.1\r\nContent-Length: 12\r\nExpect: 100-continue").unwrap(),
             Framing { body: BodyLength::Length(12), expect_continue: true }

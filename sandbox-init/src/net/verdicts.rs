@@ -89,8 +89,8 @@ impl Verdicts {
             let held = self.held.read().unwrap_or_else(|e| e.into_inner()).contains(name);
             if held && !forwarder {
                 return Err(format!(
-                    "{name} is reached through the key forwarder alone: sandbox-init holds its key, and \
-                     a connection of the agent's own could carry a key of its own"
+                    "{name} is reached through the key forwarder alone: sandbox-init holds its key or \
+                     token, and a connection of the agent's own could carry one of its own"
                 ));
             }
             if forwarder && !held {

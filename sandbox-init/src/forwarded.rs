@@ -1,0 +1,229 @@
+//! The forwarded services' side of the forwarder (policy's `forward`): for every host the
+//! forwarder alone reaches, the user's token (a root-only secret file, or for the built-in
+//! services the launcher's variables, as for API keys), the header it travels in and the rules
+//! the forwarder keeps to; and what the agent's clients are pointed at the forwarder with:
+//! git's `insteadOf` (a file the system git configuration includes) and npm's registry.
+
+use std::path::Path;
+
+use crate::exit::Fatal;
+use crate::keys::read_secret;
+use crate::net::forwarder::Route;
+use crate::net::rules::{GithubAccess, GithubPart, HttpRule, Rules};
+use crate::policy::forward::{Auth, Part, builtin};
+use crate::policy::{ForwardedHost, Policy};
+use crate::privileges::AgentPrivileges;
+
+/// The file the base image's system git configuration includes (`include.path`): written at
+/// start when GitHub is forwarded, removed otherwise. git ignores an include that is missing.
+pub const GITCONFIG: &str = "/run/agent-sandbox/gitconfig";
+
+/// One forwarded host as the forwarder serves it.
+pub struct ServiceRoute {
+    pub host: ForwardedHost,
+    /// The header and its whole value, when a token was given; None: requests go without one
+    /// (GitHub's public reads).
+    pub auth: Option<(String, String)>,
+    /// Where the token came from, for the start's line (never the token).
+    pub from: Option<String>,
+    pub rules: Rules,
+}
+
+impl std::fmt::Debug for ServiceRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let from = self.from.as_deref().unwrap_or("no token");
+        write!(f, "ServiceRoute({} on {}, {from}, {:?})", self.host.host, self.host.port, self.rules)
+    }
+}
+
+impl ServiceRoute {
+    /// The forwarder's port and route for this host (its descriptor set when it is bound).
+    pub fn route(&self) -> (u16, Route) {
+        let (header, value) = self.auth.clone().unwrap_or_default();
+        // The agent brings no credential of its own through the forwarder either.
+        let mut strip = vec!["authorization".to_string(), "cookie".to_string()];
+        strip.extend((!header.is_empty()).then(|| header.clone()));
+        let route = Route {
+            fd: -1,
+            host: self.host.host.clone(),
+            header,
+            value,
+            strip,
+            path: None,
+            inspect: None,
+            rules: self.rules.clone(),
+        };
+        (self.host.port, route)
+    }
+}
+
+/// The routes of every forwarded host of `policy`, with the tokens found for them.
+pub fn routes(policy: &Policy, agent: &AgentPrivileges, secrets: &Path) -> Result<Vec<ServiceRoute>, Fatal> {
+    let mut out = Vec::new();
+    for host in policy.forwarded() {
+        let (token, auth_kind) = match (builtin(&host.service), &host.settings.declared) {
+            (Some(service), _) => {
+                let spec = service.hosts.iter().find(|h| h.host == host.host).map(|h| h.auth);
+                (token(service.token_vars, agent, secrets)?, spec.unwrap_or(Auth::Bearer))
+            }
+            (None, Some(declared)) => {
+                let path = secrets.join(&declared.secret);
+                let token = read_secret(&path, agent)?.map(|t| (t, path.display().to_string()));
+                (token, Auth::Bearer)
+            }
+            (None, None) => continue,
+        };
+        let auth = token.as_ref().map(|(token, _)| match (auth_kind, &host.settings.declared) {
+            (_, Some(d)) => (d.header.clone(), format!("{}{token}", d.prefix)),
+            (Auth::Basic(user), None) => {
+                ("authorization".into(), format!("Basic {}", base64(&format!("{user}:{token}"))))
+            }
+            (Auth::Bearer, None) => ("authorization".into(), format!("Bearer {token}")),
+        });
+        let rules = rules_for(&host);
+        out.push(ServiceRoute { auth, from: token.map(|(_, from)| from), rules, host });
+    }
+    Ok(out)
+}
+
+fn rules_for(host: &ForwardedHost) -> Rules {
+    let s = &host.settings;
+    let github = |part| Rules::Github {
+        part,
+        access: GithubAccess {
+            read: s.read.clone().map_or_else(|| vec!["*/*".into()], |r| r.into_iter().collect()),
+            write: s.write.iter().cloned().collect(),
+            mutations: s.mutations.iter().cloned().collect(),
+        },
+    };
+    match host.part {
+        Some(Part::Git) => github(GithubPart::Git),
+        Some(Part::Api) => github(GithubPart::Api),
+        Some(Part::Uploads) => github(GithubPart::Uploads),
+        Some(Part::Npm) => Rules::Npm { publish: s.publish.iter().cloned().collect() },
+        None => Rules::Http {
+            allow: s
+                .allow
+                .iter()
+                .map(|r| HttpRule { methods: r.methods.clone(), path: r.path.clone() })
+                .collect(),
+        },
+    }
+}
+
+/// The first of `vars` with a secret file (its name in lower case), else the first set in the
+/// environment.
+fn token(vars: &[&str], agent: &AgentPrivileges, secrets: &Path) -> Result<Option<(String, String)>, Fatal> {
+    for var in vars {
+        for name in [var.to_ascii_lowercase(), var.to_string()] {
+            let path = secrets.join(name);
+            if let Some(token) = read_secret(&path, agent)? {
+                return Ok(Some((token, path.display().to_string())));
+            }
+        }
+    }
+    Ok(vars.iter().find_map(|var| {
+        let value = std::env::var(var).ok().filter(|v| !v.trim().is_empty())?;
+        Some((value.trim().to_string(), format!("${var}")))
+    }))
+}
+
+/// What the agent's processes get for the forwarded hosts: `SANDBOX_FORWARD_<HOST>` for each
+/// (the forwarder's address), and npm's registry when the registry is forwarded.
+pub fn session_env(routes: &[ServiceRoute]) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for route in routes {
+        let url = format!("http://127.0.0.1:{}", route.host.port);
+        let name: String = route
+            .host
+            .host
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+            .collect();
+        env.push((format!("SANDBOX_FORWARD_{name}"), url.clone()));
+        if route.host.part == Some(Part::Npm) {
+            env.push(("npm_config_registry".into(), format!("{url}/")));
+        }
+    }
+    env
+}
+
+/// The git configuration that sends GitHub's three URL forms to the forwarder, or None when
+/// github.com is not forwarded.
+pub fn gitconfig(routes: &[ServiceRoute]) -> Option<String> {
+    let git = routes.iter().find(|r| r.host.part == Some(Part::Git))?;
+    let mut text = format!(
+        "# Written by sandbox-init at start: GitHub is reached through its forwarder.\n[url \"http://127.0.0.1:{}/\"]\n",
+        git.host.port
+    );
+    for form in ["https://github.com/", "http://github.com/", "git@github.com:", "ssh://git@github.com/"] {
+        text.push_str(&format!("\tinsteadOf = {form}\n"));
+    }
+    Some(text)
+}
+
+/// Writes (or removes) [`GITCONFIG`], readable by all, writable by root alone.
+pub fn write_gitconfig(routes: &[ServiceRoute]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    match gitconfig(routes) {
+        Some(text) => {
+            let tmp = format!("{GITCONFIG}.tmp");
+            std::fs::write(&tmp, text)?;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+            std::fs::rename(&tmp, GITCONFIG)
+        }
+        None => match std::fs::remove_file(GITCONFIG) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
+}
+
+fn base64(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn github_gets_the_token_in_each_hosts_form_and_git_is_pointed_at_the_forwarder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gh_token");
+        std::fs::write(&path, "ghp_real\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let policy = Policy::from_yaml(
+            Path::new("p.yaml"),
+            "version: 1\nservices: [github, npm]\nforward:\n  github:\n    write: [octo/hello]\n",
+        )
+        .unwrap();
+        let agent = AgentPrivileges::system(4242);
+        let routes = routes(&policy, &agent, dir.path()).unwrap();
+        let by_host = |h: &str| routes.iter().find(|r| r.host.host == h).unwrap();
+        let git = by_host("github.com");
+        assert_eq!(git.auth.as_ref().unwrap().1, format!("Basic {}", base64("x-access-token:ghp_real")));
+        assert_eq!(by_host("api.github.com").auth.as_ref().unwrap().1, "Bearer ghp_real");
+        let Rules::Github { access, .. } = &git.rules else { panic!("{:?}", git.rules) };
+        assert_eq!(
+            (access.read.as_slice(), access.write.as_slice()),
+            (&["*/*".to_string()][..], &["octo/hello".to_string()][..])
+        );
+        // No npm token given: the registry is forwarded all the same, without one.
+        assert_eq!(by_host("registry.npmjs.org").auth, None);
+        let config = gitconfig(&routes).unwrap();
+        assert!(
+            config.contains("[url \"http://127.0.0.1:15110/\"]")
+                && config.contains("insteadOf = git@github.com:")
+        );
+        let env = session_env(&routes);
+        assert!(env.contains(&("npm_config_registry".into(), "http://127.0.0.1:15120/".into())), "{env:?}");
+        assert!(
+            env.contains(&("SANDBOX_FORWARD_API_GITHUB_COM".into(), "http://127.0.0.1:15111".into())),
+            "{env:?}"
+        );
+        assert!(!format!("{routes:?}").contains("ghp_real"), "the token in a debug string");
+    }
+}
