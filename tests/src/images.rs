@@ -1,5 +1,5 @@
 //! The images the suites run: the repository's, built or found up to date through the xtask
-//! library with the settings `cargo xtask test` exported; the peer image; the static probe; and
+//! library with the settings `cargo xtask test` exported; the peer images; the static probe; and
 //! scratch copies of images/ for the build suites.
 
 use std::collections::HashMap;
@@ -59,26 +59,39 @@ impl std::ops::Deref for BuiltImages {
 pub async fn peer_image() -> anyhow::Result<String> {
     // A test starts several peers: find or build the image once per test process.
     static PEER: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
-    PEER.get_or_try_init(build_peer_image).await.cloned()
+    PEER.get_or_try_init(|| build_probe_image("os", "test-peer", "")).await.cloned()
 }
 
-async fn build_peer_image() -> anyhow::Result<String> {
-    let os = image("os").await?;
+/// The forge peer's image: the base image (git, tar, gzip) and the probe binary, run as root
+/// with the probe as its entrypoint in place of sandbox-init; tagged by their hash.
+pub async fn forge_peer_image() -> anyhow::Result<String> {
+    static FORGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    FORGE.get_or_try_init(|| build_probe_image("base", "test-forge-peer", "USER root\n")).await.cloned()
+}
+
+/// The repository's image `from` with the probe and `extra` Dockerfile lines, the probe its
+/// entrypoint, tagged `localhost/agent-sandbox/NAME:HASH`: found if built before, else built.
+async fn build_probe_image(from: &str, name: &str, extra: &str) -> anyhow::Result<String> {
+    let from_image = image(from).await?;
     let probe = std::fs::read(probe_binary()?)?;
     let engine = Engine::connect().await?;
-    let os_id = engine.image_id(&os).await?.context("the OS image is missing")?;
+    let from_id =
+        engine.image_id(&from_image).await?.with_context(|| format!("the {from} image is missing"))?;
     let mut context = xtask::context::BuildContext::default();
-    context.insert("Dockerfile", 0o644, b"ARG OS\nFROM ${OS}\nCOPY sandbox-probe /usr/local/bin/sandbox-probe\nENTRYPOINT [\"/usr/local/bin/sandbox-probe\"]\n".to_vec());
+    let dockerfile = format!(
+        "ARG OS\nFROM ${{OS}}\nCOPY sandbox-probe /usr/local/bin/sandbox-probe\n{extra}ENTRYPOINT [\"/usr/local/bin/sandbox-probe\"]\n"
+    );
+    context.insert("Dockerfile", 0o644, dockerfile.into_bytes());
     context.insert("sandbox-probe", 0o755, probe);
-    let args: std::collections::BTreeMap<String, String> = [("OS".to_string(), os_id.clone())].into();
-    let hash = context.input_hash(&args, &os_id);
-    let tag = format!("localhost/agent-sandbox/test-peer:{}", &hash["sha256:".len()..][..16]);
+    let args: std::collections::BTreeMap<String, String> = [("OS".to_string(), from_id.clone())].into();
+    let hash = context.input_hash(&args, &from_id);
+    let tag = format!("localhost/agent-sandbox/{name}:{}", &hash["sha256:".len()..][..16]);
     if engine.image_id(&tag).await?.is_none() {
         let labels = HashMap::from([(TEST_LABEL.to_string(), "peer".to_string())]);
         let id = engine
             .build(context.to_tar(), &args.into_iter().collect(), &labels, |_| {})
             .await
-            .map_err(|e| anyhow::anyhow!("cannot build the peer image: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("cannot build the {name} image: {e}"))?;
         let (repo, tag_name) = tag.split_once(':').expect("tagged");
         engine.tag(&id, repo, tag_name).await?;
     }

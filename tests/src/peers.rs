@@ -12,7 +12,7 @@ use bollard::query_parameters::LogsOptionsBuilder;
 use futures_util::StreamExt as _;
 
 use crate::docker::{TEST_LABEL, TestNet, container_logs, docker, drop_async, exec, force_remove};
-use crate::images::peer_image;
+use crate::images::{forge_peer_image, peer_image};
 use crate::probe::{PROBE, Probe};
 
 /// Every peer serves HTTP on 80 and HTTPS on 443 and 8443 (a certificate for its aliases from
@@ -39,6 +39,9 @@ pub struct Peer {
 const ZONE: &str = "/tmp/zone";
 const QUERIES: &str = "/tmp/queries.log";
 const ICMP6_LOG: &str = "/tmp/icmp6.log";
+/// The forge peer's repositories (git/octo/hello.git, git/octo/secret.git) and npm packages
+/// (npm/left-pad-sandbox), made when it starts.
+pub const FORGE_DIR: &str = "/tmp/forge";
 
 /// How a peer starts: its names, and what it serves beyond the defaults (see [`PEER_TLS`]).
 /// `Peer::start` and its kin are the common specs; a test with an unusual peer builds one.
@@ -48,6 +51,7 @@ pub struct PeerSpec {
     dns: bool,
     files: Option<std::path::PathBuf>,
     options: Vec<String>,
+    forge: bool,
 }
 
 impl PeerSpec {
@@ -65,6 +69,14 @@ impl PeerSpec {
     /// Its HTTP and HTTPS ports serve the files of `dir` instead of a greeting.
     pub fn files(mut self, dir: &std::path::Path) -> PeerSpec {
         self.files = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Its HTTP and HTTPS ports play GitHub and the npm registry (the probe's forge.rs), from
+    /// the base image, which has git: it needs aliases such as github.com, api.github.com,
+    /// uploads.github.com and registry.npmjs.org.
+    pub fn forge(mut self) -> PeerSpec {
+        self.forge = true;
         self
     }
 
@@ -106,10 +118,18 @@ impl Peer {
         PeerSpec::named(aliases).option("--mock-api").start(net).await
     }
 
+    /// A forge peer (see [`PeerSpec::forge`]) under `aliases`: git's smart HTTP on the
+    /// repositories octo/hello and octo/secret (pushes taken), GitHub's API answering anything,
+    /// and an npm registry with the package left-pad-sandbox 1.0.0 (PUTs taken). Its log has a
+    /// `forge host=H method=M path=P auth=A status=N bytes=B port=P` line per request.
+    pub async fn start_forge(net: &TestNet, aliases: &[&str]) -> anyhow::Result<Peer> {
+        PeerSpec::named(aliases).forge().start(net).await
+    }
+
     async fn start_spec(net: &TestNet, spec: PeerSpec) -> anyhow::Result<Peer> {
         let aliases: Vec<&str> = spec.aliases.iter().map(String::as_str).collect();
         let aliases = &aliases[..];
-        let image = peer_image().await?;
+        let image = if spec.forge { forge_peer_image().await? } else { peer_image().await? };
         let docker = docker().await?;
         let certs = tempfile::tempdir()?;
         let (cert, key) = crate::tls::leaf(aliases)?;
@@ -146,6 +166,9 @@ impl Peer {
         }
         if spec.dns {
             cmd.extend(["--dns".into(), ZONE.into(), QUERIES.into()]);
+        }
+        if spec.forge {
+            cmd.extend(["--forge".into(), FORGE_DIR.into()]);
         }
         cmd.extend(spec.options.iter().cloned());
         let endpoint = EndpointSettings {
@@ -258,7 +281,8 @@ impl Peer {
     }
 
     /// The peer's log: `conn PORT from=ADDR bytes=N` for every connection (when it ends), `tls
-    /// PORT sni=NAME` for every handshake, `http PORT host=NAME path=P [auth=HEADER:VALUE…]` for every request.
+    /// PORT sni=NAME` for every handshake, `http PORT host=NAME path=P [auth=HEADER:VALUE…]` for every request
+    /// (a forge peer's: `forge host=H method=M path=P auth=A status=N bytes=B port=P`).
     pub async fn log(&self) -> anyhow::Result<Vec<String>> {
         let out = exec(&self.id, &["sh", "-c", &format!("cat {PEER_LOG} 2>/dev/null || true")], None).await?;
         Ok(out.stdout.lines().map(str::to_string).collect())

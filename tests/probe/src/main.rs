@@ -2,7 +2,8 @@
 //!
 //! As a peer (`serve`) it answers on the private test network: TCP ports that greet or echo, UDP
 //! ports that echo, and a DNS server that answers from a zone file it re-reads on every query (so
-//! a test can move a name mid-test) and appends every query it receives to a log.
+//! a test can move a name mid-test) and appends every query it receives to a log; with
+//! `--forge` its web ports play GitHub and the npm registry (forge.rs).
 //!
 //! As a probe, run inside the sandbox as the agent, it tries one thing and prints what happened
 //! as `key=value` lines, exiting 0 whatever the outcome: the test decides what is right. The
@@ -10,6 +11,7 @@
 
 mod answer;
 mod attacks;
+mod forge;
 mod hello;
 mod mock;
 mod oauth;
@@ -63,9 +65,10 @@ pub fn report(pairs: &[(&str, String)]) {
 /// the same).
 const USAGE: &str = "\
 usage: sandbox-probe COMMAND [ARGS]: prints key=value lines and exits 0 whatever happened.
-as a peer (peer.rs, web.rs, mock.rs, oauth.rs):
+as a peer (peer.rs, web.rs, mock.rs, oauth.rs, forge.rs):
   serve [--tcp P,P] [--echo P,P] [--udp P,P] [--dns ZONE LOG] [--http P,P]
         [--tls P,P --cert F --key F] [--files DIR] [--log FILE] [--mock-api] [--ignore-bodies]
+        [--forge DIR]
 probes, as a well-behaved agent (probes.rs):
   tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME] [--send TEXT]
   http-pipeline HOST PORT NAME...

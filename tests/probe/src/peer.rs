@@ -1,6 +1,7 @@
 //! The peer side: servers on the private test network that answer to allowlisted and blocked
 //! names (network aliases): HTTP and HTTPS (web.rs) logging the names they were asked for, raw
-//! greeters and echoes, and a DNS server that records every query it receives.
+//! greeters and echoes, a DNS server that records every query it receives, and with `--forge`
+//! GitHub and the npm registry (forge.rs).
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, UdpSocket};
@@ -28,11 +29,17 @@ pub fn serve(args: &[String]) {
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let log = flag("--log").unwrap_or_else(|| "/tmp/peer.log".into());
     let files = flag("--files");
+    // The forge's repositories and packages exist before any port answers.
+    let forge = flag("--forge");
+    if let Some(dir) = &forge {
+        crate::forge::prepare(dir);
+        println!("forge ready");
+    }
     let mut threads = Vec::new();
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "--log" | "--files" | "--cert" | "--key" => i += 2,
+            "--log" | "--files" | "--cert" | "--key" | "--forge" => i += 2,
             "--mock-api" | "--ignore-bodies" => i += 1,
             "--http" | "--tls" => {
                 let tls = (args[i] == "--tls").then(|| {
@@ -52,6 +59,7 @@ pub fn serve(args: &[String]) {
                         log: log.clone(),
                         mock: args.iter().any(|a| a == "--mock-api"),
                         ignores_bodies: args.iter().any(|a| a == "--ignore-bodies"),
+                        forge: forge.clone(),
                     };
                     threads.push(std::thread::spawn(move || crate::web::serve(listener, site)));
                 }

@@ -82,6 +82,9 @@ pub struct Site {
     /// Plain HTTP ignores the body of a GET or HEAD, reading it as the next request, as servers
     /// open to a CL.0 desync do.
     pub ignores_bodies: bool,
+    /// Answer as GitHub and the npm registry (forge.rs), from the repositories and packages
+    /// under this folder.
+    pub forge: Option<String>,
 }
 
 pub fn tls_server_config(cert: &str, key: &str) -> Arc<rustls::ServerConfig> {
@@ -117,6 +120,12 @@ pub fn serve(listener: TcpListener, site: Site) {
                     let sni = request.get_ref().conn.server_name().unwrap_or("-").to_string();
                     log(&site.log, &format!("tls {} sni={sni}", site.port));
                     if let Some(head) = head.as_ref()
+                        && let Some(dir) = &site.forge
+                    {
+                        forge_respond(&site, dir, head, &from, &mut request);
+                        request.get_mut().conn.send_close_notify();
+                        let _ = request.get_mut().flush();
+                    } else if let Some(head) = head.as_ref()
                         && site.mock
                     {
                         mock_respond(&site, head, &mut request);
@@ -132,6 +141,11 @@ pub fn serve(listener: TcpListener, site: Site) {
                     // Keep-alive: every request of the connection is served, and logged.
                     let mut request = BufReader::new(&mut counted);
                     while let Some(head) = read_head(&mut request) {
+                        // The forge answers with `Connection: close`: one request a connection.
+                        if let Some(dir) = &site.forge {
+                            forge_respond(&site, dir, &head, &from, &mut request);
+                            break;
+                        }
                         let ignored = site.ignores_bodies && matches!(head.method.as_str(), "GET" | "HEAD");
                         let length = if ignored { 0 } else { head.length };
                         if std::io::copy(&mut (&mut request).take(length), &mut std::io::sink()).is_err() {
@@ -160,6 +174,8 @@ struct Head {
     overrides: Vec<String>,
     /// The body is compressed with zstd (`Content-Encoding: zstd`).
     zstd: bool,
+    /// Every header: (lower-cased name, value without the surrounding blanks).
+    headers: Vec<(String, String)>,
 }
 
 /// The headers API keys travel in.
@@ -168,6 +184,11 @@ const CREDENTIALS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
 const METHOD_OVERRIDES: &[&str] = &["x-http-method-override", "x-http-method", "x-method-override"];
 
 impl Head {
+    /// The value of the header `name` (lower case), if the request had it.
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
     /// `http PORT host=NAME path=P [auth=HEADER:VALUE…] [override=HEADER:VALUE…]`, as the peer
     /// logs a request.
     fn log_line(&self, port: u16) -> String {
@@ -183,7 +204,7 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
     let method = line.split_whitespace().next()?.to_string();
     let path = line.split_whitespace().nth(1)?.to_string();
     let (mut host, mut length, mut auth, mut chunked) = (String::new(), 0, Vec::new(), false);
-    let (mut overrides, mut zstd) = (Vec::new(), false);
+    let (mut overrides, mut zstd, mut headers) = (Vec::new(), false, Vec::new());
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).ok()? == 0 {
@@ -192,6 +213,9 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
         let header = header.trim_end();
         if header.is_empty() {
             break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
         }
         match header.split_once(':') {
             Some((name, value)) if name.eq_ignore_ascii_case("host") => host = value.trim().to_string(),
@@ -213,7 +237,7 @@ fn read_head(reader: &mut impl BufRead) -> Option<Head> {
             _ => {}
         }
     }
-    Some(Head { path, host, length, method, chunked, auth, overrides, zstd })
+    Some(Head { path, host, length, method, chunked, auth, overrides, zstd, headers })
 }
 
 /// The request's body, by Content-Length or chunked.
@@ -268,6 +292,32 @@ fn mock_respond<W: Read + Write>(site: &Site, head: &Head, reader: &mut BufReade
         answer.body.len(),
         answer.body
     );
+}
+
+/// One request to the forge (forge.rs): its body read, by Content-Length or chunked, then
+/// answered and logged there.
+fn forge_respond<W: Read + Write>(
+    site: &Site,
+    dir: &str,
+    head: &Head,
+    from: &str,
+    reader: &mut BufReader<W>,
+) {
+    if head.header("expect").is_some_and(|e| e.eq_ignore_ascii_case("100-continue")) {
+        let _ = reader.get_mut().write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+    }
+    let body = read_body(reader, head);
+    let request = crate::forge::Request {
+        method: &head.method,
+        path: &head.path,
+        host: &head.host,
+        chunked: head.chunked,
+        headers: &head.headers,
+        body: &body,
+        from,
+        port: site.port,
+    };
+    crate::forge::respond(dir, &request, reader.get_mut(), |line| log(&site.log, line));
 }
 
 fn respond(site: &Site, head: &Head, out: &mut impl Write) {

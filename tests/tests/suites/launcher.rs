@@ -263,15 +263,13 @@ async fn the_agent_cannot_write_the_runtime_drop_in_nor_signal_a_reload() -> any
         exec(&id, &["cat", drop_in], None).await?.stdout.contains("api.wild.launcher.test"),
         "deny changed it"
     );
-    // allow waits for the policy in force, ports included (github.com is the image's, on 80, 443
-    // and opaque 22).
-    launcher.ok(&["allow", &id, "github.com:8443"]).await?;
+    // allow waits for the policy in force, ports included (deb.debian.org is the image's, on 80
+    // and 443).
+    launcher.ok(&["allow", &id, "deb.debian.org:8443"]).await?;
     let status = launcher.ok(&["status", &id, "--json"]).await?;
     let domains: serde_json::Value = serde_json::from_str(&status.stdout)?;
     assert!(
-        domains["domains"]
-            .as_array()
-            .is_some_and(|d| d.iter().any(|d| d == "github.com (80,443,8443; opaque 22)")),
+        domains["domains"].as_array().is_some_and(|d| d.iter().any(|d| d == "deb.debian.org (80,443,8443)")),
         "{}",
         domains["domains"]
     );

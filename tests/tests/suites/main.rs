@@ -6,6 +6,7 @@ mod build;
 mod contract;
 mod examples;
 mod firewall;
+mod forward;
 mod keys;
 mod launcher;
 mod names;
