@@ -111,6 +111,34 @@ fn rules_for(host: &ForwardedHost) -> Rules {
     }
 }
 
+/// The tokens of the built-in services a policy keeps direct (`forward: {github: {direct:
+/// true}}`, the copilot image's): the agent's own CLI signs in with it there, so its session
+/// gets it back in the variable it came in (`GH_TOKEN`, or the file's variable).
+pub fn direct_tokens(
+    policy: &Policy,
+    agent: &AgentPrivileges,
+    secrets: &Path,
+) -> Result<Vec<(String, String)>, Fatal> {
+    let mut env = Vec::new();
+    for name in &policy.services {
+        let Some(service) = builtin(name) else { continue };
+        if !policy.forward.get(name).is_some_and(|f| f.direct) {
+            continue;
+        }
+        if let Some((token, from)) = token(service.token_vars, agent, secrets)? {
+            let from_file =
+                std::path::Path::new(&from).file_name().map(|f| f.to_string_lossy().to_ascii_uppercase());
+            let var = service
+                .token_vars
+                .iter()
+                .find(|v| from == format!("${v}") || from_file.as_deref() == Some(**v))
+                .unwrap_or(&service.token_vars[0]);
+            env.push((var.to_string(), token));
+        }
+    }
+    Ok(env)
+}
+
 /// The first of `vars` with a secret file (its name in lower case), else the first set in the
 /// environment.
 fn token(vars: &[&str], agent: &AgentPrivileges, secrets: &Path) -> Result<Option<(String, String)>, Fatal> {
@@ -225,5 +253,14 @@ mod tests {
             "{env:?}"
         );
         assert!(!format!("{routes:?}").contains("ghp_real"), "the token in a debug string");
+        assert!(direct_tokens(&policy, &agent, dir.path()).unwrap().is_empty(), "forwarded: held");
+        let direct =
+            Policy::from_yaml(Path::new("p.yaml"), "version: 1\nforward:\n  github:\n    direct: true\n")
+                .unwrap();
+        assert!(super::routes(&direct, &agent, dir.path()).unwrap().is_empty());
+        assert_eq!(
+            direct_tokens(&direct, &agent, dir.path()).unwrap(),
+            [("GH_TOKEN".to_string(), "ghp_real".to_string())]
+        );
     }
 }

@@ -263,6 +263,8 @@ fn hold_keys(
     let services = crate::forwarded::routes(policy, agent, secrets)?;
     let mut env = keys::session_env(&held);
     env.extend(crate::forwarded::session_env(&services));
+    // Where GitHub is direct, the agent's CLI signs in with the token itself.
+    env.extend(crate::forwarded::direct_tokens(policy, agent, secrets)?);
     let setup =
         |what: &str, e: std::io::Error| Fatal::new(Refusal::SetupFailed, format!("cannot write {what}: {e}"));
     crate::apis::write_session_env(&env).map_err(|e| setup(crate::apis::SESSION_ENV, e))?;
@@ -278,6 +280,11 @@ fn hold_keys(
     let routes = services.iter().map(crate::forwarded::ServiceRoute::route).collect();
     let forwarder = Forwarder::bind(&held, routes, extra_ca, policy)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot listen for the key forwarder: {e}")))?;
+    if let Some(verdicts) = verdicts {
+        forwarder.log_refusals(verdicts.log()).map_err(|e| {
+            Fatal::new(Refusal::SetupFailed, format!("cannot read the key forwarder's refusals: {e}"))
+        })?;
+    }
     let pid = forwarder
         .start(&sandbox_init_exe())
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the key forwarder: {e}")))?;

@@ -12,10 +12,11 @@ use std::sync::Mutex;
 
 use crate::apis::{Api, KeyVar};
 use crate::exit::{Fatal, Refusal};
-use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, Route};
+use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, RefusedRequest, Route};
 use crate::net::rules::Rules;
 use crate::policy::{Policy, RemoteTools};
 use crate::privileges::AgentPrivileges;
+use std::sync::Arc;
 
 pub use crate::policy::layout::SECRETS_DIR;
 /// An extra CA the forwarder trusts besides the system's (a corporate proxy's, or a test's):
@@ -213,6 +214,10 @@ pub struct Forwarder {
     listeners: Vec<std::net::TcpListener>,
     config: String,
     pid: Mutex<i32>,
+    /// PID 1's end of the socket the forwarder reports its refusals on, and the forwarder's
+    /// (kept to pass again when it is restarted).
+    reports: std::os::unix::net::UnixDatagram,
+    its_end: std::os::unix::net::UnixDatagram,
 }
 
 impl Forwarder {
@@ -251,8 +256,30 @@ impl Forwarder {
             route.fd = next_fd();
             routes.push(route);
         }
-        let config = serde_json::to_string(&Config { routes, extra_ca }).map_err(std::io::Error::other)?;
-        Ok(Forwarder { listeners, config, pid: Mutex::new(0) })
+        let (reports, its_end) = std::os::unix::net::UnixDatagram::pair()?;
+        let report_fd = Some(CONFIG_FD + 1 + listeners.len() as i32);
+        let config =
+            serde_json::to_string(&Config { routes, extra_ca, report_fd }).map_err(std::io::Error::other)?;
+        Ok(Forwarder { listeners, config, pid: Mutex::new(0), reports, its_end })
+    }
+}
+
+impl Forwarder {
+    /// Records each refusal the forwarder reports in `log` (connections.jsonl), on a thread of
+    /// its own, for as long as PID 1 runs.
+    pub fn log_refusals(&self, log: Arc<crate::connections::ConnectionLog>) -> std::io::Result<()> {
+        let socket = self.reports.try_clone()?;
+        std::thread::Builder::new().name("forwarder-refusals".into()).spawn(move || {
+            let mut buf = vec![0u8; 8192];
+            while let Ok(len) = socket.recv(&mut buf) {
+                let Ok(refusal) = serde_json::from_slice::<RefusedRequest>(&buf[..len]) else { continue };
+                let dst = std::net::SocketAddr::from(([127, 0, 0, 1], refusal.port));
+                let reason = format!("{} {}", refusal.status, refusal.reason);
+                let line = crate::connections::Connection::new("tcp", dst, "forwarder", "refused", reason);
+                log.record(line.named(Some(refusal.host)), None);
+            }
+        })?;
+        Ok(())
     }
 }
 
@@ -276,6 +303,7 @@ impl crate::process::Service for Forwarder {
         std::io::Seek::rewind(&mut file).map_err(|e| e.to_string())?;
         let mut fds = vec![file.as_raw_fd()];
         fds.extend(self.listeners.iter().map(|l| l.as_raw_fd()));
+        fds.push(self.its_end.as_raw_fd());
         let mut command = AgentPrivileges::system(FORWARDER_UID)
             .service(program, "sandbox-forwarder")
             .map_err(|e| e.to_string())?;

@@ -73,10 +73,8 @@ pub const BUILTINS: &[Builtin] = &[
             ("raw.githubusercontent.com", "serves files of a commit; it takes no upload"),
             ("objects.githubusercontent.com", "serves release assets and LFS objects for download"),
             ("codeload.github.com", "serves source archives for download"),
-            (
-                "*.githubcopilot.com",
-                "Copilot's model API, which the Copilot CLI reaches with its own sign-in",
-            ),
+            // Not *.githubcopilot.com: api.githubcopilot.com/mcp/ is GitHub's MCP server, which
+            // takes any token and writes (files, pushes, gists). The copilot image is direct.
         ],
         token_vars: &["GH_TOKEN", "GITHUB_TOKEN"],
     },

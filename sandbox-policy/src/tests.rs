@@ -246,6 +246,8 @@ fn github_and_npm_are_forwarded_unless_a_policy_says_direct() {
     // The read-only hosts stay direct; the wildcards that covered write hosts are gone.
     assert_eq!(allowlist.access("codeload.github.com"), Some(tcp(&[80, 443])));
     assert_eq!(allowlist.access("gist.github.com"), None);
+    // GitHub's MCP server takes any token and writes: not direct while GitHub is forwarded.
+    assert_eq!(allowlist.access("api.githubcopilot.com"), None);
     let hosts: Vec<(String, u16)> = policy.forwarded().into_iter().map(|f| (f.host, f.port)).collect();
     assert_eq!(hosts.len(), 4, "{hosts:?}");
     assert!(hosts.contains(&("github.com".into(), 15110)), "{hosts:?}");

@@ -41,6 +41,8 @@ pub fn assert_unprivileged(p: &ProcStatus) {
 
 /// The name check's process: its own uid, and otherwise as unprivileged as the agent.
 const CHECKER_UID: u32 = 65533;
+/// The forwarder's, where it holds a key or serves a forwarded service (GitHub, npm).
+const FORWARDER_UID: u32 = 65532;
 
 /// uid and gid `id`, every capability set empty, no_new_privs, no supplementary group.
 pub fn assert_unprivileged_as(p: &ProcStatus, id: u32) {
@@ -55,8 +57,8 @@ pub fn assert_unprivileged_as(p: &ProcStatus, id: u32) {
 }
 
 /// Every process of the agent's session holds nothing; and the session is really there (the
-/// tmux server, its pane, the agent command). So does the name checker, where one runs; returns
-/// how many do.
+/// tmux server, its pane, the agent command). So do the name checker and the forwarder, where
+/// they run; returns how many checkers do.
 pub async fn assert_agent_processes_unprivileged(sb: &Sandbox) -> anyhow::Result<usize> {
     let all = processes(sb).await?;
     let uid = |p: &ProcStatus| p.fields.get("Uid").cloned().unwrap_or_default();
@@ -70,6 +72,17 @@ pub async fn assert_agent_processes_unprivileged(sb: &Sandbox) -> anyhow::Result
         assert_unprivileged_as(checker, CHECKER_UID);
     }
     assert!(checkers.len() <= 1, "{} checkers", checkers.len());
+    let (forwarders, agent): (Vec<&ProcStatus>, Vec<&ProcStatus>) =
+        agent.into_iter().partition(|p| uid(p).starts_with(&format!("{FORWARDER_UID} ")));
+    for forwarder in &forwarders {
+        assert_eq!(
+            forwarder.name, "sandbox-init",
+            "a process of the forwarder's uid: {:?}",
+            forwarder.fields
+        );
+        assert_unprivileged_as(forwarder, FORWARDER_UID);
+    }
+    assert!(forwarders.len() <= 1, "{} forwarders", forwarders.len());
     let names: Vec<&str> = agent.iter().map(|p| p.name.as_str()).collect();
     // The tmux server, the pane (sandbox-init as the agent) and the agent command under it.
     assert!(

@@ -207,6 +207,7 @@ pub async fn reaches_its_policy_and_not_example_com(subject: &Subject) -> anyhow
     let name = subject.name.as_str();
     let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
     let policy = baked_policy(subject)?;
+    let allowlist = sandbox_init::policy::Allowlist::new(&policy);
     // Every domain of the policy becomes an alias of one peer on the private network.
     let targets: Vec<(String, u16)> = policy
         .domains
@@ -229,7 +230,18 @@ pub async fn reaches_its_policy_and_not_example_com(subject: &Subject) -> anyhow
     spec.dns = Some(peer.ipv4);
     let sb = spec.start().await?;
     for (host, port) in &targets {
-        assert_reaches(&sb, &format!("{host}:{port}")).await?;
+        if allowlist.is_forwarded(host) {
+            // The forwarder's alone (forward::): the agent's own connection is reset.
+            let own = sb.probe(&["tcp", host, &port.to_string(), "--tls"]).await?;
+            assert_eq!(
+                own.outcome(),
+                "reset",
+                "{name} reached forwarded {host}:{port} itself: {:?}",
+                own.fields
+            );
+        } else {
+            assert_reaches(&sb, &format!("{host}:{port}")).await?;
+        }
     }
     let example = assert_blocked(&sb, "example.com:443").await?;
     assert_eq!(

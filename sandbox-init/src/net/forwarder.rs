@@ -42,6 +42,19 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// PEM certificates trusted besides the system's (a root-only secret), if any.
     pub extra_ca: Option<String>,
+    /// A datagram socket to PID 1, for the [`RefusedRequest`]s it logs in connections.jsonl.
+    #[serde(default)]
+    pub report_fd: Option<RawFd>,
+}
+
+/// A request the forwarder refused, as it tells PID 1.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedRequest {
+    pub host: String,
+    /// The forwarder's port the agent asked.
+    pub port: u16,
+    pub status: u16,
+    pub reason: String,
 }
 
 /// One API or forwarded host: the listener at descriptor `fd` forwards to `host`:443 with
@@ -121,7 +134,8 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
             route.host
         )));
     }
-    let path = canonical_path(target).map_err(|why| Refused(400, format!("`{target}`: {why}")))?;
+    let scoped = matches!(route.rules, Rules::Npm { .. });
+    let path = canonical_path(target, scoped).map_err(|why| Refused(400, format!("`{target}`: {why}")))?;
     if let Some(prefix) = route.path.as_deref().filter(|p| *p != "/") {
         let rest = path.strip_prefix(prefix).unwrap_or("x");
         if !(rest.is_empty() || rest.starts_with('/')) {
@@ -146,6 +160,11 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
         .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
         .flat_map(|(_, v)| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
         .collect();
+    // A framing header the agent names as hop-by-hop would be dropped here while the body is
+    // still framed by it: the server would read the body as a request of its own.
+    if let Some(framing) = named.iter().find(|n| *n == "content-length" || *n == "transfer-encoding") {
+        return Err(bad(&format!("a Connection header naming {framing}")));
+    }
     let dropped = |name: &str| {
         let name = name.to_ascii_lowercase();
         HOP_BY_HOP.contains(&name.as_str()) || route.strip.contains(&name) || named.contains(&name)
@@ -163,10 +182,10 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
 
 /// The path of a request target as every server reads it, for the rules to match: the query
 /// left out, percent-escapes decoded. What servers could read differently from this is refused
-/// rather than guessed at: an escaped `/` (but npm's `@scope%2fname`), `\`, `.`, `;`, `%`, `?` or `#`, or a control
+/// rather than guessed at: an escaped `/` (but `@scope%2fname` to the `npm` registry), `\`, `.`, `;`, `%`, `?` or `#`, or a control
 /// character; a `\` or `;` (a separator to some servers); a `.` or `..` segment, or an empty
 /// one (`//`), which some servers remove or merge and others keep.
-pub fn canonical_path(target: &str) -> Result<String, &'static str> {
+pub fn canonical_path(target: &str, npm: bool) -> Result<String, &'static str> {
     let raw = target.split_once('?').map_or(target, |(path, _)| path);
     if !raw.starts_with('/') || raw.contains('#') {
         return Err("not a path");
@@ -188,9 +207,11 @@ pub fn canonical_path(target: &str) -> Result<String, &'static str> {
             }
             _ => None,
         };
-        // npm's scoped names travel as `/@scope%2fname`: that one escaped slash, read as the
-        // registry reads it, splits the name's two parts.
-        let scoped = decoded.starts_with(b"/@") && !decoded[1..].contains(&b'/');
+        // npm's scoped names travel as `@scope%2fname` (`/@s%2fn`, `/-/package/@s%2fn/…`): to
+        // the registry alone, that one escaped slash in a segment that starts with `@` splits
+        // the name's two parts, as the registry reads it.
+        let segment = &decoded[decoded.iter().rposition(|&b| b == b'/').unwrap_or(0)..];
+        let scoped = npm && segment.starts_with(b"/@");
         match value {
             None => return Err("a malformed percent-escape in the path"),
             Some(b'/') if scoped => decoded.push(b'/'),
@@ -256,6 +277,13 @@ fn serve() -> Result<(), String> {
     drop(file);
     let config: Config = serde_json::from_str(&text).map_err(|e| format!("the configuration: {e}"))?;
     let tls = Arc::new(client_config(config.extra_ca.as_deref())?);
+    let reports = config.report_fd.map(|fd| {
+        // SAFETY: PID 1 passed this descriptor for us alone.
+        let socket = unsafe { std::os::unix::net::UnixDatagram::from_raw_fd(fd) };
+        // A report that would block is dropped: the agent's refusals never stall the forwarder.
+        let _ = socket.set_nonblocking(true);
+        Arc::new(socket)
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -267,7 +295,9 @@ fn serve() -> Result<(), String> {
             let listener = unsafe { std::net::TcpListener::from_raw_fd(route.fd) };
             listener.set_nonblocking(true).map_err(|e| e.to_string())?;
             let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            tasks.push(tokio::spawn(accept(listener, Arc::new(route), tls.clone())));
+            let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+            let served = Arc::new(Served { route, tls: tls.clone(), reports: reports.clone(), port });
+            tasks.push(tokio::spawn(accept(listener, served)));
         }
         for task in tasks {
             let _ = task.await;
@@ -309,15 +339,39 @@ pub fn client_config(extra: Option<&str>) -> Result<rustls::ClientConfig, String
 /// listener's backlog (the agent's flood costs it time, not the forwarder's memory).
 const MAX_CONNECTIONS: usize = 256;
 
-async fn accept(listener: TcpListener, route: Arc<Route>, tls: Arc<rustls::ClientConfig>) {
+/// What each connection of one listener is served with.
+struct Served {
+    route: Route,
+    tls: Arc<rustls::ClientConfig>,
+    reports: Option<Arc<std::os::unix::net::UnixDatagram>>,
+    port: u16,
+}
+
+impl Served {
+    /// Tells PID 1 of a refusal, for connections.jsonl; dropped if PID 1 is not reading.
+    fn report(&self, Refused(status, reason): &Refused) {
+        let Some(socket) = &self.reports else { return };
+        let refusal = RefusedRequest {
+            host: self.route.host.clone(),
+            port: self.port,
+            status: *status,
+            reason: reason.clone(),
+        };
+        if let Ok(bytes) = serde_json::to_vec(&refusal) {
+            let _ = socket.send(&bytes);
+        }
+    }
+}
+
+async fn accept(listener: TcpListener, served: Arc<Served>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
         match listener.accept().await {
             Ok((client, _)) => {
-                let (route, tls) = (route.clone(), tls.clone());
+                let served = served.clone();
                 tokio::spawn(async move {
-                    handle(client, route, tls).await;
+                    handle(client, &served).await;
                     drop(slot);
                 });
             }
@@ -327,17 +381,26 @@ async fn accept(listener: TcpListener, route: Arc<Route>, tls: Arc<rustls::Clien
     }
 }
 
-async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::ClientConfig>) {
+async fn handle(mut client: TcpStream, served: &Served) {
+    let (route, tls) = (&served.route, served.tls.clone());
     let result = async {
         let (head, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
             Ok(read) => read?,
             Err(_) => return Err(Refused(408, "no request head in time".into())),
         };
-        let rewritten = rewrite_head(&head, &route)?;
+        let rewritten = rewrite_head(&head, route)?;
         let verdict = route.rules.judge_head(&rewritten.request())?;
         let api = route.inspect.as_deref();
         let whole = verdict == Verdict::Body || api.is_some();
         let framing = body_framing(&head, whole)?;
+        if matches!(rewritten.method.as_str(), "GET" | "HEAD")
+            && framing.body != crate::net::inspect::BodyLength::Length(0)
+        {
+            return Err(Refused(400, format!("a {} with a body, which servers read differently", rewritten.method)));
+        }
+        if verdict == Verdict::Body && !json_content(&head) {
+            return Err(Refused(415, "a request body the rules read must be sent as JSON (Content-Type: application/json)".into()));
+        }
         if !whole {
             let upstream = connect(&route.host, tls).await.map_err(|e| Refused(502, e))?;
             return relay(&mut client, upstream, &rewritten.head, rest, framing.body, &route.host).await;
@@ -377,9 +440,24 @@ async fn handle(mut client: TcpStream, route: Arc<Route>, tls: Arc<rustls::Clien
     }
     .await;
     if let Err(refused) = result {
+        served.report(&refused);
         let _ = client.write_all(refusal_answer(&refused).as_bytes()).await;
         let _ = client.shutdown().await;
     }
+}
+
+/// Whether the head's Content-Type is JSON (`application/json`, `application/vnd.git-lfs+json`):
+/// a body the rules read as JSON is not read by the server as a form.
+fn json_content(head: &[u8]) -> bool {
+    String::from_utf8_lossy(head).split("\r\n").skip(1).any(|line| {
+        line.split_once(':').is_some_and(|(name, value)| {
+            let value = value.trim().to_ascii_lowercase();
+            let media = value.split(';').next().unwrap_or_default().trim().to_string();
+            name.trim().eq_ignore_ascii_case("content-type")
+                && media.starts_with("application/")
+                && (media.ends_with("/json") || media.ends_with("+json"))
+        })
+    })
 }
 
 /// The answer to a refused request: its line in the body (git shows a text/plain body as
@@ -621,6 +699,37 @@ mod tests {
             assert!(refused.0 == 400 || refused.0 == 403, "{hidden}: {refused:?}");
         }
         assert!(rewrite("/compatible-mode/v1/models/qwen%2Dmax/").is_ok(), "a harmless escape");
+    }
+
+    #[test]
+    fn a_framing_header_named_hop_by_hop_and_a_bad_length_are_refused() {
+        for head in [
+            "POST /x HTTP/1.1\r\nConnection: Content-Length\r\nContent-Length: 5",
+            "POST /x HTTP/1.1\r\nConnection: close, transfer-encoding\r\nTransfer-Encoding: chunked",
+        ] {
+            assert_eq!(rewrite(head).unwrap_err().0, 400, "{head}");
+        }
+        for length in ["+5", "0x5", "-0", "5 5", ""] {
+            let head = format!("POST /x HTTP/1.1\r\nContent-Length: {length}");
+            assert_eq!(body_framing(head.trim_end().as_bytes(), false).unwrap_err().0, 400, "{length:?}");
+        }
+        assert!(json_content(b"POST /graphql HTTP/1.1\r\nContent-Type: application/json; charset=utf-8"));
+        assert!(json_content(b"POST /b HTTP/1.1\r\ncontent-type: application/vnd.git-lfs+json"));
+        assert!(!json_content(b"POST /graphql HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded"));
+        assert!(!json_content(b"POST /graphql HTTP/1.1"));
+    }
+
+    #[test]
+    fn an_escaped_slash_is_npms_alone_and_only_in_a_scoped_name() {
+        assert_eq!(canonical_path("/@s%2fn", true), Ok("/@s/n".into()));
+        assert_eq!(
+            canonical_path("/-/package/@s%2Fn/dist-tags/latest", true),
+            Ok("/-/package/@s/n/dist-tags/latest".into())
+        );
+        for (target, npm) in [("/@s%2fn", false), ("/x%2fy", true), ("/@s%2fn%2fm", true), ("/@s%2f..", true)]
+        {
+            assert!(canonical_path(target, npm).is_err(), "{target} {npm}");
+        }
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub fn body_framing(head: &[u8], inspected: bool) -> Result<Framing, Refused> {
         match name.trim().to_ascii_lowercase().as_str() {
             "content-length" if length.is_some() => return Err(bad("two Content-Length headers")),
             "content-length" => {
+                if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(bad("a malformed Content-Length"));
+                }
                 let n = value.parse::<usize>().map_err(|_| bad("a malformed Content-Length"))?;
                 if inspected && n > MAX_INSPECTED_BODY {
                     return Err(Refused(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));

@@ -272,8 +272,16 @@ struct LfsBatch {
     operation: String,
 }
 
-/// An LFS batch request: a download needs the repository readable, an upload writable.
+/// An LFS batch request: a download needs the repository readable, an upload writable. A key
+/// spelled `operation` in another case is refused: a server whose JSON reader ignores case
+/// could take it for the operation.
 fn lfs_batch(access: &GithubAccess, repo: &Repo, body: &[u8]) -> Result<(), Refused> {
+    let keys: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).map_err(|e| {
+        refused(400, format!("an LFS batch request that is not a JSON object is refused: {e}"))
+    })?;
+    if keys.keys().any(|k| k.eq_ignore_ascii_case("operation") && k != "operation") {
+        return Err(refused(400, "an LFS batch request with `operation` in another case is refused".into()));
+    }
     let batch: LfsBatch = serde_json::from_slice(body).map_err(|e| {
         refused(400, format!("an LFS batch request that is not JSON with one `operation` is refused: {e}"))
     })?;
@@ -306,6 +314,7 @@ const UNSAFE: &[(&str, &str)] = &[
     ("environments", RUNS),
     ("codespaces", RUNS),
     ("dispatches", RUNS),
+    ("deployments", RUNS),
     ("rulesets", GUARDS),
     ("secret-scanning", GUARDS),
     ("dependabot", GUARDS),
@@ -320,6 +329,15 @@ const UNSAFE: &[(&str, &str)] = &[
 fn unsafe_write(sub: &str, rest: &[&str]) -> Option<&'static str> {
     if sub.eq_ignore_ascii_case("branches") && rest.iter().any(|s| s.eq_ignore_ascii_case("protection")) {
         return Some(GUARDS);
+    }
+    // A workflow written through the API, or a check run again, runs code with the secrets.
+    let workflow = sub.eq_ignore_ascii_case("contents")
+        && rest.first().is_some_and(|s| s.eq_ignore_ascii_case(".github"))
+        && rest.get(1).is_some_and(|s| s.eq_ignore_ascii_case("workflows"));
+    let rerun = (sub.eq_ignore_ascii_case("check-suites") || sub.eq_ignore_ascii_case("check-runs"))
+        && rest.last().is_some_and(|s| s.eq_ignore_ascii_case("rerequest"));
+    if workflow || rerun {
+        return Some(RUNS);
     }
     UNSAFE.iter().find(|(name, _)| sub.eq_ignore_ascii_case(name)).map(|(_, why)| *why)
 }
@@ -475,7 +493,12 @@ fn publishes(patterns: &[String], name: &str) -> bool {
 /// packages the policy lists; logins, tokens, orgs and teams never.
 fn npm_head(publish: &[String], req: &Request) -> Result<Verdict, Refused> {
     let (method, path) = (req.method, req.path);
-    if is_read(method) || (method == "POST" && NPM_AUDITS.contains(&path)) {
+    let seg = segments(path);
+    let account = matches!(
+        seg.as_slice(),
+        ["-", "org" | "team" | "user", ..] | ["-", "v1", "login", ..] | ["-", "npm", "v1", "tokens", ..]
+    );
+    if !account && (is_read(method) || (method == "POST" && NPM_AUDITS.contains(&path))) {
         return Ok(Verdict::Pass);
     }
     let other = || {
@@ -483,7 +506,6 @@ fn npm_head(publish: &[String], req: &Request) -> Result<Verdict, Refused> {
             "`{method} {path}` to the npm registry is refused: the agent only reads, audits, and publishes, unpublishes or tags the packages in `forward: {{npm: {{publish: [...]}}}}`"
         ))
     };
-    let seg = segments(path);
     let (name, action) = match seg.as_slice() {
         ["-", "org" | "team" | "user", ..] | ["-", "v1", "login", ..] | ["-", "npm", "v1", "tokens", ..] => {
             return Err(forbidden(format!(

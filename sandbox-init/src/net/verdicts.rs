@@ -67,6 +67,11 @@ impl Verdicts {
         })
     }
 
+    /// The connection log the verdicts write to (the forwarder's refusals go there too).
+    pub fn log(&self) -> Arc<ConnectionLog> {
+        self.log.clone()
+    }
+
     /// The hosts whose keys the forwarder holds: from now on, only its connections reach them.
     pub fn hold(&self, hosts: impl IntoIterator<Item = String>) {
         self.held.write().unwrap_or_else(|e| e.into_inner()).extend(hosts);

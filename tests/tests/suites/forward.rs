@@ -219,6 +219,20 @@ async fn the_api_keeps_to_the_rules_and_the_agents_own_connections_are_refused()
     }
     let connections = sb.exec(&["cat", "/run/agent-sandbox/connections.jsonl"]).await?.stdout;
     assert!(connections.contains("reached through the key forwarder alone"), "{connections}");
+    // The forwarder's refusals are the user's to see too: one line each, with the rule.
+    let refusals: Vec<serde_json::Value> = connections
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["via"] == "forwarder")
+        .collect();
+    // (Two of the six have the same reason: a repeated line may be folded.)
+    assert!(refusals.len() >= 5, "{connections}");
+    assert!(
+        refusals.iter().any(|l| l["name"] == "api.github.com"
+            && l["verdict"] == "refused"
+            && l["reason"].as_str().is_some_and(|r| r.starts_with("403 ") && r.contains("gist"))),
+        "{refusals:#?}"
+    );
     Ok(())
 }
 

@@ -575,3 +575,27 @@ fn a_refusal_never_spans_lines() {
     let line = refused(&rules, "GET", "/a\nb\rc");
     assert!(line.contains("/a b c"), "{line}");
 }
+
+/// The red team's second round: writes that run code with the repository's secrets, an LFS
+/// operation in another case, the npm token list read.
+#[test]
+fn writes_that_would_run_code_and_account_reads_are_refused() {
+    let api = api(&[]);
+    for target in [
+        "/repos/octo/hello/contents/.github/workflows/x.yml",
+        "/repos/octo/hello/contents/.GitHub/Workflows/x.yml",
+        "/repos/octo/hello/deployments",
+        "/repos/octo/hello/check-suites/1/rerequest",
+        "/repos/octo/hello/check-runs/7/rerequest",
+    ] {
+        let line = refused(&api, "PUT", target);
+        assert!(line.contains("run code"), "{target}: {line}");
+    }
+    assert_eq!(head(&api, "PUT", "/repos/octo/hello/contents/src/main.rs"), Ok(Verdict::Pass));
+    let lfs = "/octo/secret.git/info/lfs/objects/batch";
+    let read_only = github(GithubPart::Git, &["*/*"], &[], &[]);
+    assert!(body(&read_only, "POST", lfs, r#"{"operation":"download","OPERATION":"upload"}"#).is_err());
+    assert!(body(&read_only, "POST", lfs, r#"{"operation":"download"}"#).is_ok());
+    refused(&npm(&[]), "GET", "/-/npm/v1/tokens");
+    passes(&npm(&[]), "GET", "/left-pad");
+}
