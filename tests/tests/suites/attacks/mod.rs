@@ -4,13 +4,14 @@
 //! evidence on the receiving side. Each has a positive control in the
 //! same test, so it cannot pass because something else broke.
 //!
-//! `network::` and `names::` need NET_ADMIN (the firewall) and are left out of
+//! `network::`, `names::`, `forwarder::` and `services::` need NET_ADMIN (the firewall) and are left out of
 //! `cargo xtask test --ci`; `process::` needs no capability and runs in both modes.
 
 mod forwarder;
 mod names;
 mod network;
 mod process;
+mod services;
 
 /// The name the attacks' policies allow, a peer's alias.
 const ALLOWED: &str = "api.allowed.test";
