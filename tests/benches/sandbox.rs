@@ -9,6 +9,9 @@
 //! - the name check: connect to first byte, bulk throughput, 1,000 concurrent connections and
 //!   the memory of PID 1 and the checker with them open, vs. the same sandbox with
 //!   `SANDBOX_NAME_CHECK=off`;
+//! - GitHub's forwarder: `git clone` of a 50 MB repository through it (plain HTTP on loopback,
+//!   its own TLS to the forge peer) vs. git's own TLS to the same peer under a direct name, and
+//!   the forwarder's peak resident memory after it;
 //! - the session's output to an attached user (16 MB, `cat` in the pane) through sandbox-attach,
 //!   whose root relay filters it, vs. the agent's own tmux client on the user's terminal (what
 //!   sandbox-attach ran before the filter), and the relay's CPU time for it.
@@ -157,6 +160,9 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("measuring the key forwarder");
     let (direct_api, forwarded_api) = forwarder_first_byte(&image, &net).await?;
 
+    eprintln!("measuring git clone through GitHub's forwarder, {runs} runs each, interleaved");
+    let clone = CloneFigures::measure(&image, &net, runs).await?;
+
     eprintln!("measuring attached output, {runs} runs each, interleaved");
     let attach = AttachFigures::measure(&image, runs).await?;
 
@@ -208,8 +214,108 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!();
+    clone.print();
+    println!();
     attach.print();
     Ok(())
+}
+
+/// `git clone` of one 50 MB repository (incompressible) from the forge peer: through GitHub's
+/// forwarder, as the agent's git reaches github.com, and straight over git's own TLS to the same
+/// peer under a name the policy allows directly; medians, and the forwarder's peak RSS.
+struct CloneFigures {
+    direct: Duration,
+    forwarded: Duration,
+    megabytes: f64,
+    forwarder_peak_kb: f64,
+}
+
+impl CloneFigures {
+    const DIRECT: &str = "direct.forge.test";
+
+    async fn measure(image: &str, net: &TestNet, runs: usize) -> anyhow::Result<CloneFigures> {
+        let forge =
+            Peer::start_forge(net, &["github.com", "api.github.com", "uploads.github.com", Self::DIRECT])
+                .await?;
+        let made = sandbox_tests::docker::exec(
+            &forge.id,
+            &["sh", "-c", "set -e; d=$(mktemp -d); cd $d; git init -q -b main; head -c 50000000 /dev/urandom > big.bin; \
+               git add big.bin; git -c user.name=b -c user.email=b@b commit -q -m big; \
+               git init -q --bare /tmp/forge/git/octo/big.git; git push -q /tmp/forge/git/octo/big.git main; \
+               du -sk /tmp/forge/git/octo/big.git | cut -f1"],
+            None,
+        )
+        .await?;
+        let megabytes = made.stdout.trim().parse::<f64>().unwrap_or(0.0) / 1024.0;
+        let dir = tempfile::tempdir()?;
+        let ca = sandbox_tests::spec::ca_secret_file(dir.path())?;
+        let sb = SandboxSpec::of(image.to_string())
+            .net_admin()
+            .on(net)
+            .drop_in("clone.txt", &format!("{}\n", Self::DIRECT))
+            .mount(&ca, "/run/secrets/sandbox_api_ca.pem")
+            .mount(&ca, "/tmp/test-ca.pem")
+            .start()
+            .await?;
+        let clone = |url: String| {
+            let sb = &sb;
+            async move {
+                let script =
+                    format!("rm -rf /tmp/c && GIT_SSL_CAINFO=/tmp/test-ca.pem git clone -q {url} /tmp/c");
+                let started = Instant::now();
+                let out = sb.as_agent(&["sh", "-c", &script]).await?;
+                anyhow::ensure!(out.code == 0, "{url}: {out:?}");
+                Ok::<_, anyhow::Error>(started.elapsed())
+            }
+        };
+        let (direct_url, forwarded_url) =
+            (format!("https://{}/octo/big", Self::DIRECT), "https://github.com/octo/big".to_string());
+        clone(direct_url.clone()).await?; // warm-up: DNS, the sets, the page cache
+        clone(forwarded_url.clone()).await?;
+        let (mut direct, mut forwarded) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            direct.push(clone(direct_url.clone()).await?);
+            forwarded.push(clone(forwarded_url.clone()).await?);
+        }
+        let peak = sb
+            .exec(&[
+                "sh",
+                "-c",
+                "for s in /proc/[0-9]*/status; do grep -q '^Uid:.65532' $s && grep VmHWM $s; done",
+            ])
+            .await?;
+        let forwarder_peak_kb =
+            peak.stdout.split_whitespace().nth(1).and_then(|k| k.parse().ok()).unwrap_or(f64::NAN);
+        Ok(CloneFigures {
+            direct: median(direct),
+            forwarded: median(forwarded),
+            megabytes,
+            forwarder_peak_kb,
+        })
+    }
+
+    fn print(&self) {
+        let rate = |d: Duration| self.megabytes / d.as_secs_f64();
+        println!(
+            "GitHub's forwarder, git clone of {:.0} MB      direct  forwarded   ratio   target",
+            self.megabytes
+        );
+        println!(
+            "  time (median)                              {:>7.0} ms {:>7.0} ms",
+            ms(self.direct),
+            ms(self.forwarded)
+        );
+        println!(
+            "  throughput                                 {:>7.1} MB/s {:>5.1} MB/s {:>6.2}   >= 0.90",
+            rate(self.direct),
+            rate(self.forwarded),
+            rate(self.forwarded) / rate(self.direct)
+        );
+        println!(
+            "  the forwarder's peak resident memory        {:>7.1} MB                     < 32 MB",
+            self.forwarder_peak_kb / 1024.0
+        );
+    }
 }
 
 /// The session's output, 16 MB of `seq` printed by `cat` in the pane, timed from the keys that
