@@ -175,7 +175,7 @@ impl SandboxSpec {
     /// The keys of the APIs `baked` (the image's policy) reaches, as root-only secret files;
     /// without one, a failure saying how to give it, unless the sandbox may start keyless.
     pub fn secrets(&self, baked: &Policy) -> Result<Vec<Entry>> {
-        let (keys, wanted) = keys_for(baked, &self.keys);
+        let (mut keys, wanted) = keys_for(baked, &self.keys);
         if keys.is_empty() && !wanted.is_empty() && !self.keyless {
             let first = wanted[0];
             return Err(Failure::new(
@@ -190,6 +190,7 @@ impl SandboxSpec {
                 ),
             ));
         }
+        keys.extend(tokens_for(baked, &self.keys));
         let mut entries = Vec::new();
         if !keys.is_empty() {
             entries.push(Entry { path: SECRETS_DIR.into(), contents: None, mode: 0o700, uid: 0 });
@@ -217,6 +218,14 @@ fn keys_for(baked: &Policy, given: &HashMap<String, String>) -> (Vec<(String, St
         }
     }
     (keys, wanted)
+}
+
+/// The tokens of the built-in forwarded services (GitHub, npm) `baked` names, of those given:
+/// none is required (without one, the forwarder serves public reads).
+fn tokens_for(baked: &Policy, given: &HashMap<String, String>) -> Vec<(String, String)> {
+    let services = sandbox_policy::forward::BUILTINS.iter().filter(|b| baked.services.contains(b.name));
+    let vars = services.flat_map(|b| b.token_vars.iter());
+    vars.filter_map(|var| Some((var.to_string(), given.get(*var)?.trim().to_string()))).collect()
 }
 
 #[cfg(test)]
@@ -332,6 +341,16 @@ mod tests {
         assert!(anthropic.iter().all(|e| e.uid == 0 && e.mode & 0o077 == 0));
         let github = spec.secrets(&policy("version: 1\nservices: [github]\n")).unwrap();
         assert!(github.is_empty(), "no API, no key");
+        // A GitHub token goes in where the policy names GitHub, and only there; it is no model
+        // API's key, so an image that wants one still stops without it.
+        let mut with_token =
+            SandboxSpec::new(&flags(&["claude"]), &host(), "i", &claude(), None, vec![]).unwrap();
+        with_token.keys = HashMap::from([("GH_TOKEN".to_string(), "ghp_from_env".to_string())]);
+        let github = with_token.secrets(&policy("version: 1\nservices: [github]\n")).unwrap();
+        assert_eq!(github.last().map(|e| e.path.as_str()), Some("/run/secrets/gh_token"));
+        assert!(with_token.secrets(&policy("version: 1\nservices: [npm]\n")).unwrap().is_empty());
+        let both = with_token.secrets(&policy("version: 1\nservices: [anthropic, github]\n")).unwrap_err();
+        assert_eq!(both.code, Code::NoKey);
         let gemini = spec.secrets(&policy("version: 1\nservices: [google]\n")).unwrap_err();
         assert_eq!(gemini.code, Code::NoKey);
         assert!(gemini.message.contains("GEMINI_API_KEY"), "{gemini}");

@@ -29,6 +29,10 @@ pub struct Status {
     pub upstreams: Vec<String>,
     #[serde(default)]
     pub inbound: Vec<u16>,
+    /// The forwarded hosts (docs/forwarding.md): the host, the forwarder's port, the service
+    /// and what the policy lets the agent write there.
+    #[serde(default)]
+    pub forwarded: Vec<String>,
 }
 
 impl Status {
@@ -44,6 +48,7 @@ impl Status {
             files: policy.files.iter().map(|f| f.display().to_string()).collect(),
             upstreams: upstreams.iter().map(IpAddr::to_string).collect(),
             inbound: policy.inbound.iter().copied().collect(),
+            forwarded: policy.forwarded().iter().map(forwarded_line).collect(),
         }
     }
 }
@@ -144,6 +149,21 @@ fn connection_lines() -> Vec<Connection> {
         .collect()
 }
 
+/// `github.com through 127.0.0.1:15110 (github; write: octo/hello)`.
+fn forwarded_line(host: &crate::policy::ForwardedHost) -> String {
+    let s = &host.settings;
+    let list = |what: &str, items: Vec<&String>| {
+        let items: Vec<&str> = items.iter().map(|i| i.as_str()).collect();
+        format!("{what}: {}", if items.is_empty() { "none".to_string() } else { items.join(", ") })
+    };
+    let what = match host.part {
+        Some(crate::policy::forward::Part::Npm) => list("publish", s.publish.iter().collect()),
+        Some(_) => list("write", s.write.iter().collect()),
+        None => format!("allow: {} rules", s.allow.len()),
+    };
+    format!("{} through 127.0.0.1:{} ({}; {what})", host.host, host.port, host.service)
+}
+
 fn print_text(report: &Report, addresses_error: Option<String>) {
     let status = &report.status;
     println!("firewall: {}, ipv6 {}", status.firewall, if status.ipv6 { "on" } else { "off" });
@@ -158,6 +178,10 @@ fn print_text(report: &Report, addresses_error: Option<String>) {
     }
     if status.domains.len() > SHOWN_DOMAINS {
         println!("  … and {} more", status.domains.len() - SHOWN_DOMAINS);
+    }
+    println!("forwarded ({}):", status.forwarded.len());
+    for forwarded in &status.forwarded {
+        println!("  {forwarded}");
     }
     println!("cidrs ({}):", status.cidrs.len());
     for cidr in &status.cidrs {

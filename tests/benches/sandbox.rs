@@ -254,14 +254,14 @@ impl CloneFigures {
             .on(net)
             .drop_in("clone.txt", &format!("{}\n", Self::DIRECT))
             .mount(&ca, "/run/secrets/sandbox_api_ca.pem")
-            .mount(&ca, "/tmp/test-ca.pem")
+            .mount(&sandbox_tests::tls::ca_file()?.display().to_string(), "/certs/ca.pem")
             .start()
             .await?;
         let clone = |url: String| {
             let sb = &sb;
             async move {
                 let script =
-                    format!("rm -rf /tmp/c && GIT_SSL_CAINFO=/tmp/test-ca.pem git clone -q {url} /tmp/c");
+                    format!("rm -rf /tmp/c && GIT_SSL_CAINFO=/certs/ca.pem git clone -q {url} /tmp/c");
                 let started = Instant::now();
                 let out = sb.as_agent(&["sh", "-c", &script]).await?;
                 anyhow::ensure!(out.code == 0, "{url}: {out:?}");

@@ -91,7 +91,10 @@ impl Verdicts {
             };
             let name = asked.name.as_deref().ok_or("no name")?;
             let port = dst.port();
-            let held = self.held.read().unwrap_or_else(|e| e.into_inner()).contains(name);
+            // A host a reload made forwarded has no route until the next start: it is held all
+            // the same, so that it is never reached directly in the meantime.
+            let held = self.held.read().unwrap_or_else(|e| e.into_inner()).contains(name)
+                || self.sink.allowlist().is_forwarded(name);
             if held && !forwarder {
                 return Err(format!(
                     "{name} is reached through the key forwarder alone: sandbox-init holds its key or \

@@ -103,6 +103,9 @@ async fn git_clones_and_pushes_where_the_policy_allows_and_nowhere_else() -> any
         "a push to the unlisted repository reached the forge: {requests:#?}"
     );
 
+    let status = sb.as_agent(&["sandbox-status"]).await?.stdout;
+    assert!(status.contains("github.com through 127.0.0.1:15110 (github; write: octo/hello)"), "{status}");
+
     let hunt = sb.probe(&["find-string", &hex(TOKEN), "/"]).await?;
     assert_eq!(hunt.fields["found"], "", "the agent found the token: {:?}", hunt.fields);
     Ok(())
@@ -265,5 +268,62 @@ async fn npm_installs_through_the_forwarder_and_cannot_publish() -> anyhow::Resu
         !registry.iter().any(|l| l.contains("method=PUT")),
         "the publish reached the registry: {registry:#?}"
     );
+    Ok(())
+}
+
+/// A service of the user's own, declared in a policy: its token (a root-only secret file) goes
+/// to its one host with the requests its `allow` rules name, and with no other; the agent's own
+/// connection to the host is reset.
+#[tokio::test]
+async fn a_declared_service_gets_its_token_for_the_allowed_requests_alone() -> anyhow::Result<()> {
+    const SECRET: &str = "tracker-REAL-token-of-the-declared-service-93b1";
+    let net = TestNet::create("fwd-declared").await?;
+    let api = Peer::start(&net, &["api.tracker.test", "api.other.test"]).await?;
+    let dir = tempfile::tempdir()?;
+    let policy = "version: 1\ndomains: [api.other.test]\nforward:\n  tracker:\n    host: api.tracker.test\n    \
+                  secret: tracker_token\n    allow: [\"GET,HEAD /v1/**\", \"POST /v1/issues/*/comments\"]\n";
+    let sb = SandboxSpec::smallest()
+        .await?
+        .net_admin()
+        .on(&net)
+        .drop_in("tracker.yaml", policy)
+        .mount(&secret_file(dir.path(), "tracker_token", SECRET)?, "/run/secrets/tracker_token")
+        .mount(&ca_secret_file(dir.path())?, "/run/secrets/sandbox_api_ca.pem")
+        .start()
+        .await?;
+    let env = sb.as_agent(&["sh", "-c", "echo $SANDBOX_FORWARD_API_TRACKER_TEST"]).await?;
+    assert_eq!(env.stdout.trim(), "http://127.0.0.1:15130", "{env:?}");
+    for (request, allowed) in [
+        ("GET /v1/issues/7 HTTP/1.1\\r\\n\\r\\n".to_string(), true),
+        (post("/v1/issues/7/comments", "{}", ""), true),
+        (post("/v1/issues", r#"{"title":"exfiltrated"}"#, ""), false),
+        ("DELETE /v1/issues/7 HTTP/1.1\\r\\n\\r\\n".to_string(), false),
+        ("GET /admin HTTP/1.1\\r\\n\\r\\n".to_string(), false),
+    ] {
+        let (status, line) = ask(&sb, 15130, &request).await?;
+        let expected = if allowed { "HTTP/1.1 200" } else { "HTTP/1.1 403" };
+        assert!(status.starts_with(expected), "{request}: {status} {line}");
+    }
+    let log = api.log().await?;
+    let requests: Vec<&String> = log.iter().filter(|l| l.starts_with("http 443 ")).collect();
+    assert_eq!(requests.len(), 2, "only the allowed requests reached the API: {log:#?}");
+    assert!(requests.iter().all(|l| l.contains(SECRET)), "{requests:#?}");
+    let own = sb.probe(&["tcp", "api.tracker.test", "443", "--tls"]).await?;
+    assert_eq!(own.outcome(), "reset", "{:?}", own.fields);
+    let hunt = sb.probe(&["find-string", &hex(SECRET), "/"]).await?;
+    assert_eq!(hunt.fields["found"], "", "the agent found the token: {:?}", hunt.fields);
+
+    // A host a reload makes forwarded has no route until the next start, and is no longer
+    // reached directly meanwhile (it was, before).
+    let direct = sb.probe(&["tcp", "api.other.test", "443", "--tls"]).await?;
+    assert_ne!(direct.outcome(), "reset", "the control: {:?}", direct.fields);
+    sb.write_drop_in(
+        "later.yaml",
+        "version: 1\nforward:\n  other:\n    host: api.other.test\n    secret: other_token\n    allow: [\"GET /**\"]\n",
+    )?;
+    sb.signal("SIGHUP").await?;
+    sb.wait_for_stdout("sandbox reloaded", 1).await?;
+    let held = sb.probe(&["tcp", "api.other.test", "443", "--tls"]).await?;
+    assert_eq!(held.outcome(), "reset", "{:?}", held.fields);
     Ok(())
 }
