@@ -37,6 +37,8 @@ pub struct SandboxSpec {
     /// Whether a missing key is fine: `--no-key`, `--login-from-host`, `--offline`.
     keyless: bool,
     keys: HashMap<String, String>,
+    /// The variables given by `--key-file`, not taken from the environment.
+    explicit: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for SandboxSpec {
@@ -168,6 +170,7 @@ impl SandboxSpec {
             files,
             agent: flags.agent.clone(),
             keyless: flags.no_key || flags.login_from_host || flags.offline,
+            explicit: host.key_files.keys().cloned().collect(),
             keys,
         })
     }
@@ -190,7 +193,7 @@ impl SandboxSpec {
                 ),
             ));
         }
-        keys.extend(tokens_for(baked, &self.keys));
+        keys.extend(tokens_for(baked, &self.keys, &self.explicit));
         let mut entries = Vec::new();
         if !keys.is_empty() {
             entries.push(Entry { path: SECRETS_DIR.into(), contents: None, mode: 0o700, uid: 0 });
@@ -221,11 +224,23 @@ fn keys_for(baked: &Policy, given: &HashMap<String, String>) -> (Vec<(String, St
 }
 
 /// The tokens of the built-in forwarded services (GitHub, npm) `baked` names, of those given:
-/// none is required (without one, the forwarder serves public reads).
-fn tokens_for(baked: &Policy, given: &HashMap<String, String>) -> Vec<(String, String)> {
+/// none is required (without one, the forwarder serves public reads). Where the policy keeps a
+/// service direct (the copilot image), sandbox-init gives its token to the agent itself: only a
+/// token given on purpose (`--key-file`) goes in, never one that is merely in the environment.
+fn tokens_for(
+    baked: &Policy,
+    given: &HashMap<String, String>,
+    explicit: &std::collections::BTreeSet<String>,
+) -> Vec<(String, String)> {
     let services = sandbox_policy::forward::BUILTINS.iter().filter(|b| baked.services.contains(b.name));
-    let vars = services.flat_map(|b| b.token_vars.iter());
-    vars.filter_map(|var| Some((var.to_string(), given.get(*var)?.trim().to_string()))).collect()
+    let mut tokens = Vec::new();
+    for service in services {
+        let direct = baked.forward.get(service.name).is_some_and(|f| f.direct);
+        for var in service.token_vars.iter().filter(|v| !direct || explicit.contains(**v)) {
+            tokens.extend(given.get(*var).map(|t| (var.to_string(), t.trim().to_string())));
+        }
+    }
+    tokens
 }
 
 #[cfg(test)]
@@ -351,6 +366,11 @@ mod tests {
         assert!(with_token.secrets(&policy("version: 1\nservices: [npm]\n")).unwrap().is_empty());
         let both = with_token.secrets(&policy("version: 1\nservices: [anthropic, github]\n")).unwrap_err();
         assert_eq!(both.code, Code::NoKey);
+        // Where GitHub is direct, the agent gets the token: only one given with --key-file.
+        let direct = policy("version: 1\nforward:\n  github:\n    direct: true\n");
+        assert!(with_token.secrets(&direct).unwrap().is_empty(), "an ambient token handed to the agent");
+        with_token.explicit.insert("GH_TOKEN".into());
+        assert_eq!(with_token.secrets(&direct).unwrap().len(), 2);
         let gemini = spec.secrets(&policy("version: 1\nservices: [google]\n")).unwrap_err();
         assert_eq!(gemini.code, Code::NoKey);
         assert!(gemini.message.contains("GEMINI_API_KEY"), "{gemini}");

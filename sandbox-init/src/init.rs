@@ -263,12 +263,20 @@ fn hold_keys(
     let services = crate::forwarded::routes(policy, agent, secrets)?;
     let mut env = keys::session_env(&held);
     env.extend(crate::forwarded::session_env(&services));
-    // Where GitHub is direct, the agent's CLI signs in with the token itself.
-    env.extend(crate::forwarded::direct_tokens(policy, agent, secrets)?);
+    // Where GitHub is direct, the agent's CLI signs in with the token itself: said loudly.
+    let direct = crate::forwarded::direct_tokens(policy, agent, secrets)?;
+    for (var, _) in &direct {
+        console::err(format!(
+            "sandbox-init: WARNING: a service is direct (`forward: … direct: true`): the agent's session gets ${var}, \
+             and whatever that token may do, the agent may"
+        ));
+    }
+    env.extend(direct);
     let setup =
         |what: &str, e: std::io::Error| Fatal::new(Refusal::SetupFailed, format!("cannot write {what}: {e}"));
     crate::apis::write_session_env(&env).map_err(|e| setup(crate::apis::SESSION_ENV, e))?;
     crate::forwarded::write_gitconfig(&services).map_err(|e| setup(crate::forwarded::GITCONFIG, e))?;
+    crate::status::set_forwarded(services.iter().map(|s| &s.host));
     if held.is_empty() && services.is_empty() {
         return Ok(None);
     }

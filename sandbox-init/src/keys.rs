@@ -270,7 +270,8 @@ impl Forwarder {
     pub fn log_refusals(&self, log: Arc<crate::connections::ConnectionLog>) -> std::io::Result<()> {
         let socket = self.reports.try_clone()?;
         std::thread::Builder::new().name("forwarder-refusals".into()).spawn(move || {
-            let mut buf = vec![0u8; 8192];
+            // Reasons are bounded (MAX_REPORTED_REASON characters): no report is cut.
+            let mut buf = vec![0u8; 64 * 1024];
             while let Ok(len) = socket.recv(&mut buf) {
                 let Ok(refusal) = serde_json::from_slice::<RefusedRequest>(&buf[..len]) else { continue };
                 let dst = std::net::SocketAddr::from(([127, 0, 0, 1], refusal.port));

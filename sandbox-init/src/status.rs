@@ -48,7 +48,7 @@ impl Status {
             files: policy.files.iter().map(|f| f.display().to_string()).collect(),
             upstreams: upstreams.iter().map(IpAddr::to_string).collect(),
             inbound: policy.inbound.iter().copied().collect(),
-            forwarded: policy.forwarded().iter().map(forwarded_line).collect(),
+            forwarded: FORWARDED.get().cloned().unwrap_or_default(),
         }
     }
 }
@@ -147,6 +147,15 @@ fn connection_lines() -> Vec<Connection> {
         .flat_map(|file| BufReader::new(file).lines().map_while(Result::ok).collect::<Vec<_>>())
         .filter_map(|line| serde_json::from_str::<Connection>(&line).ok())
         .collect()
+}
+
+/// The forwarded hosts as the forwarder serves them: its routes are made at start, and a reload
+/// does not change them, so neither does it change what the status says of them.
+static FORWARDED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Records the forwarded hosts the forwarder serves, once, at start.
+pub fn set_forwarded<'a>(hosts: impl IntoIterator<Item = &'a crate::policy::ForwardedHost>) {
+    let _ = FORWARDED.set(hosts.into_iter().map(forwarded_line).collect());
 }
 
 /// `github.com through 127.0.0.1:15110 (github; write: octo/hello)`.

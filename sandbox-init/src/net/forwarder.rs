@@ -47,6 +47,9 @@ pub struct Config {
     pub report_fd: Option<RawFd>,
 }
 
+/// The most characters of a refusal's reason a report carries (and connections.jsonl logs).
+pub const MAX_REPORTED_REASON: usize = 512;
+
 /// A request the forwarder refused, as it tells PID 1.
 #[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusedRequest {
@@ -128,6 +131,14 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
     {
         return Err(Refused(405, format!("the method `{method}` is not forwarded")));
     }
+    // What RFC 3986 lets a target hold, and nothing else: a raw tab, space or byte past ASCII
+    // is one some servers take as the end of the target, after the rules judged what follows.
+    let uri_byte = |b: u8| b.is_ascii_alphanumeric() || b"-._~:/?#[]@!$&'()*+,;=%".contains(&b);
+    if !target.bytes().all(uri_byte) {
+        return Err(bad(
+            "a request target with a byte that must be escaped (a tab, a space, a byte past ASCII)",
+        ));
+    }
     if !target.starts_with('/') || target.starts_with("//") {
         return Err(bad(&format!(
             "only a path is forwarded, to {} alone: `{target}` names a host",
@@ -165,8 +176,9 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
     if let Some(framing) = named.iter().find(|n| *n == "content-length" || *n == "transfer-encoding") {
         return Err(bad(&format!("a Connection header naming {framing}")));
     }
+    // `_` read as `-`, as some servers read header names (X_HTTP_METHOD_OVERRIDE).
     let dropped = |name: &str| {
-        let name = name.to_ascii_lowercase();
+        let name = name.to_ascii_lowercase().replace('_', "-");
         HOP_BY_HOP.contains(&name.as_str()) || route.strip.contains(&name) || named.contains(&name)
     };
     let mut out = format!("{method} {target} HTTP/1.1\r\nhost: {}\r\n", route.host);
@@ -449,15 +461,21 @@ async fn handle(mut client: TcpStream, served: &Served) {
 /// Whether the head's Content-Type is JSON (`application/json`, `application/vnd.git-lfs+json`):
 /// a body the rules read as JSON is not read by the server as a form.
 fn json_content(head: &[u8]) -> bool {
-    String::from_utf8_lossy(head).split("\r\n").skip(1).any(|line| {
-        line.split_once(':').is_some_and(|(name, value)| {
-            let value = value.trim().to_ascii_lowercase();
-            let media = value.split(';').next().unwrap_or_default().trim().to_string();
-            name.trim().eq_ignore_ascii_case("content-type")
-                && media.starts_with("application/")
-                && (media.ends_with("/json") || media.ends_with("+json"))
-        })
-    })
+    let text = String::from_utf8_lossy(head);
+    let types: Vec<String> = text
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| name.trim().eq_ignore_ascii_case("content-type"))
+        .map(|(_, value)| value.trim().to_ascii_lowercase())
+        .collect();
+    // One Content-Type, one media type: a server that reads another of two (or of a list)
+    // would read the body as a form.
+    let [value] = types.as_slice() else { return false };
+    let (media, params) = value.split_once(';').unwrap_or((value, ""));
+    !value.contains(',')
+        && matches!(media.trim(), "application/json" | "application/vnd.git-lfs+json")
+        && params.split(';').all(|p| p.trim().is_empty() || p.trim().starts_with("charset="))
 }
 
 /// The answer to a refused request: its line in the body (git shows a text/plain body as
@@ -715,8 +733,23 @@ mod tests {
         }
         assert!(json_content(b"POST /graphql HTTP/1.1\r\nContent-Type: application/json; charset=utf-8"));
         assert!(json_content(b"POST /b HTTP/1.1\r\ncontent-type: application/vnd.git-lfs+json"));
-        assert!(!json_content(b"POST /graphql HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded"));
-        assert!(!json_content(b"POST /graphql HTTP/1.1"));
+        for head in [
+            "POST /graphql HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded",
+            "POST /graphql HTTP/1.1",
+            "POST /graphql HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded, application/json",
+            "POST /graphql HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Type: application/json",
+            "POST /graphql HTTP/1.1\r\nContent-Type: application/jsonp",
+            "POST /graphql HTTP/1.1\r\nContent-Type: application/json; boundary=x",
+        ] {
+            assert!(!json_content(head.as_bytes()), "{head}");
+        }
+        // A target with a byte servers may end it at: the rules would judge a path the server
+        // does not serve.
+        for head in ["POST /repos/o/r/hooks\t HTTP/1.1", "GET /\u{9b}2J HTTP/1.1", "GET /a\"b HTTP/1.1"] {
+            assert_eq!(rewrite(head).unwrap_err().0, 400, "{head:?}");
+        }
+        let out = rewrite("POST /x HTTP/1.1\r\nX_HTTP_METHOD_OVERRIDE: DELETE\r\nContent-Length: 0").unwrap();
+        assert!(!out.contains("DELETE"), "{out}");
     }
 
     #[test]
