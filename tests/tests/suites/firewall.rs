@@ -316,10 +316,10 @@ async fn two_allowed_names_on_one_address_and_the_ready_line() -> anyhow::Result
     assert_eq!(first.fields["address"], second.fields["address"]);
     let (stdout, _) = sb.logs().await?;
     let ready = stdout.lines().find(|l| l.starts_with("sandbox ready: ")).unwrap_or_default();
-    // The baked shell policy (6 domains: github, debian) plus the drop-in's 2; the test
-    // network has IPv6.
+    // The baked shell policy (8 domains: github, forwarded, with its 3 direct hosts; debian)
+    // plus the drop-in's 2; the test network has IPv6.
     assert!(
-        ready.starts_with("sandbox ready: 8 domains, 0 cidrs, ipv6 on, ") && ready.ends_with(" ms"),
+        ready.starts_with("sandbox ready: 10 domains, 0 cidrs, ipv6 on, ") && ready.ends_with(" ms"),
         "{ready}"
     );
     Ok(())
