@@ -82,9 +82,14 @@ pub(crate) fn entry_with_ports<'de, A: MapAccess<'de>, T>(
             access.udp = map.next_value::<PortList>()?.0;
         } else if name == "ech" && domain {
             access.ech = map.next_value::<bool>()?;
+        } else if name == "upload" && domain {
+            access.upload = Some(map.next_value::<UploadSize>()?.0);
         } else {
-            let expected =
-                if domain { format!("{key}, ports, opaque, udp, ech") } else { format!("{key}, ports") };
+            let expected = if domain {
+                format!("{key}, ports, opaque, udp, ech, upload")
+            } else {
+                format!("{key}, ports")
+            };
             return Err(de::Error::custom(format!("unknown key `{name}` (expected one of: {expected})")));
         }
     }
@@ -104,6 +109,28 @@ pub(crate) fn entry_with_ports<'de, A: MapAccess<'de>, T>(
         ));
     }
     Ok((value, access))
+}
+
+/// `upload: 64MB` (or a number of bytes): bytes an hour.
+pub(crate) struct UploadSize(pub(crate) u64);
+
+impl<'de> Deserialize<'de> for UploadSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = UploadSize;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size an hour, as in 64MB or 1GiB")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<UploadSize, E> {
+                parse_size(v).map(UploadSize).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<UploadSize, E> {
+                parse_size(&v.to_string()).map(UploadSize).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl<'de> Deserialize<'de> for DomainRule {

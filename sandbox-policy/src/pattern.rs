@@ -117,9 +117,42 @@ pub struct Access {
     /// empties HTTPS and SVCB answers, so a client learns no ECH configuration from it: one
     /// that sends ECH brought its own.
     pub ech: bool,
+    /// Bytes the agent may send to the name in an hour, over all its connections through the
+    /// name check; None: [`DEFAULT_UPLOAD`].
+    pub upload: Option<u64>,
+}
+
+/// The upload budget of a name whose entries set none: bytes per hour.
+pub const DEFAULT_UPLOAD: u64 = 256 << 20;
+
+/// `64MB`, `1GiB`, `512KB`, `1000` (bytes): a size as a policy writes it.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let unit_size: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return Err(format!("`{text}` is not a size: write a number and KB, MB, GB, KiB, MiB or GiB")),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("`{text}` is not a size: it starts with no number"))?;
+    match n.checked_mul(unit_size) {
+        Some(0) | None => Err(format!("`{text}`: a budget is at least one byte and at most 16 EiB")),
+        Some(bytes) => Ok(bytes),
+    }
 }
 
 impl Access {
+    /// The name's upload budget, bytes per hour.
+    pub fn upload_budget(&self) -> u64 {
+        self.upload.unwrap_or(DEFAULT_UPLOAD)
+    }
+
     /// Name-checked TCP on `ports`.
     pub fn tcp(ports: Ports) -> Access {
         Access { tcp: ports, ..Access::default() }
@@ -130,6 +163,12 @@ impl Access {
         self.opaque.extend(&other.opaque);
         self.udp.extend(&other.udp);
         self.ech |= other.ech;
+        // Entries widen: of the budgets entries set, the larger holds; an entry that sets none
+        // leaves it to those that do.
+        self.upload = match (self.upload, other.upload) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// Whether it opens `port` this way.
@@ -173,6 +212,9 @@ impl fmt::Display for Access {
         }
         if self.ech {
             parts.push("ech".into());
+        }
+        if let Some(bytes) = self.upload {
+            parts.push(format!("upload {bytes} bytes an hour"));
         }
         f.write_str(&parts.join("; "))
     }

@@ -88,7 +88,7 @@ fn valid_policies_parse_to_normalised_entries() {
     assert_eq!(policy.cidrs[&"fd00:1234::/32".parse().unwrap()], ports(&[8080]));
     assert_eq!(
         policy.domains[&d("media.example.net")],
-        Access { tcp: ports(&[443]), opaque: ports(&[]), udp: ports(&[3478]), ech: false }
+        Access { tcp: ports(&[443]), opaque: ports(&[]), udp: ports(&[3478]), ech: false, upload: None }
     );
     assert_eq!(
         policy.domains[&d("ech.example.net")],
@@ -292,4 +292,25 @@ fn forward_settings_merge_and_declared_services_get_ports_of_their_own() {
     merged.merge(yaml("version: 1\nforward:\n  github:\n    write: [octo/other]\n").unwrap());
     assert_eq!(merged.forward["github"].write.len(), 2);
     assert!(err("version: 1\nforward:\n  github:\n    write: [a]\n").starts_with("policy.yaml:4:12:"));
+}
+
+#[test]
+fn upload_budgets_are_sizes_an_hour_and_entries_widen_them() {
+    assert_eq!(parse_size("64MB"), Ok(64_000_000));
+    assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+    assert_eq!(parse_size("1000"), Ok(1000));
+    for bad in ["", "MB", "1 TB", "-1MB", "0", "99999999999999999999GB"] {
+        assert!(parse_size(bad).is_err(), "{bad}");
+    }
+    let policy =
+        yaml("version: 1\ndomains:\n  - {domain: small.test, upload: 1MB}\n  - plain.test\n").unwrap();
+    let allowlist = Allowlist::new(&policy);
+    assert_eq!(allowlist.access("small.test").unwrap().upload_budget(), 1_000_000);
+    assert_eq!(allowlist.access("plain.test").unwrap().upload_budget(), DEFAULT_UPLOAD);
+    let mut merged = policy.clone();
+    merged.merge(yaml("version: 1\ndomains:\n  - {domain: small.test, upload: 2MB}\n").unwrap());
+    assert_eq!(Allowlist::new(&merged).access("small.test").unwrap().upload_budget(), 2_000_000);
+    merged.merge(yaml("version: 1\ndomains: [small.test]\n").unwrap());
+    assert_eq!(Allowlist::new(&merged).access("small.test").unwrap().upload_budget(), 2_000_000);
+    assert!(err("version: 1\ndomains:\n  - {domain: a.test, upload: lots}\n").contains("is not a size"));
 }

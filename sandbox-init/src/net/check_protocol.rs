@@ -51,7 +51,12 @@ pub enum Report {
     },
     /// An allowed connection ended.
     Closed { id: u64, up: u64, down: u64, ms: u64 },
+    /// What an open connection has sent up so far, while it sends (for the upload budgets).
+    Progress { id: u64, up: u64 },
 }
+
+/// How often the checker reports an open connection's bytes up, while there are new ones.
+pub const PROGRESS_PERIOD: Duration = Duration::from_millis(100);
 
 /// Which of the checker's listeners a connection came to, so how nft sent it there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,7 +21,9 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, UnixDatagram};
 use tokio::sync::oneshot;
 
-use crate::net::check_protocol::{LISTENERS_ENV, Listener, Order, Report, VERDICT_FD, VERDICT_TIMEOUT};
+use crate::net::check_protocol::{
+    LISTENERS_ENV, Listener, Order, PROGRESS_PERIOD, Report, VERDICT_FD, VERDICT_TIMEOUT,
+};
 use crate::net::wire::{ClientBytes, HttpRequests, MAX_FIRST_BYTES, Sniffed, TlsRetry, hello_retry, sniff};
 
 /// How long a client may take to say whom it wants.
@@ -290,7 +292,22 @@ impl Checker {
             copy(&mut server_read, &mut client_write, &counts.1, None).await;
             let _ = client_write.shutdown().await;
         };
-        let refused = {
+        // While bytes go up, PID 1 hears of them (the upload budgets), and may cut the connection.
+        // An idle connection (most of a thousand held open) is looked at less and less often.
+        let progress = async {
+            let (mut reported, mut period) = (0, PROGRESS_PERIOD);
+            loop {
+                tokio::time::sleep(period).await;
+                let up = counts.0.load(Ordering::Relaxed);
+                if up == reported {
+                    period = (period * 2).min(PROGRESS_PERIOD * 20);
+                    continue;
+                }
+                (reported, period) = (up, PROGRESS_PERIOD);
+                self.report(&Report::Progress { id, up }).await;
+            }
+        };
+        let relayed = async {
             tokio::pin!(up, down);
             tokio::select! {
                 biased;
@@ -303,6 +320,13 @@ impl Checker {
                     refused
                 }
                 () = &mut down => up.await,
+            }
+        };
+        let refused = {
+            tokio::pin!(relayed, progress);
+            tokio::select! {
+                refused = &mut relayed => refused,
+                _ = &mut progress => None,
             }
         };
         if refused.is_some()

@@ -565,7 +565,8 @@ mod tests {
         let mut elements: Vec<Element> =
             Element::for_answer("203.0.113.9".parse().unwrap(), &web, 5).collect();
         assert!(elements.iter().all(|e| e.opening == Opening::Checked), "{elements:?}");
-        let media = Access { tcp: [443].into(), opaque: [22].into(), udp: [3478].into(), ech: false };
+        let media =
+            Access { tcp: [443].into(), opaque: [22].into(), udp: [3478].into(), ..Access::default() };
         elements.extend(Element::for_answer("2001:db8::9".parse().unwrap(), &media, 90_000_000));
         assert_eq!(elements[0].timeout, MIN_TIMEOUT, "TTL floor");
         assert_eq!(elements[2].timeout, MAX_TIMEOUT, "TTL ceiling");

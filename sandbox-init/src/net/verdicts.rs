@@ -36,6 +36,34 @@ pub struct Asked {
 struct Live {
     line: Connection,
     asked: Asked,
+    /// Its bytes up already counted against its name's budget.
+    counted: u64,
+}
+
+/// The bytes each name received from the agent in its current hour (from its first byte).
+#[derive(Default)]
+struct Uploads(Mutex<HashMap<String, (std::time::Instant, u64)>>);
+
+const BUDGET_HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl Uploads {
+    /// Adds `bytes` to `name`'s hour; the total.
+    fn add(&self, name: &str, bytes: u64) -> u64 {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        let entry = map.entry(name.to_string()).or_insert((now, 0));
+        if now.duration_since(entry.0) >= BUDGET_HOUR {
+            *entry = (now, 0);
+        }
+        entry.1 = entry.1.saturating_add(bytes);
+        entry.1
+    }
+
+    /// What `name` received in its current hour.
+    fn sent(&self, name: &str) -> u64 {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(name).filter(|(start, _)| start.elapsed() < BUDGET_HOUR).map_or(0, |(_, bytes)| *bytes)
+    }
 }
 
 pub struct Verdicts {
@@ -49,6 +77,8 @@ pub struct Verdicts {
     quiet: Quiet,
     /// The hosts the key forwarder holds a key for: only it may connect to them.
     held: RwLock<std::collections::BTreeSet<String>>,
+    /// What each name checked received from the agent this hour, against its budget.
+    uploads: Uploads,
 }
 
 /// Why a connection may go on: the name to log and the reason.
@@ -64,6 +94,7 @@ impl Verdicts {
             socket: Mutex::new(None),
             quiet: Quiet::default(),
             held: RwLock::new(Default::default()),
+            uploads: Uploads::default(),
         })
     }
 
@@ -123,6 +154,13 @@ impl Verdicts {
                     "{name} came with an encrypted ClientHello (ECH), whose inner name the check cannot \
                      read; `ech: true` on its domain entry allows it"
                 )),
+                Some(m) if m.access.allows(Protocol::Tcp, port) && !forwarder => {
+                    let budget = m.access.upload_budget();
+                    if self.uploads.sent(name) >= budget {
+                        return Err(over_budget(name, budget));
+                    }
+                    Ok((Some(name.to_string()), format!("{name} is allowed on port {port}")))
+                }
                 Some(m) if m.access.allows(Protocol::Tcp, port) => {
                     Ok((Some(name.to_string()), format!("{name} is allowed on port {port}")))
                 }
@@ -154,7 +192,7 @@ impl Verdicts {
         let mut buf = vec![0u8; 65536];
         while let Ok(len) = socket.recv(&mut buf).await {
             let Ok(report) = serde_json::from_slice::<Report>(&buf[..len]) else { continue };
-            if let Some(order) = self.handle(report) {
+            for order in self.handle(report) {
                 self.send(&socket, &order).await;
             }
         }
@@ -166,8 +204,9 @@ impl Verdicts {
         }
     }
 
-    /// One report of the checker: a verdict to send back, for an ask.
-    pub fn handle(&self, report: Report) -> Option<Order> {
+    /// One report of the checker: a verdict to send back, for an ask; the connections to cut,
+    /// for bytes that spent a name's upload budget.
+    pub fn handle(&self, report: Report) -> Vec<Order> {
         match report {
             Report::Ask { id, dst, check, name, via, ech, forwarder } => {
                 let via = match (ech, forwarder) {
@@ -179,14 +218,14 @@ impl Verdicts {
                 match self.decide(&asked) {
                     Ok((logged, reason)) => {
                         let line = Connection::new("tcp", dst, &via, "allowed", reason.clone()).named(logged);
-                        let live = Live { line, asked };
+                        let live = Live { line, asked, counted: 0 };
                         self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(id, live);
-                        Some(Order::Verdict { id, allow: true, reason })
+                        vec![Order::Verdict { id, allow: true, reason }]
                     }
                     Err(reason) => {
                         let line = Connection::new("tcp", dst, &via, "refused", reason.clone()).named(name);
                         self.log.record(line, None);
-                        Some(Order::Verdict { id, allow: false, reason })
+                        vec![Order::Verdict { id, allow: false, reason }]
                     }
                 }
             }
@@ -194,18 +233,56 @@ impl Verdicts {
                 if !self.quiet.takes(dst) {
                     self.log.record(Connection::new("tcp", dst, &via, "refused", reason).named(name), None);
                 }
-                None
+                Vec::new()
             }
+            Report::Progress { id, up } => self.count_upload(id, up),
             Report::Closed { id, up, down, ms } => {
-                let live = self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)?;
+                let cut = self.count_upload(id, up);
+                let Some(live) = self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) else {
+                    return cut;
+                };
                 let mut line = live.line;
                 line.bytes_up = Some(up);
                 line.bytes_down = Some(down);
                 line.ms = Some(ms);
                 self.log.record(line, Some(id));
-                None
+                cut
             }
         }
+    }
+
+    /// Counts what connection `id` sent up since the last count against its name's budget (a
+    /// name-checked connection of the agent's; the forwarder's are the user's requests, with the
+    /// user's key, and have none). Past the budget, every open connection to the name is cut.
+    fn count_upload(&self, id: u64, up: u64) -> Vec<Order> {
+        let (name, added) = {
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(conn) = live.get_mut(&id) else { return Vec::new() };
+            if !conn.asked.check || conn.asked.forwarder {
+                return Vec::new();
+            }
+            let Some(name) = conn.asked.name.clone() else { return Vec::new() };
+            let added = up.saturating_sub(conn.counted);
+            conn.counted = conn.counted.max(up);
+            (name, added)
+        };
+        if added == 0 {
+            return Vec::new();
+        }
+        let total = self.uploads.add(&name, added);
+        let budget = self.sink.allowlist().access(&name).map_or(0, |a| a.upload_budget());
+        if total < budget {
+            return Vec::new();
+        }
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cut = Vec::new();
+        for (id, conn) in
+            live.iter_mut().filter(|(_, c)| c.asked.name.as_deref() == Some(&name) && !c.asked.forwarder)
+        {
+            conn.line.reason = format!("cut: {}", over_budget(&name, budget));
+            cut.push(Order::Close { id: *id });
+        }
+        cut
     }
 
     /// After a reload: the ranges in force, and every open connection judged again; those the
@@ -241,6 +318,14 @@ impl Verdicts {
     pub fn open_connections(&self) -> usize {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
+}
+
+/// Why a name past its upload budget is refused, and how to raise it.
+fn over_budget(name: &str, budget: u64) -> String {
+    format!(
+        "{name} received its upload budget of {budget} bytes this hour; `upload:` on its domain entry \
+         in a policy raises it"
+    )
 }
 
 /// One refusal to leave unlogged, once.
@@ -353,6 +438,18 @@ mod tests {
 
     /// PID 1's probe at start is refused by the checker, whose report may come after the probe
     /// returned: it is the one refusal left out of the log, whenever it comes, and only once.
+    #[test]
+    fn a_names_uploads_add_up_within_its_hour_and_start_again_after_it() {
+        let uploads = Uploads::default();
+        assert_eq!((uploads.add("a.test", 600), uploads.add("a.test", 500)), (600, 1100));
+        assert_eq!((uploads.sent("a.test"), uploads.sent("b.test")), (1100, 0));
+        // An hour later: a new hour, counted from its first byte.
+        let long_ago = std::time::Instant::now() - BUDGET_HOUR;
+        uploads.0.lock().unwrap().get_mut("a.test").unwrap().0 = long_ago;
+        assert_eq!(uploads.sent("a.test"), 0);
+        assert_eq!(uploads.add("a.test", 7), 7);
+    }
+
     #[test]
     fn the_start_probes_refusal_is_left_out_once() {
         let quiet = Quiet::default();

@@ -663,3 +663,39 @@ pub fn find_string(args: &Args) {
     }
     report(&[("found", found.join(",")), ("read", read.to_string()), ("denied", denied.to_string())]);
 }
+
+/// `upload HOST PORT BYTES`: the project carried up to an allowed name, one HTTP POST of BYTES
+/// (plain HTTP, Host HOST), written 64 KiB at a time until it is all sent or the connection is
+/// cut; how much went, and how it ended.
+pub fn upload(args: &Args) {
+    let (host, timeout) = (args.arg(1), args.timeout());
+    let port: u16 = args.arg(2).parse().unwrap_or(80);
+    let total: u64 = args.arg(3).parse().unwrap_or(0);
+    let addr = match crate::probes::resolve(&host, timeout) {
+        Ok(addr) => addr,
+        Err(outcome) => return report(&[("outcome", outcome), ("sent", "0".into())]),
+    };
+    let mut stream = match TcpStream::connect_timeout(&SocketAddr::new(addr, port), timeout) {
+        Ok(stream) => stream,
+        Err(e) => return report(&[("outcome", crate::probes::outcome_of(&e)), ("sent", "0".into())]),
+    };
+    let _ = stream.set_write_timeout(Some(timeout));
+    let head = format!("POST /upload HTTP/1.1\r\nHost: {host}\r\nContent-Length: {total}\r\n\r\n");
+    // Lines of text, as a source file is: 64 KiB of them a write.
+    let chunk: Vec<u8> = b"fn exfiltrated() -> &'static str { \"the project, line by line\" }\n".repeat(1024)
+        [..64 * 1024]
+        .to_vec();
+    let mut sent = 0u64;
+    let mut outcome = match stream.write_all(head.as_bytes()) {
+        Ok(()) => "sent".to_string(),
+        Err(e) => crate::probes::outcome_of(&e),
+    };
+    while outcome == "sent" && sent < total {
+        let n = chunk.len().min((total - sent) as usize);
+        match stream.write_all(&chunk[..n]) {
+            Ok(()) => sent += n as u64,
+            Err(e) => outcome = crate::probes::outcome_of(&e),
+        }
+    }
+    report(&[("outcome", outcome), ("sent", sent.to_string())]);
+}

@@ -91,6 +91,7 @@ attacks, as a hostile agent (attacks.rs, hello.rs):
   dns-flood NAME COUNT [--distinct] [--server IP]
   dns-crafted LABELS [--smuggle TEXT]
   tcp-flood ADDR PORT COUNT --ms N
+  upload HOST PORT BYTES
   fake-tmux SOCKET PAYLOAD --ms N
   race-state DIR FILE TARGET --dirs N --ms M
   sentinel FILE
@@ -125,6 +126,7 @@ fn main() {
         "forge-dns" => attacks::forge_dns(&args),
         "dns-flood" => attacks::dns_flood(&args),
         "tcp-flood" => attacks::tcp_flood(&args),
+        "upload" => attacks::upload(&args),
         "fake-tmux" => attacks::fake_tmux(&args),
         "race-state" => attacks::race_state(&args),
         "sentinel" => attacks::sentinel(&args),

@@ -4,9 +4,10 @@
 //! evidence on the receiving side. Each has a positive control in the
 //! same test, so it cannot pass because something else broke.
 //!
-//! `network::`, `names::`, `forwarder::` and `services::` need NET_ADMIN (the firewall) and are left out of
+//! `network::`, `names::`, `forwarder::`, `services::` and `budgets::` need NET_ADMIN (the firewall) and are left out of
 //! `cargo xtask test --ci`; `process::` needs no capability and runs in both modes.
 
+mod budgets;
 mod forwarder;
 mod names;
 mod network;
