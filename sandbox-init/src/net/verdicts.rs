@@ -155,9 +155,9 @@ impl Verdicts {
                      read; `ech: true` on its domain entry allows it"
                 )),
                 Some(m) if m.access.allows(Protocol::Tcp, port) && !forwarder => {
-                    let budget = m.access.upload_budget();
-                    if self.uploads.sent(name) >= budget {
-                        return Err(over_budget(name, budget));
+                    let (key, budget) = budget_of(name, &m);
+                    if self.uploads.sent(&key) >= budget {
+                        return Err(over_budget(&key, budget));
                     }
                     Ok((Some(name.to_string()), format!("{name} is allowed on port {port}")))
                 }
@@ -269,18 +269,19 @@ impl Verdicts {
         if added == 0 {
             return Vec::new();
         }
-        let total = self.uploads.add(&name, added);
-        let budget = self.sink.allowlist().access(&name).map_or(0, |a| a.upload_budget());
-        if total < budget {
+        let allowlist = self.sink.allowlist();
+        let key_of = |name: &str| allowlist.matches(name).map(|m| budget_of(name, &m));
+        let Some((key, budget)) = key_of(&name) else { return Vec::new() };
+        if self.uploads.add(&key, added) < budget {
             return Vec::new();
         }
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let mut cut = Vec::new();
-        for (id, conn) in
-            live.iter_mut().filter(|(_, c)| c.asked.name.as_deref() == Some(&name) && !c.asked.forwarder)
-        {
-            conn.line.reason = format!("cut: {}", over_budget(&name, budget));
-            cut.push(Order::Close { id: *id });
+        for (id, conn) in live.iter_mut().filter(|(_, c)| c.asked.check && !c.asked.forwarder) {
+            if conn.asked.name.as_deref().and_then(key_of).is_some_and(|(k, _)| k == key) {
+                conn.line.reason = format!("cut: {}", over_budget(&key, budget));
+                cut.push(Order::Close { id: *id });
+            }
         }
         cut
     }
@@ -318,6 +319,17 @@ impl Verdicts {
     pub fn open_connections(&self) -> usize {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
+}
+
+/// What a name's uploads count against, and its budget: its own, or, for a name allowed by a
+/// wildcard alone, the wildcard's (`*.example.com`), which every name under it shares; or each
+/// name a wildcard allows would bring a budget of its own.
+fn budget_of(name: &str, m: &sandbox_policy::Match) -> (String, u64) {
+    let key = match m.patterns.first() {
+        Some(wildcard) if m.only_by_wildcard() => wildcard.to_string(),
+        _ => name.to_string(),
+    };
+    (key, m.access.upload_budget())
 }
 
 /// Why a name past its upload budget is refused, and how to raise it.

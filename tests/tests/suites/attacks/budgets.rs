@@ -20,14 +20,19 @@ async fn received(peer: &Peer, skip: usize) -> anyhow::Result<(u64, usize)> {
 
 /// A name whose entry sets `upload: 1MB`: one upload of 400 MB is cut once the name has
 /// received its budget, and the next connection to the name is refused; ten uploads of 300 KB
-/// in turn get the peer no more than the budget and two connections' worth. The control: a
-/// name with the default budget takes 40 MB in one connection.
+/// in turn get the peer no more than the budget and two connections' worth, and so do eight
+/// names under one wildcard entry, which share its budget. The control: a name with the default
+/// budget takes 40 MB in one connection.
 #[tokio::test]
 async fn an_upload_past_its_budget_is_cut_in_one_connection_and_in_many() -> anyhow::Result<()> {
     let net = TestNet::create("attack-budgets").await?;
-    let peer = Peer::start(&net, &["one.budget.test", "many.budget.test", "free.budget.test"]).await?;
+    let wild: Vec<String> = (1..=8).map(|i| format!("n{i}.wild.budget.test")).collect();
+    let mut aliases = vec!["one.budget.test", "many.budget.test", "free.budget.test"];
+    aliases.extend(wild.iter().map(String::as_str));
+    let peer = Peer::start(&net, &aliases).await?;
     let policy = "version: 1\ndomains:\n  - {domain: one.budget.test, upload: 1MB}\n  \
-                  - {domain: many.budget.test, upload: 1MB}\n  - free.budget.test\n";
+                  - {domain: many.budget.test, upload: 1MB}\n  - free.budget.test\n  \
+                  - {domain: \"*.wild.budget.test\", upload: 1MB}\n";
     let sb =
         SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("budgets.yaml", policy).start().await?;
     let upload = async |host: &str, bytes: u64| {
@@ -53,8 +58,16 @@ async fn an_upload_past_its_budget_is_cut_in_one_connection_and_in_many() -> any
     for _ in 0..10 {
         upload("many.budget.test", 300_000).await?;
     }
-    let (bytes, _) = received(&peer, mark_after).await?;
+    let (bytes, mark) = received(&peer, mark_after).await?;
     assert!(bytes <= 1_000_000 + 2 * 300_100, "many.budget.test received {bytes} bytes of 3,000,000");
+
+    // Eight names under one wildcard (3.2 MB): they share the wildcard's budget, or each name a
+    // wildcard allows would bring a budget of its own.
+    for name in &wild {
+        upload(name, 400_000).await?;
+    }
+    let (bytes, _) = received(&peer, mark).await?;
+    assert!(bytes <= 1_000_000 + 2 * 400_100, "*.wild.budget.test received {bytes} bytes of 3,200,000");
 
     let connections = sb.exec(&["cat", "/run/agent-sandbox/connections.jsonl"]).await?.stdout;
     let refused = |name: &str| {
