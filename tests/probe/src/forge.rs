@@ -10,6 +10,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
+use crate::oauth::percent_decode;
+
 /// Debian's git smart HTTP server, a CGI program.
 const HTTP_BACKEND: &str = "/usr/lib/git-core/git-http-backend";
 /// The repositories the forge starts with (DIR/git/NAME.git), one commit on `main` each.
@@ -236,26 +238,6 @@ fn registry(dir: &str, request: &Request) -> Reply {
         Ok(body) => Reply { status: 200, content_type, body },
         Err(_) => not_found(),
     }
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The path without its query, the repository named `NAME.git` as on disk: git asks GitHub for

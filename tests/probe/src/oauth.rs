@@ -33,12 +33,13 @@ fn fields(body: &[u8]) -> std::collections::HashMap<String, String> {
     String::from_utf8_lossy(body)
         .split('&')
         .filter_map(|pair| pair.split_once('='))
-        .map(|(k, v)| (k.to_string(), percent_decode(v)))
+        .map(|(k, v)| (k.to_string(), percent_decode(&v.replace('+', " "))))
         .collect()
 }
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.replace('+', " ").into_bytes();
+/// `%XX` escapes decoded (a malformed one kept as it is); the form's `+` is the caller's.
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
