@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::exit::Fatal;
 use crate::keys::read_secret;
-use crate::net::forwarder::Route;
+use crate::net::request::Route;
 use crate::net::rules::{GithubAccess, GithubPart, HttpRule, Rules};
 use crate::policy::forward::{Auth, Part, builtin};
 use crate::policy::{ForwardedHost, Policy};

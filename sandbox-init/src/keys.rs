@@ -12,7 +12,8 @@ use std::sync::Mutex;
 
 use crate::apis::{Api, KeyVar};
 use crate::exit::{Fatal, Refusal};
-use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, RefusedRequest, Route};
+use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, RefusedRequest};
+use crate::net::request::Route;
 use crate::net::rules::Rules;
 use crate::policy::{Policy, RemoteTools};
 use crate::privileges::AgentPrivileges;

@@ -15,6 +15,7 @@ pub mod netlink;
 pub mod nflog;
 pub mod relay;
 pub mod remote_tools;
+pub mod request;
 pub mod rules;
 pub mod sink;
 pub mod verdicts;

@@ -1,7 +1,7 @@
 //! The method and path rules the loopback HTTP forwarder applies to the agent's requests before
 //! sending them on with the user's token: which repositories git and GitHub's REST API may read
 //! and write, which GraphQL mutations go through, which npm packages may be published, and what
-//! a user-declared HTTPS API allows. Pure: paths arrive canonical (`forwarder::canonical_path`),
+//! a user-declared HTTPS API allows. Pure: paths arrive canonical (`request::canonical_path`),
 //! and anything these rules cannot read the way the server would is refused.
 
 use graphql_parser::query::{Definition, OperationDefinition as Operation, Selection};
