@@ -18,7 +18,8 @@ use crate::privileges::AgentPrivileges;
 /// start when GitHub is forwarded, removed otherwise. git ignores an include that is missing.
 pub const GITCONFIG: &str = "/run/agent-sandbox/gitconfig";
 
-/// One forwarded host as the forwarder serves it.
+/// One forwarded host as the forwarder serves it: a forwarded service's, or a model API's with
+/// its key held (keys.rs), the same in everything the forwarder does.
 pub struct ServiceRoute {
     pub host: ForwardedHost,
     /// The header and its whole value, when a token was given; None: requests go without one
@@ -26,7 +27,16 @@ pub struct ServiceRoute {
     pub auth: Option<(String, String)>,
     /// Where the token came from, for the start's line (never the token).
     pub from: Option<String>,
+    /// Headers the agent's requests lose: every header a credential of the service travels in.
+    pub strip: Vec<String>,
+    /// The path every request must be under: a model API's base URL's, when the user gave one.
+    pub path: Option<String>,
+    /// The model API whose remote tools a request's body may not name (policy's `apis`).
+    pub inspect: Option<String>,
     pub rules: Rules,
+    /// What the agent's processes get for this host: the forwarder's address in the variables
+    /// its clients read, and a placeholder where the credential would be.
+    pub env: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for ServiceRoute {
@@ -40,20 +50,38 @@ impl ServiceRoute {
     /// The forwarder's port and route for this host (its descriptor set when it is bound).
     pub fn route(&self) -> (u16, Route) {
         let (header, value) = self.auth.clone().unwrap_or_default();
-        // The agent brings no credential of its own through the forwarder either.
-        let mut strip = vec!["authorization".to_string(), "cookie".to_string()];
-        strip.extend((!header.is_empty()).then(|| header.clone()));
         let route = Route {
             fd: -1,
             host: self.host.host.clone(),
             header,
             value,
-            strip,
-            path: None,
-            inspect: None,
+            strip: self.strip.clone(),
+            path: self.path.clone(),
+            inspect: self.inspect.clone(),
             rules: self.rules.clone(),
         };
         (self.host.port, route)
+    }
+
+    /// The start's line for this host.
+    pub fn start_line(&self, pid: i32) -> String {
+        let (host, port) = (&self.host.host, self.host.port);
+        match (self.host.part, &self.from) {
+            (Some(Part::Model), from) => format!(
+                "sandbox-init: the {} key ({}) is held by the forwarder (pid {pid}): 127.0.0.1:{port} sends to https://{host}",
+                self.host.service,
+                from.as_deref().unwrap_or("?")
+            ),
+            (_, from) => {
+                let token = from
+                    .as_deref()
+                    .map_or("without a token".to_string(), |f| format!("with the token of {f}"));
+                format!(
+                    "sandbox-init: {} is forwarded (pid {pid}): 127.0.0.1:{port} sends to https://{host} {token}, under the policy's rules",
+                    self.host.service
+                )
+            }
+        }
     }
 }
 
@@ -80,8 +108,13 @@ pub fn routes(policy: &Policy, agent: &AgentPrivileges, secrets: &Path) -> Resul
             }
             (Auth::Bearer, None) => ("authorization".into(), format!("Bearer {token}")),
         });
+        // The agent brings no credential of its own through the forwarder either.
+        let mut strip = vec!["authorization".to_string(), "cookie".to_string()];
+        strip.extend(auth.as_ref().map(|(header, _)| header.clone()).filter(|h| !strip.contains(h)));
         let rules = rules_for(&host);
-        out.push(ServiceRoute { auth, from: token.map(|(_, from)| from), rules, host });
+        let env = host_env(&host);
+        let from = token.map(|(_, from)| from);
+        out.push(ServiceRoute { auth, from, strip, path: None, inspect: None, rules, env, host });
     }
     Ok(out)
 }
@@ -101,6 +134,7 @@ fn rules_for(host: &ForwardedHost) -> Rules {
         Some(Part::Api) => github(GithubPart::Api),
         Some(Part::Uploads) => github(GithubPart::Uploads),
         Some(Part::Npm) => Rules::Npm { publish: s.publish.iter().cloned().collect() },
+        Some(Part::Model) => Rules::Any,
         None => Rules::Http {
             allow: s
                 .allow
@@ -156,24 +190,28 @@ fn token(vars: &[&str], agent: &AgentPrivileges, secrets: &Path) -> Result<Optio
     }))
 }
 
-/// What the agent's processes get for the forwarded hosts: `SANDBOX_FORWARD_<HOST>` for each
-/// (the forwarder's address), and npm's registry when the registry is forwarded.
-pub fn session_env(routes: &[ServiceRoute]) -> Vec<(String, String)> {
-    let mut env = Vec::new();
-    for route in routes {
-        let url = format!("http://127.0.0.1:{}", route.host.port);
-        let name: String = route
-            .host
-            .host
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
-            .collect();
-        env.push((format!("SANDBOX_FORWARD_{name}"), url.clone()));
-        if route.host.part == Some(Part::Npm) {
-            env.push(("npm_config_registry".into(), format!("{url}/")));
-        }
+/// What the agent's processes get for a forwarded service's host: `SANDBOX_FORWARD_<HOST>` (the
+/// forwarder's address), and npm's registry for the registry.
+fn host_env(host: &ForwardedHost) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{}", host.port);
+    let name: String = host
+        .host
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+        .collect();
+    let mut env = vec![(format!("SANDBOX_FORWARD_{name}"), url.clone())];
+    if host.part == Some(Part::Npm) {
+        env.push(("npm_config_registry".into(), format!("{url}/")));
+    }
+    if let Some(var) = host.settings.declared.as_ref().and_then(|d| d.variable.clone()) {
+        env.push((var, crate::policy::forward::PLACEHOLDER.into()));
     }
     env
+}
+
+/// What the agent's processes get for every forwarded host and held key.
+pub fn session_env(routes: &[ServiceRoute]) -> Vec<(String, String)> {
+    routes.iter().flat_map(|r| r.env.iter().cloned()).collect()
 }
 
 /// The git configuration that sends GitHub's three URL forms to the forwarder, or None when

@@ -13,12 +13,14 @@ use crate::connections::{CONNECTION_LOG, ConnectionLog};
 use crate::console;
 use crate::denials::{DENIAL_LOG, DenialLog};
 use crate::exit::{Fatal, Refusal};
+use crate::forwarded::ServiceRoute;
 use crate::keys::{self, Forwarder};
 use crate::net::enforcer::{Enforcement, Logs, Settings};
 use crate::net::firewall::{DEFAULT_SET_SIZE, FirewallMode};
 use crate::net::interfaces::Network;
 use crate::net::nflog;
 use crate::net::verdicts::Verdicts;
+use crate::policy::forward::Part;
 use crate::policy::{BAKED_POLICY, DROP_IN_DIR, Policy};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
 use crate::process::{self, Service};
@@ -260,9 +262,10 @@ fn hold_keys(
 ) -> Result<Option<Arc<Forwarder>>, Fatal> {
     let secrets = Path::new(keys::SECRETS_DIR);
     let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
-    let services = crate::forwarded::routes(policy, agent, secrets)?;
-    let mut env = keys::session_env(&held);
-    env.extend(crate::forwarded::session_env(&services));
+    // A held key is a forwarded host like GitHub's: one route type, one forwarder.
+    let mut routes: Vec<ServiceRoute> = held.iter().map(|key| key.route(policy)).collect();
+    routes.extend(crate::forwarded::routes(policy, agent, secrets)?);
+    let mut env = crate::forwarded::session_env(&routes);
     // Where GitHub is direct, the agent's CLI signs in with the token itself: said loudly.
     let direct = crate::forwarded::direct_tokens(policy, agent, secrets)?;
     for (var, _) in &direct {
@@ -275,18 +278,16 @@ fn hold_keys(
     let setup =
         |what: &str, e: std::io::Error| Fatal::new(Refusal::SetupFailed, format!("cannot write {what}: {e}"));
     crate::apis::write_session_env(&env).map_err(|e| setup(crate::apis::SESSION_ENV, e))?;
-    crate::forwarded::write_gitconfig(&services).map_err(|e| setup(crate::forwarded::GITCONFIG, e))?;
-    crate::status::set_forwarded(services.iter().map(|s| &s.host));
-    if held.is_empty() && services.is_empty() {
+    crate::forwarded::write_gitconfig(&routes).map_err(|e| setup(crate::forwarded::GITCONFIG, e))?;
+    crate::status::set_forwarded(routes.iter().map(|r| &r.host).filter(|h| h.part != Some(Part::Model)));
+    if routes.is_empty() {
         return Ok(None);
     }
     if let Some(verdicts) = verdicts {
-        verdicts.hold(held.iter().map(|key| key.host.clone()));
-        verdicts.hold(services.iter().map(|s| s.host.host.clone()));
+        verdicts.hold(routes.iter().map(|r| r.host.host.clone()));
     }
     let extra_ca = keys::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
-    let routes = services.iter().map(crate::forwarded::ServiceRoute::route).collect();
-    let forwarder = Forwarder::bind(&held, routes, extra_ca, policy)
+    let forwarder = Forwarder::bind(&routes, extra_ca)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot listen for the key forwarder: {e}")))?;
     if let Some(verdicts) = verdicts {
         forwarder.log_refusals(verdicts.log()).map_err(|e| {
@@ -296,21 +297,8 @@ fn hold_keys(
     let pid = forwarder
         .start(&sandbox_init_exe())
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the key forwarder: {e}")))?;
-    for key in &held {
-        console::err(format!(
-            "sandbox-init: the {} key ({}) is held by the forwarder (pid {pid}): 127.0.0.1:{} sends to https://{}",
-            key.api.name, key.from, key.api.port, key.host
-        ));
-    }
-    for service in &services {
-        let token = service
-            .from
-            .as_deref()
-            .map_or("without a token".to_string(), |from| format!("with the token of {from}"));
-        console::err(format!(
-            "sandbox-init: {} is forwarded (pid {pid}): 127.0.0.1:{} sends to https://{} {token}, under the policy's rules",
-            service.host.service, service.host.port, service.host.host
-        ));
+    for route in &routes {
+        console::err(route.start_line(pid));
     }
     Ok(Some(Arc::new(forwarder)))
 }

@@ -12,8 +12,8 @@ use std::sync::Mutex;
 
 use crate::apis::{Api, KeyVar};
 use crate::exit::{Fatal, Refusal};
+use crate::forwarded::ServiceRoute;
 use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, RefusedRequest};
-use crate::net::request::Route;
 use crate::net::rules::Rules;
 use crate::policy::{Policy, RemoteTools};
 use crate::privileges::AgentPrivileges;
@@ -194,19 +194,32 @@ pub fn load(apis: &[&'static Api], agent: &AgentPrivileges, secrets: &Path) -> R
     Ok(held)
 }
 
-/// What every agent process gets for the held keys: the CLI's base-URL variables pointing at
-/// the forwarder, and the placeholder in the key's variable.
-pub fn session_env(held: &[HeldKey]) -> Vec<(String, String)> {
-    let mut env = Vec::new();
-    for key in held {
-        for (var, path) in key.api.base_urls {
-            let path = key.base_path.as_deref().unwrap_or(path).trim_end_matches('/');
-            env.push((var.to_string(), format!("http://127.0.0.1:{}{path}", key.api.port)));
+impl HeldKey {
+    /// The key as the forwarder holds it: a forwarded host of its own (the API's, or the base
+    /// URL's), any request under the base path let through, the body read for remote tools
+    /// unless `policy` allows them; the agent's processes get the CLI's base-URL variables
+    /// pointing at the forwarder, and the placeholder in the key's variable.
+    pub fn route(&self, policy: &Policy) -> ServiceRoute {
+        let api = self.api;
+        let mut env = Vec::new();
+        for (var, path) in api.base_urls {
+            let path = self.base_path.as_deref().unwrap_or(path).trim_end_matches('/');
+            env.push((var.to_string(), format!("http://127.0.0.1:{}{path}", api.port)));
         }
-        env.push((key.var.var.to_string(), key.var.placeholder.to_string()));
-        env.extend(key.api.session.iter().map(|(var, value)| (var.to_string(), value.to_string())));
+        env.push((self.var.var.to_string(), self.var.placeholder.to_string()));
+        env.extend(api.session.iter().map(|(var, value)| (var.to_string(), value.to_string())));
+        ServiceRoute {
+            host: api.forwarded_host(self.host.clone()),
+            auth: Some((self.var.header.to_string(), format!("{}{}", self.var.prefix, self.key))),
+            from: Some(self.from.clone()),
+            strip: api.keys.iter().map(|k| k.header.to_string()).collect(),
+            path: self.base_path.clone(),
+            inspect: (policy.api_settings(api.name).remote_tools == RemoteTools::Refuse)
+                .then(|| api.name.to_string()),
+            rules: Rules::Any,
+            env,
+        }
     }
-    env
 }
 
 /// The forwarder as PID 1 runs it: the listeners (bound before the agent starts, so no process
@@ -222,41 +235,18 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Binds one loopback port per held key's API, and one per forwarded host (`services`:
-    /// the port and the route, forwarded.rs's). `policy` says which APIs' remote tools a
-    /// request may name.
-    pub fn bind(
-        held: &[HeldKey],
-        services: Vec<(u16, Route)>,
-        extra_ca: Option<String>,
-        policy: &Policy,
-    ) -> std::io::Result<Forwarder> {
+    /// Binds one loopback port per route: each held key's API and each forwarded host
+    /// (forwarded.rs's).
+    pub fn bind(routes: &[ServiceRoute], extra_ca: Option<String>) -> std::io::Result<Forwarder> {
         let mut listeners = Vec::new();
-        let mut routes = Vec::new();
-        let mut fd = CONFIG_FD;
-        let mut next_fd = || {
-            fd += 1;
-            fd
-        };
-        for key in held {
-            listeners.push(std::net::TcpListener::bind(("127.0.0.1", key.api.port))?);
-            routes.push(Route {
-                fd: next_fd(),
-                host: key.host.clone(),
-                header: key.var.header.to_string(),
-                value: format!("{}{}", key.var.prefix, key.key),
-                strip: key.api.keys.iter().map(|k| k.header.to_string()).collect(),
-                path: key.base_path.clone(),
-                inspect: (policy.api_settings(key.api.name).remote_tools == RemoteTools::Refuse)
-                    .then(|| key.api.name.to_string()),
-                rules: Rules::Any,
-            });
-        }
-        for (port, mut route) in services {
+        let mut config_routes = Vec::new();
+        for (index, service) in routes.iter().enumerate() {
+            let (port, mut route) = service.route();
             listeners.push(std::net::TcpListener::bind(("127.0.0.1", port))?);
-            route.fd = next_fd();
-            routes.push(route);
+            route.fd = CONFIG_FD + 1 + index as i32;
+            config_routes.push(route);
         }
+        let routes = config_routes;
         let (reports, its_end) = std::os::unix::net::UnixDatagram::pair()?;
         let report_fd = Some(CONFIG_FD + 1 + listeners.len() as i32);
         let config =
@@ -388,7 +378,17 @@ mod tests {
         let openai = held.iter().find(|k| k.api.name == "openai").unwrap();
         assert_eq!(openai.key, "sk-from-file");
         assert!(!format!("{held:?}").contains("sk-from-file"), "the key in a debug string");
-        let env = session_env(&held[..1]);
+        let policy = Policy::from_yaml(Path::new("p.yaml"), "version: 1\nallow: none\n").unwrap();
+        let route = held[0].route(&policy);
+        assert_eq!(
+            (route.host.host.as_str(), route.host.port, route.inspect.as_deref()),
+            ("api.openai.com", 15102, Some("openai"))
+        );
+        assert_eq!(
+            route.auth.as_ref().unwrap(),
+            &("authorization".to_string(), "Bearer sk-from-file".into())
+        );
+        let env = route.env;
         assert!(env.contains(&("OPENAI_BASE_URL".into(), "http://127.0.0.1:15102/v1".into())), "{env:?}");
         assert!(env.contains(&("OPENAI_API_KEY".into(), "sk-held-by-agent-sandbox".into())), "{env:?}");
         assert!(!env.iter().any(|(_, v)| v.contains("sk-from-file")));

@@ -86,6 +86,23 @@ pub const APIS: &[Api] = &[
     },
 ];
 
+impl Api {
+    /// The API as a forwarded host, sending to `host` (its own, or the one of the base URL the
+    /// user gave): a forwarded service whose credential is the held key and whose rules let any
+    /// request under the base path through. Unlike GitHub's or a declared service's, its host is
+    /// the forwarder's alone only while a key is held: without one, a CLI signed in by itself
+    /// reaches it directly.
+    pub fn forwarded_host(&self, host: String) -> crate::ForwardedHost {
+        crate::ForwardedHost {
+            service: self.name.to_string(),
+            host,
+            port: self.port,
+            part: Some(crate::forward::Part::Model),
+            settings: crate::forward::Forward::default(),
+        }
+    }
+}
+
 /// The API named `name`.
 pub fn api(name: &str) -> Option<&'static Api> {
     APIS.iter().find(|api| api.name == name)

@@ -23,6 +23,8 @@ pub enum Part {
     Uploads,
     /// The npm registry.
     Npm,
+    /// A model API whose key sandbox-init holds (apis.rs): any request under its base path.
+    Model,
 }
 
 /// One forwarded host of a built-in service, and the forwarder's port for it on 127.0.0.1.
@@ -134,7 +136,14 @@ pub struct Declared {
     /// The header the token travels in, lower-case, and what comes before it.
     pub header: String,
     pub prefix: String,
+    /// The variable the agent's client reads the token from, if any: it gets a placeholder
+    /// ([`PLACEHOLDER`]), as a model API's key variable does, so a client that insists on one
+    /// runs, and the real token stays the forwarder's.
+    pub variable: Option<String>,
 }
+
+/// What a declared service's `variable` holds in the agent's session.
+pub const PLACEHOLDER: &str = "held-by-agent-sandbox";
 
 /// One rule of a declared service: methods (upper-case, `*` any) and a path pattern (`*` one
 /// segment, `**` any number of segments).
@@ -247,6 +256,7 @@ checked_string!(Mutation, check_mutation);
 checked_string!(Package, check_package);
 checked_string!(SecretName, check_secret);
 checked_string!(HeaderName, check_header);
+checked_string!(VariableName, check_variable);
 
 /// `OWNER/REPO`, `OWNER/*` or `*/*`: GitHub's name characters, compared without case.
 pub fn check_repo(text: &str) -> Result<String, String> {
@@ -312,6 +322,21 @@ fn check_header(text: &str) -> Result<String, String> {
         ));
     }
     Ok(lower)
+}
+
+/// An environment variable for a token's placeholder: upper-case, and named as tokens are
+/// (`…_TOKEN`, `…_KEY`, `…_SECRET`), so that no policy sets `PATH` or `LD_PRELOAD` this way.
+fn check_variable(text: &str) -> Result<String, String> {
+    let ok = text.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+        && text.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && ["_TOKEN", "_KEY", "_SECRET"].iter().any(|end| text.ends_with(end))
+        && !crate::apis::key_vars().any(|v| v == text);
+    ok.then(|| text.to_string()).ok_or_else(|| {
+        format!(
+            "`{text}` cannot hold a placeholder: name an upper-case variable ending in _TOKEN, _KEY or \
+             _SECRET that is not a model API's or built-in service's"
+        )
+    })
 }
 
 /// `GET /v1/items/*`, `GET,HEAD /v1/**`, `* /status`.
@@ -397,12 +422,14 @@ impl<'de> Deserialize<'de> for NpmForward {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, expecting = "{host, secret, allow} (header and prefix optional)")]
+#[serde(deny_unknown_fields, expecting = "{host, secret, allow} (header, prefix and variable optional)")]
 struct DeclaredFields {
     host: DeclaredHost,
     secret: SecretName,
     #[serde(default)]
     header: Option<HeaderName>,
+    #[serde(default)]
+    variable: Option<VariableName>,
     #[serde(default)]
     prefix: Option<String>,
     allow: Vec<HttpRuleValue>,
@@ -447,6 +474,7 @@ impl<'de> Deserialize<'de> for DeclaredForward {
                 secret: f.secret.0,
                 header: f.header.map_or_else(|| "authorization".into(), |h| h.0),
                 prefix,
+                variable: f.variable.map(|v| v.0),
             }),
             allow: f.allow.into_iter().map(|r| r.0).collect(),
             ..Forward::default()
@@ -479,6 +507,10 @@ mod tests {
         }
         assert!(check_header("Host").is_err() && check_header("x-api-key").is_ok());
         assert!(check_secret("../x").is_err() && check_secret("my_token").is_ok());
+        assert!(check_variable("TRACKER_TOKEN").is_ok() && check_variable("JIRA_API_KEY").is_ok());
+        for bad in ["PATH", "LD_PRELOAD", "tracker_token", "GH_TOKEN", "OPENAI_API_KEY", "_TOKEN2"] {
+            assert!(check_variable(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -321,7 +321,8 @@ impl Policy {
     }
 }
 
-/// A host the forwarder alone reaches (`Policy::forwarded`).
+/// A host the forwarder alone reaches: a forwarded service's (`Policy::forwarded`), or a model
+/// API's while its key is held (`apis::Api::forwarded_host`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ForwardedHost {
     pub service: String,

@@ -281,7 +281,8 @@ async fn a_declared_service_gets_its_token_for_the_allowed_requests_alone() -> a
     let api = Peer::start(&net, &["api.tracker.test", "api.other.test"]).await?;
     let dir = tempfile::tempdir()?;
     let policy = "version: 1\ndomains: [api.other.test]\nforward:\n  tracker:\n    host: api.tracker.test\n    \
-                  secret: tracker_token\n    allow: [\"GET,HEAD /v1/**\", \"POST /v1/issues/*/comments\"]\n";
+                  secret: tracker_token\n    variable: TRACKER_TOKEN\n    \
+                  allow: [\"GET,HEAD /v1/**\", \"POST /v1/issues/*/comments\"]\n";
     let sb = SandboxSpec::smallest()
         .await?
         .net_admin()
@@ -291,8 +292,8 @@ async fn a_declared_service_gets_its_token_for_the_allowed_requests_alone() -> a
         .mount(&ca_secret_file(dir.path())?, "/run/secrets/sandbox_api_ca.pem")
         .start()
         .await?;
-    let env = sb.as_agent(&["sh", "-c", "echo $SANDBOX_FORWARD_API_TRACKER_TEST"]).await?;
-    assert_eq!(env.stdout.trim(), "http://127.0.0.1:15130", "{env:?}");
+    let env = sb.as_agent(&["sh", "-c", "echo $SANDBOX_FORWARD_API_TRACKER_TEST $TRACKER_TOKEN"]).await?;
+    assert_eq!(env.stdout.trim(), "http://127.0.0.1:15130 held-by-agent-sandbox", "{env:?}");
     for (request, allowed) in [
         ("GET /v1/issues/7 HTTP/1.1\\r\\n\\r\\n".to_string(), true),
         (post("/v1/issues/7/comments", "{}", ""), true),
