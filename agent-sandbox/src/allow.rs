@@ -2,20 +2,36 @@
 
 use crate::approve;
 use crate::engine::Engine;
-use crate::exit::Result;
+use crate::exit::{Code, Failure, Result};
 use crate::flags::AllowFlags;
 
 pub async fn run(flags: &AllowFlags) -> Result<i32> {
     // Checked before the engine is asked anything.
     approve::validate("DOMAIN", &flags.domains)?;
+    let upload = flags
+        .upload
+        .as_deref()
+        .map(|size| {
+            sandbox_policy::parse_size(size)
+                .map_err(|why| Failure::new(Code::BadArgument, format!("--upload {size}: {why}")))
+        })
+        .transpose()?;
     let sandbox = Engine::connect().await?.find(&flags.which.sandbox).await?;
     let _held = approve::hold(&sandbox).await?;
     let domains = if flags.pending {
         approve::allow_pending(&sandbox, &flags.domains, flags.yes).await?
     } else {
-        approve::allow(&sandbox, &flags.domains).await?;
+        approve::allow(&sandbox, &flags.domains, upload).await?;
         flags.domains.clone()
     };
+    if let Some(bytes) = upload {
+        eprintln!(
+            "agent-sandbox: {} allows {} up to {bytes} bytes an hour each (where no other entry allows more)",
+            sandbox.name,
+            domains.join(", ")
+        );
+        return Ok(0);
+    }
     if domains.is_empty() {
         eprintln!("agent-sandbox: nothing pending in {} up to the last review", sandbox.name);
     } else {

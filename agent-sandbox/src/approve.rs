@@ -131,6 +131,11 @@ pub fn validate(what: &str, domains: &[String]) -> Result<Vec<DomainPattern>> {
         .collect()
 }
 
+/// The name an entry of the runtime drop-in is for (`docs.rs:443` of `docs.rs:443 upload=1000`).
+fn entry_name(entry: &str) -> &str {
+    entry.split_whitespace().next().unwrap_or_default()
+}
+
 /// The entries of the runtime drop-in, as written.
 fn entries(text: &str) -> Vec<String> {
     text.lines()
@@ -232,13 +237,21 @@ async fn apply(sandbox: &Sandbox, new: &[String], after: &Policy) -> Result<()> 
 }
 
 /// `allow`: adds `domains` (checked by the caller) to the running sandbox's runtime drop-in and
-/// reloads.
-pub async fn allow(sandbox: &Sandbox, domains: &[String]) -> Result<()> {
+/// reloads; with `upload`, each with that upload budget (bytes an hour), in place of an entry
+/// the drop-in had for it. Entries widen: the largest budget of a name's entries holds, so a
+/// budget given here raises, never lowers.
+pub async fn allow(sandbox: &Sandbox, domains: &[String], upload: Option<u64>) -> Result<()> {
     sandbox.ensure_running()?;
     let mut current = entries(&read_text(sandbox, RUNTIME_DROP_IN).await?.unwrap_or_default());
     for domain in domains {
-        if !current.contains(domain) {
-            current.push(domain.clone());
+        let had = current.iter().any(|e| entry_name(e) == domain);
+        match upload {
+            Some(bytes) => {
+                current.retain(|e| entry_name(e) != domain);
+                current.push(format!("{domain} upload={bytes}"));
+            }
+            None if !had => current.push(domain.clone()),
+            None => {}
         }
     }
     let after = policy_in(sandbox, Some(&current)).await?;
@@ -252,7 +265,8 @@ pub async fn deny(sandbox: &Sandbox, domains: &[String]) -> Result<()> {
     sandbox.ensure_running()?;
     let patterns = validate("DOMAIN", domains)?;
     let current = entries(&read_text(sandbox, RUNTIME_DROP_IN).await?.unwrap_or_default());
-    let unknown: Vec<&String> = domains.iter().filter(|d| !current.contains(d)).collect();
+    let unknown: Vec<&String> =
+        domains.iter().filter(|d| !current.iter().any(|e| entry_name(e) == d.as_str())).collect();
     if !unknown.is_empty() {
         return Err(Failure::new(
             Code::BadArgument,
@@ -264,7 +278,8 @@ pub async fn deny(sandbox: &Sandbox, domains: &[String]) -> Result<()> {
             ),
         ));
     }
-    let kept: Vec<String> = current.iter().filter(|d| !domains.contains(d)).cloned().collect();
+    let kept: Vec<String> =
+        current.iter().filter(|e| !domains.iter().any(|d| d == entry_name(e))).cloned().collect();
     let after = policy_in(sandbox, Some(&kept)).await?;
     let still = Allowlist::new(&after);
     let stays: Vec<String> = patterns
@@ -303,6 +318,19 @@ pub struct Pending {
     /// `docs.example.com`): a place the agent was never meant to go, rather than another host
     /// of a service it uses.
     pub new_site: bool,
+    /// An allowed name (or wildcard entry) past its upload budget: its connections refused or
+    /// cut (`count`), until `allow NAME --upload SIZE` raises the budget or the hour ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upload: Option<Spent>,
+}
+
+/// A spent upload budget, as the last denial of it said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Spent {
+    /// Bytes an hour.
+    pub budget: u64,
+    /// Bytes sent this hour when it was last refused.
+    pub sent: u64,
 }
 
 /// More names than this, `allow --pending` approves only with `--yes N`.
@@ -323,8 +351,10 @@ fn site(name: &str) -> String {
 /// The queue as read: names refused as not allowlisted after the mark.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Queue {
-    /// Names that can be allowed, most asked first.
+    /// Names that can be allowed, by name.
     pub names: Vec<Pending>,
+    /// Upload budgets spent, and not raised since, by name.
+    pub budgets: Vec<Pending>,
     /// Refused names that are not domains a policy can hold (`a_b.test`): shown, never approved.
     pub unallowable: Vec<String>,
     /// The time of the last denial read: the mark that empties the queue this far.
@@ -343,6 +373,7 @@ fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
         })
         .collect();
     let mut names: BTreeMap<String, Pending> = BTreeMap::new();
+    let mut budgets: BTreeMap<String, Pending> = BTreeMap::new();
     let mut out = Queue::default();
     for line in lines.lines() {
         let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else { continue };
@@ -352,6 +383,25 @@ fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
         }
         if out.newest.as_deref().is_none_or(|n| time > n) {
             out.newest = Some(time.to_string());
+        }
+        let count = 1 + value["repeats"].as_u64().unwrap_or(0);
+        if let (Some("upload"), Some(name), Some(budget)) =
+            (value["denied"].as_str(), value["name"].as_str(), value["budget"].as_u64())
+        {
+            if budget_now(policy, &allowlist, name).is_some_and(|now| now <= budget) {
+                let entry = budgets.entry(name.to_string()).or_insert_with(|| Pending {
+                    name: name.to_string(),
+                    count: 0,
+                    first: time.to_string(),
+                    last: String::new(),
+                    new_site: false,
+                    upload: None,
+                });
+                entry.count += count;
+                entry.last = time.to_string();
+                entry.upload = Some(Spent { budget, sent: value["sent"].as_u64().unwrap_or(budget) });
+            }
+            continue;
         }
         let (Some("dns"), Some("not allowlisted"), Some(name)) =
             (value["denied"].as_str(), value["reason"].as_str(), value["name"].as_str())
@@ -367,19 +417,29 @@ fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
             }
             continue;
         }
-        let count = 1 + value["repeats"].as_u64().unwrap_or(0);
         let entry = names.entry(name.to_string()).or_insert_with(|| Pending {
             name: name.to_string(),
             count: 0,
             first: time.to_string(),
             last: String::new(),
             new_site: !sites.contains(&site(name)),
+            upload: None,
         });
         entry.count += count;
         entry.last = time.to_string();
     }
     out.names = names.into_values().collect();
+    out.budgets = budgets.into_values().collect();
     out
+}
+
+/// The upload budget `policy` gives what a spent budget was counted for (a name, or the
+/// wildcard entry whose names share one); None if it no longer allows it.
+fn budget_now(policy: &Policy, allowlist: &Allowlist, counted: &str) -> Option<u64> {
+    match DomainPattern::parse(counted).ok()? {
+        DomainPattern::Exact(name) => allowlist.matches(&name).map(|m| m.access.upload_budget()),
+        wildcard => policy.domains.get(&wildcard).map(|access| access.upload_budget()),
+    }
 }
 
 async fn read_mark(sandbox: &Sandbox, path: &str) -> Result<String> {
@@ -486,7 +546,7 @@ pub async fn allow_pending(sandbox: &Sandbox, extra: &[String], yes: Option<usiz
         ));
     }
     if !domains.is_empty() {
-        allow(sandbox, &domains).await?;
+        allow(sandbox, &domains, None).await?;
     }
     write_mark(sandbox, PENDING_MARK, &review.until).await?;
     Ok(domains)
@@ -507,6 +567,20 @@ pub fn render_pending(queue: &[Pending]) -> String {
         text.push_str("; *: no entry of the sandbox's policy is under the same site");
     }
     text.push('\n');
+    text
+}
+
+/// The spent upload budgets as `pending` prints them.
+pub fn render_budgets(budgets: &[Pending]) -> String {
+    let width = budgets.iter().map(|p| p.name.len()).max().unwrap_or(0).max(19) + 2;
+    let mut text = format!(
+        "{:<width$}  {:>5}  {:>14}  {:>14}  LAST REFUSED OR CUT\n",
+        "UPLOAD BUDGET SPENT", "COUNT", "BUDGET/HOUR", "SENT"
+    );
+    for p in budgets {
+        let Spent { budget, sent } = p.upload.unwrap_or(Spent { budget: 0, sent: 0 });
+        text.push_str(&format!("{:<width$}  {:>5}  {budget:>14}  {sent:>14}  {}\n", p.name, p.count, p.last));
+    }
     text
 }
 
@@ -574,10 +648,17 @@ mod tests {
             r#"{"time":"2026-11-26T10:00:04.500Z","denied":"dns","name":"under_score.test","type":"A","reason":"not allowlisted"}"#,
             r#"{"time":"2026-11-26T10:00:05.000Z","denied":"connection","protocol":"tcp","address":"192.0.2.1","port":443}"#,
             r#"{"time":"2026-11-26T10:00:06.000Z","denied":"dns","name":"later.test","type":"A","reason":"not allowlisted"}"#,
+            r#"{"time":"2026-11-26T10:00:07.000Z","denied":"upload","name":"docs.rs","budget":1000,"sent":1200,"reason":"upload budget","repeats":2}"#,
+            r#"{"time":"2026-11-26T10:00:07.500Z","denied":"upload","name":"raised.test","budget":1000,"sent":1000,"reason":"upload budget"}"#,
+            r#"{"time":"2026-11-26T10:00:08.000Z","denied":"upload","name":"gone.test","budget":1000,"sent":1000,"reason":"upload budget"}"#,
             "not json",
         ]
         .join("\n");
-        let policy = Policy::from_list(Path::new("x.txt"), "docs.rs\nwww.later.test\n").unwrap();
+        let policy = Policy::from_list(
+            Path::new("x.txt"),
+            "docs.rs upload=1000\nwww.later.test\nraised.test upload=2000\n",
+        )
+        .unwrap();
         let read = queue(&lines, "2026-11-26T10:00:00.000Z", &policy);
         let names: Vec<(&str, u64, bool)> =
             read.names.iter().map(|p| (p.name.as_str(), p.count, p.new_site)).collect();
@@ -586,7 +667,13 @@ mod tests {
             (read.names[0].first.as_str(), read.names[0].last.as_str()),
             ("2026-11-26T10:00:01.000Z", "2026-11-26T10:00:03.000Z")
         );
-        assert_eq!(read.newest.as_deref(), Some("2026-11-26T10:00:06.000Z"));
+        assert_eq!(read.newest.as_deref(), Some("2026-11-26T10:00:08.000Z"));
+        // A spent budget is listed until a policy raises it (raised.test) or no longer allows
+        // the name (gone.test).
+        let spent: Vec<(&str, u64, Option<Spent>)> =
+            read.budgets.iter().map(|p| (p.name.as_str(), p.count, p.upload)).collect();
+        assert_eq!(spent, [("docs.rs", 3, Some(Spent { budget: 1000, sent: 1200 }))]);
+        insta::assert_snapshot!("budgets", render_budgets(&read.budgets));
         assert_eq!(read.unallowable, ["under_score.test"]);
         insta::assert_snapshot!(render_pending(&read.names));
     }

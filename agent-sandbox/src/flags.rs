@@ -89,6 +89,7 @@ pub enum Command {
         after_help = "Examples:\n  \
             agent-sandbox allow claude docs.rs\n  \
             agent-sandbox allow claude '*.readthedocs.io' pypi.org:443\n  \
+            agent-sandbox allow claude uploads.example.com --upload 1GiB\n  \
             agent-sandbox pending claude && agent-sandbox allow claude --pending"
     )]
     Allow(AllowFlags),
@@ -100,7 +101,8 @@ pub enum Command {
         long_about = "List the names a sandbox's agent was refused since the last approval or \
             dismissal, with how often: the approval queue of an unattended agent. \
             `agent-sandbox allow SANDBOX --pending` allows them all; --dismiss empties the queue \
-            without allowing anything.",
+            without allowing anything. Allowed names past their upload budget are listed too, \
+            with their budget: `agent-sandbox allow SANDBOX NAME --upload SIZE` raises one.",
         after_help = "Examples:\n  \
             agent-sandbox pending claude\n  \
             agent-sandbox pending claude --json\n  \
@@ -252,6 +254,10 @@ pub struct AllowFlags {
     /// With --pending: approve N names, when there are more than three (N must be how many)
     #[arg(long, value_name = "N", requires = "pending")]
     pub yes: Option<usize>,
+    /// Give the names this upload budget, bytes an hour (64MB, 1GiB): raises a spent budget
+    /// that `pending` lists (never lowers one: the largest of a name's entries holds)
+    #[arg(long, value_name = "SIZE", conflicts_with = "pending")]
+    pub upload: Option<String>,
 }
 
 #[derive(Debug, Args)]

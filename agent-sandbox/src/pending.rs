@@ -17,17 +17,10 @@ pub async fn run(flags: &PendingFlags) -> Result<i32> {
     }
     let queue = approve::pending(&sandbox).await?;
     if flags.json {
-        println!("{}", serde_json::to_string_pretty(&queue.names).expect("the queue serialises"));
-    } else if queue.names.is_empty() {
-        eprintln!("agent-sandbox: nothing pending in {}", sandbox.name);
+        let all: Vec<&approve::Pending> = queue.names.iter().chain(&queue.budgets).collect();
+        println!("{}", serde_json::to_string_pretty(&all).expect("the queue serialises"));
     } else {
-        print!("{}", approve::render_pending(&queue.names));
-        eprintln!(
-            "agent-sandbox: allow these with `agent-sandbox allow {} --pending` (names refused \
-             after this look wait for the next), or some with `agent-sandbox allow {} NAME…`; \
-             `--dismiss` empties the queue",
-            sandbox.name, sandbox.name
-        );
+        print_queue(&queue, &sandbox.name);
     }
     if !queue.unallowable.is_empty() {
         eprintln!(
@@ -36,4 +29,25 @@ pub async fn run(flags: &PendingFlags) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+fn print_queue(queue: &approve::Queue, sandbox: &str) {
+    if queue.names.is_empty() && queue.budgets.is_empty() {
+        eprintln!("agent-sandbox: nothing pending in {sandbox}");
+    }
+    if !queue.names.is_empty() {
+        print!("{}", approve::render_pending(&queue.names));
+        eprintln!(
+            "agent-sandbox: allow these with `agent-sandbox allow {sandbox} --pending` (names refused \
+             after this look wait for the next), or some with `agent-sandbox allow {sandbox} NAME…`; \
+             `--dismiss` empties the queue"
+        );
+    }
+    if !queue.budgets.is_empty() {
+        print!("{}", approve::render_budgets(&queue.budgets));
+        eprintln!(
+            "agent-sandbox: connections to these are refused or cut until their hour ends; \
+             `agent-sandbox allow {sandbox} NAME --upload SIZE` raises a budget"
+        );
+    }
 }

@@ -52,6 +52,9 @@ pub enum Denial {
     Name { name: String, kind: String, reason: Reason },
     /// A packet that reached the end of the output chain and was rejected.
     Connection { protocol: String, addr: IpAddr, port: Option<u16>, uid: Option<u32> },
+    /// A connection to a name past its upload budget, refused or cut: `name` is what the budget
+    /// is counted for (the name, or the wildcard entry whose names share it).
+    Upload { name: String, budget: u64, sent: u64 },
 }
 
 impl Denial {
@@ -66,6 +69,10 @@ impl Denial {
                 "time": time, "denied": "connection", "protocol": protocol, "address": addr.to_string(),
                 "port": port, "uid": uid,
             }),
+            Denial::Upload { name, budget, sent } => serde_json::json!({
+                "time": time, "denied": "upload", "name": name, "budget": budget, "sent": sent,
+                "reason": "upload budget",
+            }),
         }
     }
 
@@ -78,6 +85,7 @@ impl Denial {
         match self {
             Denial::Name { name, kind, reason } => format!("dns {name} {kind} {reason:?}"),
             Denial::Connection { protocol, addr, port, .. } => format!("{protocol} {addr} {port:?}"),
+            Denial::Upload { name, .. } => format!("upload {name}"),
         }
     }
 }

@@ -157,10 +157,23 @@ impl Policy {
                 continue;
             }
             let column = content.len() - content.trim_start().len() + 1;
-            let (pattern, ports) = parse_domain_with_ports(entry).map_err(|message| {
-                PolicyError::Invalid { file: file.display().to_string(), line: index + 1, column, message }
-            })?;
-            policy.add_domain(pattern, &Access::tcp(ports));
+            let invalid = |column: usize, message: String| PolicyError::Invalid {
+                file: file.display().to_string(),
+                line: index + 1,
+                column,
+                message,
+            };
+            let (access, attributes) = entry.split_once(char::is_whitespace).unwrap_or((entry, ""));
+            let (pattern, ports) = parse_domain_with_ports(access).map_err(|m| invalid(column, m))?;
+            let mut access = Access::tcp(ports);
+            for attribute in attributes.split_whitespace() {
+                let at = column + content.trim_start().find(attribute).unwrap_or(0);
+                let size = attribute.strip_prefix("upload=").ok_or_else(|| {
+                    invalid(at, format!("`{attribute}`: a line is NAME[:PORTS], then upload=SIZE at most"))
+                })?;
+                access.upload = Some(parse_size(size).map_err(|m| invalid(at, m))?);
+            }
+            policy.add_domain(pattern, &access);
         }
         Ok(policy)
     }

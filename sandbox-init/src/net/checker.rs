@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, UnixDatagram};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::net::check_protocol::{
     LISTENERS_ENV, Listener, Order, PROGRESS_PERIOD, Report, VERDICT_FD, VERDICT_TIMEOUT,
@@ -36,8 +36,10 @@ const MAX_CONNECTIONS: usize = 4096;
 
 struct Checker {
     socket: UnixDatagram,
-    pending: Mutex<HashMap<u64, oneshot::Sender<(bool, String)>>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Option<Allowance>>>>,
     running: Mutex<HashMap<u64, tokio::task::AbortHandle>>,
+    /// Each relayed connection's allowance, as PID 1 last granted it.
+    allowances: Mutex<HashMap<u64, watch::Sender<Allowance>>>,
     next_id: AtomicU64,
     connections: Arc<tokio::sync::Semaphore>,
 }
@@ -73,6 +75,7 @@ pub fn run() -> u8 {
             socket,
             pending: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
+            allowances: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             connections: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
         });
@@ -119,6 +122,7 @@ impl Checker {
             let task = tokio::spawn(async move {
                 checker.connection(id, stream, kind).await;
                 checker.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                checker.allowances.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
                 drop(permit);
             });
             self.running.lock().unwrap_or_else(|e| e.into_inner()).insert(id, task.abort_handle());
@@ -130,16 +134,28 @@ impl Checker {
         let mut buf = vec![0u8; 65536];
         while let Ok(len) = self.socket.recv(&mut buf).await {
             match serde_json::from_slice::<Order>(&buf[..len]) {
-                Ok(Order::Verdict { id, allow, reason }) => {
+                Ok(Order::Verdict { id, allow, allowance, .. }) => {
                     if let Some(waiting) = self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
                     {
-                        let _ = waiting.send((allow, reason));
+                        let _ = waiting.send(allow.then_some(allowance));
+                    }
+                }
+                Ok(Order::Allowance { id, total }) => {
+                    if let Some(cap) = self.allowances.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+                        cap.send_if_modified(|cap| {
+                            let raise = cap.is_some_and(|c| c < total);
+                            if raise {
+                                *cap = Some(total);
+                            }
+                            raise
+                        });
                     }
                 }
                 Ok(Order::Close { id }) => {
                     if let Some(task) = self.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
                         task.abort();
                     }
+                    self.allowances.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
                 }
                 Err(_) => {}
             }
@@ -152,14 +168,32 @@ impl Checker {
         }
     }
 
-    /// PID 1's verdict on `ask`; a refusal if none comes in time.
-    async fn ask(&self, id: u64, ask: Report) -> bool {
+    /// PID 1's verdict on `ask`: the connection's allowance if it may go on; None, refused (or
+    /// no verdict came in time).
+    async fn ask(&self, id: u64, ask: Report) -> Option<Allowance> {
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
         self.report(&ask).await;
         let verdict = tokio::time::timeout(VERDICT_TIMEOUT, rx).await;
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-        matches!(verdict, Ok(Ok((true, _))))
+        verdict.ok().and_then(Result::ok).flatten()
+    }
+
+    /// How many more bytes connection `id`, having sent `sent` up, may send now: when it has
+    /// sent its allowance, it tells PID 1 and waits for a grant. None: none came in time.
+    async fn room(&self, id: u64, cap: &mut watch::Receiver<Allowance>, sent: u64) -> Option<u64> {
+        loop {
+            match *cap.borrow_and_update() {
+                None => return Some(u64::MAX),
+                Some(total) if total > sent => return Some(total - sent),
+                Some(_) => {}
+            }
+            self.report(&Report::Progress { id, up: sent }).await;
+            match tokio::time::timeout(VERDICT_TIMEOUT, cap.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return None,
+            }
+        }
     }
 
     async fn connection(&self, id: u64, mut client: TcpStream, kind: Listener) {
@@ -170,10 +204,9 @@ impl Checker {
         if !check {
             let ask =
                 Report::Ask { id, dst, check, name: None, via: "address".into(), ech: false, forwarder };
-            if self.ask(id, ask).await {
-                self.relay(id, client, dst, Vec::new(), Later::Unchecked).await;
-            } else {
-                reset(client);
+            match self.ask(id, ask).await {
+                Some(allowance) => self.relay(id, client, dst, Vec::new(), Later::Unchecked, allowance).await,
+                None => reset(client),
             }
             return;
         }
@@ -218,18 +251,28 @@ impl Checker {
             Sniffed::NeedMore => unreachable!("the loop ends on anything else"),
         };
         let ask = Report::Ask { id, dst, check, name: Some(name), via: via.into(), ech, forwarder };
-        if self.ask(id, ask).await {
-            self.relay(id, client, dst, first, later).await;
-        } else {
-            reset(client);
+        match self.ask(id, ask).await {
+            Some(allowance) => self.relay(id, client, dst, first, later, allowance).await,
+            None => reset(client),
         }
     }
 
     /// Joins the client to `dst`, sending `first` ahead, and reports the bytes when it ends. The
     /// client's later bytes go through `later`'s check: a later HTTP request, or a second TLS
     /// ClientHello, that names another host ends the connection before it reaches the server.
-    async fn relay(&self, id: u64, client: TcpStream, dst: SocketAddr, first: Vec<u8>, later: Later) {
+    async fn relay(
+        &self,
+        id: u64,
+        client: TcpStream,
+        dst: SocketAddr,
+        first: Vec<u8>,
+        later: Later,
+        allowance: Allowance,
+    ) {
         let started = Instant::now();
+        let (cap_tx, cap) = watch::channel(allowance);
+        self.allowances.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cap_tx);
+        let mut budget = Budget { checker: self, id, cap };
         let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         let server = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(dst)).await {
             Ok(Ok(server)) => server,
@@ -275,8 +318,14 @@ impl Checker {
                     }
                 }
                 if refused.is_none() {
-                    refused =
-                        copy(&mut client_read, &mut server_write, &counts.0, filter.as_deref_mut()).await;
+                    refused = copy(
+                        &mut client_read,
+                        &mut server_write,
+                        &counts.0,
+                        filter.as_deref_mut(),
+                        Some(&mut budget),
+                    )
+                    .await;
                 }
             }
             // A TLS client refused is cut without a word to the server, so that no answer of
@@ -289,7 +338,7 @@ impl Checker {
         let down = async {
             first_reply(&mut server_read, &mut client_write, &counts.1, &retry_tx).await;
             drop(retry_tx);
-            copy(&mut server_read, &mut client_write, &counts.1, None).await;
+            copy(&mut server_read, &mut client_write, &counts.1, None, None).await;
             let _ = client_write.shutdown().await;
         };
         // While bytes go up, PID 1 hears of them (the upload budgets), and may cut the connection.
@@ -420,13 +469,53 @@ async fn first_reply(
     }
 }
 
+/// What a connection may send up: None, no limit; else the bytes in all, before it asks PID 1
+/// for more of its name's upload budget.
+type Allowance = Option<u64>;
+
+/// A connection's side of its upload budget: what PID 1 granted it so far.
+struct Budget<'a> {
+    checker: &'a Checker,
+    id: u64,
+    cap: watch::Receiver<Allowance>,
+}
+
+/// Writes `data` to `to` within the connection's allowance, waiting for grants as it goes;
+/// false if the write failed or no grant came.
+async fn send(
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    data: &[u8],
+    count: &AtomicU64,
+    budget: &mut Option<&mut Budget<'_>>,
+) -> bool {
+    let mut done = 0;
+    while done < data.len() {
+        let left = (data.len() - done) as u64;
+        let take = match budget.as_deref_mut() {
+            None => left,
+            Some(b) => match b.checker.room(b.id, &mut b.cap, count.load(Ordering::Relaxed)).await {
+                Some(room) => room.min(left),
+                None => return false,
+            },
+        } as usize;
+        if to.write_all(&data[done..done + take]).await.is_err() {
+            return false;
+        }
+        count.fetch_add(take as u64, Ordering::Relaxed);
+        done += take;
+    }
+    true
+}
+
 /// Copies until either side ends; through `filter`, until the client's bytes break the rule
-/// (then why, after what came before it).
+/// (then why, after what came before it); within `budget`, the bytes up a name's upload budget
+/// leaves the connection.
 async fn copy(
     from: &mut OwnedReadHalf,
     to: &mut (impl tokio::io::AsyncWrite + Unpin),
     count: &AtomicU64,
     mut requests: Option<&mut (dyn ClientBytes + 'static)>,
+    mut budget: Option<&mut Budget<'_>>,
 ) -> Option<&'static str> {
     loop {
         // The buffer exists only while bytes flow: an idle connection (most of a thousand held
@@ -443,17 +532,15 @@ async fn copy(
                 Err(_) => return None,
             };
             let Some(requests) = requests.as_deref_mut() else {
-                if to.write_all(&buf[..n]).await.is_err() {
+                if !send(to, &buf[..n], count, &mut budget).await {
                     return None;
                 }
-                count.fetch_add(n as u64, Ordering::Relaxed);
                 continue;
             };
             let (pass, refused) = requests.feed(&buf[..n]);
-            if to.write_all(&pass).await.is_err() {
+            if !send(to, &pass, count, &mut budget).await {
                 return None;
             }
-            count.fetch_add(pass.len() as u64, Ordering::Relaxed);
             if refused.is_some() {
                 return refused;
             }

@@ -198,7 +198,12 @@ impl Enforcement {
         }
         let setup =
             |what: &str, e: &dyn std::fmt::Display| Fatal::new(Refusal::SetupFailed, format!("{what}: {e}"));
-        let verdicts = Verdicts::new(self.sink.clone(), policy.cidrs.clone(), logs.connections.clone());
+        let verdicts = Verdicts::new(
+            self.sink.clone(),
+            policy.cidrs.clone(),
+            logs.connections.clone(),
+            logs.denials.clone(),
+        );
         let checker = CheckerProcess::bind(verdicts.clone(), self.settings.ipv6)
             .map_err(|e| setup("cannot listen for the name check on loopback", &e))?;
         crate::process::Service::start(&checker, program)

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::net::{TcpSocket, UnixDatagram};
 
 use crate::connections::{Connection, ConnectionLog};
-use crate::net::check_protocol::{Listener, Order, Report};
+use crate::denials::{Denial, DenialLog};
+use crate::net::check_protocol::{GRANT, Listener, Order, Report};
 use crate::net::dns::AddressSink as _;
 use crate::net::sink::NftSink;
 use crate::policy::{IpNet, Opening, Ports, Protocol};
@@ -79,14 +80,22 @@ pub struct Verdicts {
     held: RwLock<std::collections::BTreeSet<String>>,
     /// What each name checked received from the agent this hour, against its budget.
     uploads: Uploads,
+    /// Where a spent budget is told (`agent-sandbox pending` reads it).
+    denials: Arc<DenialLog>,
 }
 
 /// Why a connection may go on: the name to log and the reason.
 type Allowed = (Option<String>, String);
 
 impl Verdicts {
-    pub fn new(sink: Arc<NftSink>, cidrs: BTreeMap<IpNet, Ports>, log: Arc<ConnectionLog>) -> Arc<Verdicts> {
+    pub fn new(
+        sink: Arc<NftSink>,
+        cidrs: BTreeMap<IpNet, Ports>,
+        log: Arc<ConnectionLog>,
+        denials: Arc<DenialLog>,
+    ) -> Arc<Verdicts> {
         Arc::new(Verdicts {
+            denials,
             sink,
             cidrs: RwLock::new(cidrs),
             log,
@@ -217,15 +226,19 @@ impl Verdicts {
                 let asked = Asked { dst, check, name: name.clone(), ech, forwarder };
                 match self.decide(&asked) {
                     Ok((logged, reason)) => {
+                        let allowance = self.grant(&asked, 0);
                         let line = Connection::new("tcp", dst, &via, "allowed", reason.clone()).named(logged);
                         let live = Live { line, asked, counted: 0 };
                         self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(id, live);
-                        vec![Order::Verdict { id, allow: true, reason }]
+                        vec![Order::Verdict { id, allow: true, reason, allowance }]
                     }
                     Err(reason) => {
+                        if let Some((key, budget, sent)) = self.spent(&asked) {
+                            self.denials.record(Denial::Upload { name: key, budget, sent });
+                        }
                         let line = Connection::new("tcp", dst, &via, "refused", reason.clone()).named(name);
                         self.log.record(line, None);
-                        vec![Order::Verdict { id, allow: false, reason }]
+                        vec![Order::Verdict { id, allow: false, reason, allowance: None }]
                     }
                 }
             }
@@ -235,7 +248,18 @@ impl Verdicts {
                 }
                 Vec::new()
             }
-            Report::Progress { id, up } => self.count_upload(id, up),
+            Report::Progress { id, up } => {
+                let cut = self.count_upload(id, up);
+                if !cut.is_empty() {
+                    return cut;
+                }
+                let asked =
+                    self.live.lock().unwrap_or_else(|e| e.into_inner()).get(&id).map(|c| c.asked.clone());
+                match asked.and_then(|asked| self.grant(&asked, up)) {
+                    Some(total) => vec![Order::Allowance { id, total }],
+                    None => Vec::new(),
+                }
+            }
             Report::Closed { id, up, down, ms } => {
                 let cut = self.count_upload(id, up);
                 let Some(live) = self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) else {
@@ -272,9 +296,11 @@ impl Verdicts {
         let allowlist = self.sink.allowlist();
         let key_of = |name: &str| allowlist.matches(name).map(|m| budget_of(name, &m));
         let Some((key, budget)) = key_of(&name) else { return Vec::new() };
-        if self.uploads.add(&key, added) < budget {
+        let sent = self.uploads.add(&key, added);
+        if sent < budget {
             return Vec::new();
         }
+        self.denials.record(Denial::Upload { name: key.clone(), budget, sent });
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let mut cut = Vec::new();
         for (id, conn) in live.iter_mut().filter(|(_, c)| c.asked.check && !c.asked.forwarder) {
@@ -284,6 +310,25 @@ impl Verdicts {
             }
         }
         cut
+    }
+
+    /// How many bytes up in all a connection that has sent `up` may send before it asks again:
+    /// `up` and what is left of its name's budget, a GRANT at most; None where no budget
+    /// applies (the forwarder's connections, those passed on the address).
+    fn grant(&self, asked: &Asked, up: u64) -> Option<u64> {
+        let name = asked.name.as_deref().filter(|_| asked.check && !asked.forwarder)?;
+        let (key, budget) = budget_of(name, &self.sink.allowlist().matches(name)?);
+        let left = budget.saturating_sub(self.uploads.sent(&key));
+        Some(up.saturating_add(left.min(GRANT)))
+    }
+
+    /// The budget `asked` is past, if it is: what it is counted for, the budget and the bytes
+    /// sent this hour.
+    fn spent(&self, asked: &Asked) -> Option<(String, u64, u64)> {
+        let name = asked.name.as_deref().filter(|_| asked.check && !asked.forwarder)?;
+        let (key, budget) = budget_of(name, &self.sink.allowlist().matches(name)?);
+        let sent = self.uploads.sent(&key);
+        (sent >= budget).then_some((key, budget, sent))
     }
 
     /// After a reload: the ranges in force, and every open connection judged again; those the

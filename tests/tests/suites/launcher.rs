@@ -394,6 +394,80 @@ async fn pane_pid(id: &str) -> anyhow::Result<String> {
     Ok(out.stdout.trim().to_string())
 }
 
+/// What the `upload` probe got through to `host`'s port 80: its outcome and the bytes it sent.
+async fn upload(sb: &Sandbox, host: &str, bytes: u64) -> anyhow::Result<(String, u64)> {
+    let probe = sb.probe(&["upload", host, "80", &bytes.to_string(), "--timeout-ms", "20000"]).await?;
+    let sent = probe.fields.get("sent").and_then(|s| s.parse().ok()).unwrap_or(0);
+    Ok((probe.outcome().to_string(), sent))
+}
+
+/// A name past its upload budget is listed by `pending` with its budget, and `allow NAME
+/// --upload SIZE` raises the budget live: the next upload goes through whole, and the name
+/// leaves the list. A size that is not one is refused with 64 before the engine is asked.
+#[tokio::test]
+async fn net_admin_a_spent_upload_budget_is_pending_and_allow_upload_raises_it_live() -> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let net = TestNet::create("launcher-budget").await?;
+    let peer = Peer::start(&net, &["up.launcher.test"]).await?;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    let policy = project.dir.path().join("budget.yaml");
+    std::fs::write(&policy, "version: 1\ndomains:\n  - {domain: up.launcher.test, upload: 1MB}\n")?;
+    let policy = policy.to_string_lossy().to_string();
+    launcher
+        .ok(&[
+            "run",
+            "shell",
+            &project.path,
+            "--detach",
+            "--network",
+            &net.name,
+            "--image",
+            &shell,
+            "--policy",
+            &policy,
+        ])
+        .await?;
+    let (id, name) = project.sandbox().await?;
+    let sb = Sandbox::adopt(&id).await?;
+
+    // 3 MB to a name of 1 MB an hour: cut (the probe's own count says little, its writes fill
+    // the socket's buffers first), and the next connection is refused.
+    upload(&sb, "up.launcher.test", 3_000_000).await?;
+    let again = sb.probe(&["tcp", "up.launcher.test", "80", "--http"]).await?;
+    assert_eq!(again.outcome(), "reset", "a connection past the budget: {:?}", again.fields);
+    let queue: Vec<serde_json::Value> =
+        serde_json::from_str(&launcher.ok(&["pending", &name, "--json"]).await?.stdout)?;
+    let spent =
+        queue.iter().find(|p| p["name"] == "up.launcher.test").expect("pending lists the spent budget");
+    assert_eq!(spent["upload"]["budget"], 1_000_000, "{queue:?}");
+    assert!(spent["count"].as_u64() >= Some(1), "{queue:?}");
+    let text = launcher.ok(&["pending", &name]).await?;
+    assert!(
+        text.stdout.contains("UPLOAD BUDGET SPENT") && text.stdout.contains("up.launcher.test"),
+        "{text:?}"
+    );
+
+    let bad = launcher.run(&["allow", &name, "up.launcher.test", "--upload", "lots"]).await?;
+    assert_eq!(bad.code, 64, "{bad:?}");
+    assert!(bad.stderr.contains("--upload lots: `lots` is not a size"), "{bad:?}");
+    launcher.ok(&["allow", &name, "up.launcher.test", "--upload", "64MB"]).await?;
+    let (outcome, sent) = upload(&sb, "up.launcher.test", 3_000_000).await?;
+    assert_eq!((outcome.as_str(), sent), ("sent", 3_000_000), "the raised budget");
+    let log = peer.log().await?;
+    let last: u64 = log
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("conn 80 ")?.split("bytes=").nth(1)?.parse().ok())
+        .unwrap_or(0);
+    assert!(last >= 3_000_000, "the peer received {last} bytes of the upload after the raise: {log:#?}");
+    let queue = launcher.ok(&["pending", &name, "--json"]).await?.stdout;
+    assert!(!queue.contains("up.launcher.test"), "a raised budget is still listed: {queue}");
+    let drop_in = sb.exec(&["cat", "/etc/agent-sandbox/policy.d/launcher.txt"]).await?.stdout;
+    assert!(drop_in.contains("up.launcher.test upload=64000000"), "{drop_in}");
+    launcher.ok(&["stop", &name]).await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn net_admin_allow_opens_a_refused_name_live_pending_lists_it_and_deny_closes_it() -> anyhow::Result<()>
 {
