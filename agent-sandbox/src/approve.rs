@@ -242,6 +242,27 @@ async fn apply(sandbox: &Sandbox, new: &[String], after: &Policy) -> Result<()> 
 /// budget given here raises, never lowers.
 pub async fn allow(sandbox: &Sandbox, domains: &[String], upload: Option<u64>) -> Result<()> {
     sandbox.ensure_running()?;
+    if let Some(bytes) = upload {
+        let policy = policy_in(sandbox, None).await?;
+        let allowlist = Allowlist::new(&policy);
+        let lower: Vec<String> = domains
+            .iter()
+            .filter_map(|d| {
+                let now = budget_now(&policy, &allowlist, d.split(':').next().unwrap_or(d))?;
+                (now > bytes).then(|| format!("{d} has {now} bytes an hour"))
+            })
+            .collect();
+        if !lower.is_empty() {
+            return Err(Failure::new(
+                Code::BadArgument,
+                format!(
+                    "--upload {bytes} would lower a budget ({}): it raises budgets; a policy file sets a \
+                     lower one; nothing changed",
+                    lower.join(", ")
+                ),
+            ));
+        }
+    }
     let mut current = entries(&read_text(sandbox, RUNTIME_DROP_IN).await?.unwrap_or_default());
     for domain in domains {
         let had = current.iter().any(|e| entry_name(e) == domain);
@@ -318,8 +339,10 @@ pub struct Pending {
     /// `docs.example.com`): a place the agent was never meant to go, rather than another host
     /// of a service it uses.
     pub new_site: bool,
-    /// An allowed name (or wildcard entry) past its upload budget: its connections refused or
-    /// cut (`count`), until `allow NAME --upload SIZE` raises the budget or the hour ends.
+    /// `name`: refused as not allowlisted, which `allow --pending` may approve; `upload`: an
+    /// allowed name (or wildcard entry) past its upload budget, its connections refused or cut
+    /// (`count`), until `allow NAME --upload SIZE` raises the budget or the hour ends.
+    pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upload: Option<Spent>,
 }
@@ -395,6 +418,7 @@ fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
                     first: time.to_string(),
                     last: String::new(),
                     new_site: false,
+                    kind: "upload",
                     upload: None,
                 });
                 entry.count += count;
@@ -423,6 +447,7 @@ fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
             first: time.to_string(),
             last: String::new(),
             new_site: !sites.contains(&site(name)),
+            kind: "name",
             upload: None,
         });
         entry.count += count;

@@ -108,9 +108,7 @@ pub fn routes(policy: &Policy, agent: &AgentPrivileges, secrets: &Path) -> Resul
             }
             (Auth::Bearer, None) => ("authorization".into(), format!("Bearer {token}")),
         });
-        // The agent brings no credential of its own through the forwarder either.
-        let mut strip = vec!["authorization".to_string(), "cookie".to_string()];
-        strip.extend(auth.as_ref().map(|(header, _)| header.clone()).filter(|h| !strip.contains(h)));
+        let strip = strip_list(auth.as_ref().map(|(header, _)| header.as_str()));
         let rules = rules_for(&host);
         let env = host_env(&host);
         let from = token.map(|(_, from)| from);
@@ -188,6 +186,19 @@ fn token(vars: &[&str], agent: &AgentPrivileges, secrets: &Path) -> Result<Optio
         let value = std::env::var(var).ok().filter(|v| !v.trim().is_empty())?;
         Some((value.trim().to_string(), format!("${var}")))
     }))
+}
+
+/// The headers an agent's request loses on a route whose credentials travel in `headers`: those,
+/// and the agent's own `Authorization` and `Cookie` on every route, so that it brings no
+/// credential of its own (an account of its own at the provider) through the forwarder.
+pub fn strip_list<'a>(headers: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut strip = vec!["authorization".to_string(), "cookie".to_string()];
+    for header in headers {
+        if !strip.iter().any(|h| h == header) {
+            strip.push(header.to_string());
+        }
+    }
+    strip
 }
 
 /// What the agent's processes get for a forwarded service's host: `SANDBOX_FORWARD_<HOST>` (the

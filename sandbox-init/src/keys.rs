@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use crate::apis::{Api, KeyVar};
 use crate::exit::{Fatal, Refusal};
-use crate::forwarded::ServiceRoute;
+use crate::forwarded::{ServiceRoute, strip_list};
 use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, RefusedRequest};
 use crate::net::rules::Rules;
 use crate::policy::{Policy, RemoteTools};
@@ -212,7 +212,7 @@ impl HeldKey {
             host: api.forwarded_host(self.host.clone()),
             auth: Some((self.var.header.to_string(), format!("{}{}", self.var.prefix, self.key))),
             from: Some(self.from.clone()),
-            strip: api.keys.iter().map(|k| k.header.to_string()).collect(),
+            strip: strip_list(api.keys.iter().map(|k| k.header)),
             path: self.base_path.clone(),
             inspect: (policy.api_settings(api.name).remote_tools == RemoteTools::Refuse)
                 .then(|| api.name.to_string()),
@@ -388,6 +388,10 @@ mod tests {
             route.auth.as_ref().unwrap(),
             &("authorization".to_string(), "Bearer sk-from-file".into())
         );
+        // Every route drops the agent's own Authorization and Cookie; Gemini's its key header too.
+        let gemini = crate::apis::api("gemini").unwrap();
+        let key = HeldKey::new(gemini, &gemini.keys[0], "k".into(), "f".into());
+        assert_eq!(key.route(&policy).strip, ["authorization", "cookie", "x-goog-api-key"]);
         let env = route.env;
         assert!(env.contains(&("OPENAI_BASE_URL".into(), "http://127.0.0.1:15102/v1".into())), "{env:?}");
         assert!(env.contains(&("OPENAI_API_KEY".into(), "sk-held-by-agent-sandbox".into())), "{env:?}");

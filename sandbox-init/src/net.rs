@@ -2,6 +2,7 @@
 //! addresses to, connection tracking, the kernel's log of rejected packets, and what the
 //! container's network looks like from inside. Built on the policy, below init.
 
+pub mod budgets;
 pub mod check_protocol;
 pub mod checker;
 pub mod conntrack;

@@ -442,6 +442,8 @@ struct NameCheckFigures {
     tls: (String, String),
     /// `fetch` of a gigabyte over HTTP: (on, off).
     bulk: (String, String),
+    /// `upload` of 500 MB over HTTP, within the name's budget: (on, off).
+    up: (String, String),
     /// `concurrent` 1,000 over HTTP: (on, off).
     many: (String, String),
     /// KiB resident with 1,000 connections open: PID 1 on, the checker, PID 1 off.
@@ -452,8 +454,10 @@ const BULK: &str = "/bytes/1000000000";
 
 impl NameCheckFigures {
     async fn measure(image: &str, net: &TestNet) -> anyhow::Result<NameCheckFigures> {
-        let spec =
-            SandboxSpec::of(image.to_string()).net_admin().on(net).drop_in("n.txt", "api.allowed.test\n");
+        let spec = SandboxSpec::of(image.to_string())
+            .net_admin()
+            .on(net)
+            .drop_in("n.txt", "api.allowed.test upload=2GiB\n");
         let on = spec.clone().start().await?;
         let off = spec.env("SANDBOX_NAME_CHECK", "off").start().await?;
         let probe = |sb: &Sandbox, args: Vec<&str>| {
@@ -464,7 +468,9 @@ impl NameCheckFigures {
                 cmd.extend(args.iter().map(String::as_str));
                 let out = sandbox_tests::docker::exec(&sb, &cmd, None).await?;
                 let failed = field(&out.stdout, "failed");
-                let outcome_ok = !out.stdout.contains("outcome=") || out.stdout.contains("outcome=fetched");
+                let outcome_ok = !out.stdout.contains("outcome=")
+                    || out.stdout.contains("outcome=fetched")
+                    || out.stdout.contains("outcome=sent");
                 anyhow::ensure!(
                     out.code == 0 && (failed.is_nan() || failed == 0.0) && outcome_ok,
                     "{cmd:?}: {out:?}"
@@ -480,10 +486,11 @@ impl NameCheckFigures {
         let http = both(vec!["first-byte", "api.allowed.test", "80", "500"]).await?;
         let tls = both(vec!["first-byte", "api.allowed.test", "443", "300", "--tls"]).await?;
         let bulk = both(vec!["fetch", "api.allowed.test", "80", BULK]).await?;
+        let up = both(vec!["upload", "api.allowed.test", "80", "500000000", "--timeout-ms", "60000"]).await?;
         let many = both(vec!["concurrent", "api.allowed.test", "80", "1000", "--hold-ms", "500"]).await?;
         let rss_on = Self::rss_with_1000_open(&on).await?;
         let rss_off = Self::rss_with_1000_open(&off).await?;
-        Ok(NameCheckFigures { http, tls, bulk, many, rss: (rss_on.0, rss_on.1, rss_off.0) })
+        Ok(NameCheckFigures { http, tls, bulk, up, many, rss: (rss_on.0, rss_on.1, rss_off.0) })
     }
 
     /// VmRSS of PID 1 and of the checker (0 without one), in KiB, while 1,000 connections are open.
@@ -534,6 +541,14 @@ impl NameCheckFigures {
             field(off, "mbytes_per_s"),
             field(on, "mbytes_per_s"),
             field(on, "mbytes_per_s") / field(off, "mbytes_per_s")
+        );
+        let (on, off) = (&self.up.0, &self.up.1);
+        let rate = |out: &str| field(out, "sent") / 1000.0 / field(out, "ms");
+        println!(
+            "name check, 500 MB upload, budgeted {:>6.0} MB/s {:>6.0} MB/s   ratio {:.2}   (4 MiB grants)",
+            rate(off),
+            rate(on),
+            rate(on) / rate(off)
         );
         let (on, off) = (&self.many.0, &self.many.1);
         println!(

@@ -38,6 +38,10 @@ pub enum Report {
         ech: bool,
         #[serde(default)]
         forwarder: bool,
+        /// The bytes the checker read before it asked (the hello or request head), which it
+        /// sends first if the connection is allowed: counted against the name's budget.
+        #[serde(default)]
+        first: u64,
     },
     /// Refused by the checker itself before a name could be judged.
     /// `name`: the one the client sent, where it sent one (a later request's Host).

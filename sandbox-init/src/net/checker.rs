@@ -31,6 +31,8 @@ const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the onward connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const RELAY_BUFFER: usize = 64 * 1024;
+/// How long a connection that sent its allowance waits for a grant before its upload ends.
+const GRANT_WAIT: Duration = Duration::from_secs(10);
 /// The most connections checked or relayed at once.
 const MAX_CONNECTIONS: usize = 4096;
 
@@ -180,18 +182,22 @@ impl Checker {
     }
 
     /// How many more bytes connection `id`, having sent `sent` up, may send now: when it has
-    /// sent its allowance, it tells PID 1 and waits for a grant. None: none came in time.
+    /// sent its allowance, it tells PID 1 and waits for a grant, asking again each second
+    /// (what other connections held may come free). None: none came in GRANT_WAIT.
     async fn room(&self, id: u64, cap: &mut watch::Receiver<Allowance>, sent: u64) -> Option<u64> {
+        let deadline = tokio::time::Instant::now() + GRANT_WAIT;
         loop {
             match *cap.borrow_and_update() {
                 None => return Some(u64::MAX),
                 Some(total) if total > sent => return Some(total - sent),
                 Some(_) => {}
             }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
             self.report(&Report::Progress { id, up: sent }).await;
-            match tokio::time::timeout(VERDICT_TIMEOUT, cap.changed()).await {
-                Ok(Ok(())) => continue,
-                _ => return None,
+            if let Ok(Err(_)) = tokio::time::timeout(Duration::from_secs(1), cap.changed()).await {
+                return None;
             }
         }
     }
@@ -202,8 +208,16 @@ impl Checker {
         };
         let (check, forwarder) = (kind.checks(), kind == Listener::Forwarder);
         if !check {
-            let ask =
-                Report::Ask { id, dst, check, name: None, via: "address".into(), ech: false, forwarder };
+            let ask = Report::Ask {
+                id,
+                dst,
+                check,
+                name: None,
+                via: "address".into(),
+                ech: false,
+                forwarder,
+                first: 0,
+            };
             match self.ask(id, ask).await {
                 Some(allowance) => self.relay(id, client, dst, Vec::new(), Later::Unchecked, allowance).await,
                 None => reset(client),
@@ -250,7 +264,17 @@ impl Checker {
             }
             Sniffed::NeedMore => unreachable!("the loop ends on anything else"),
         };
-        let ask = Report::Ask { id, dst, check, name: Some(name), via: via.into(), ech, forwarder };
+        let first_len = first.len() as u64;
+        let ask = Report::Ask {
+            id,
+            dst,
+            check,
+            name: Some(name),
+            via: via.into(),
+            ech,
+            forwarder,
+            first: first_len,
+        };
         match self.ask(id, ask).await {
             Some(allowance) => self.relay(id, client, dst, first, later, allowance).await,
             None => reset(client),

@@ -374,6 +374,12 @@ pub struct Nft {
 const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
 
 impl Nft {
+    /// The program at `path` in nft's place, for tests of what is decided around it.
+    #[cfg(test)]
+    pub fn at(path: &std::path::Path) -> Nft {
+        Nft { path: path.to_path_buf() }
+    }
+
     pub fn find() -> Result<Nft, FirewallError> {
         NFT_PATHS
             .iter()

@@ -210,12 +210,39 @@ const HOP_BY_HOP: &[&str] = &[
     "x-forwarded-host",
 ];
 
-/// A key in the query (`?key=`, as Google's APIs also take it) is the agent's placeholder:
-/// the real one goes in the header.
+/// A credential in the query is the agent's: `key` (as Google's APIs take a key; the real one
+/// goes in the header) and `access_token` (an OAuth token, an account of the agent's own),
+/// their names read as a server decodes them (`%6Bey`).
 fn drop_query_key(target: &str) -> String {
     let Some((path, query)) = target.split_once('?') else { return target.to_string() };
-    let kept: Vec<&str> = query.split('&').filter(|p| !p.starts_with("key=") && *p != "key").collect();
+    let credential = |param: &str| {
+        let name = param.split_once('=').map_or(param, |(name, _)| name);
+        let name = percent_decode_lossy(name).replace('+', " ");
+        matches!(name.trim(), "key" | "access_token")
+    };
+    let kept: Vec<&str> = query.split('&').filter(|p| !credential(p)).collect();
     if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) }
+}
+
+/// `%XX` escapes decoded (a malformed one kept as it is), lower-cased.
+fn percent_decode_lossy(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(value)) => {
+                out.push(value);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).to_ascii_lowercase()
 }
 
 /// Whether the head's Content-Type is JSON (`application/json`, `application/vnd.git-lfs+json`):
@@ -419,5 +446,8 @@ mod tests {
         );
         assert_eq!(drop_query_key("/x?key=abc"), "/x");
         assert_eq!(drop_query_key("/x?monkey=1"), "/x?monkey=1");
+        // The agent's own credentials, however the name is spelled to a server that decodes it.
+        assert_eq!(drop_query_key("/x?%6Bey=abc&alt=sse"), "/x?alt=sse");
+        assert_eq!(drop_query_key("/x?access_token=ya29&%61ccess_token=ya29&KEY=1"), "/x");
     }
 }

@@ -12,6 +12,7 @@ use tokio::net::{TcpSocket, UnixDatagram};
 
 use crate::connections::{Connection, ConnectionLog};
 use crate::denials::{Denial, DenialLog};
+use crate::net::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
 use crate::net::check_protocol::{GRANT, Listener, Order, Report};
 use crate::net::dns::AddressSink as _;
 use crate::net::sink::NftSink;
@@ -39,32 +40,19 @@ struct Live {
     asked: Asked,
     /// Its bytes up already counted against its name's budget.
     counted: u64,
+    /// Its part of its name's upload budget, if one applies.
+    share: Option<Share>,
 }
 
-/// The bytes each name received from the agent in its current hour (from its first byte).
-#[derive(Default)]
-struct Uploads(Mutex<HashMap<String, (std::time::Instant, u64)>>);
-
-const BUDGET_HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
-
-impl Uploads {
-    /// Adds `bytes` to `name`'s hour; the total.
-    fn add(&self, name: &str, bytes: u64) -> u64 {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let now = std::time::Instant::now();
-        let entry = map.entry(name.to_string()).or_insert((now, 0));
-        if now.duration_since(entry.0) >= BUDGET_HOUR {
-            *entry = (now, 0);
-        }
-        entry.1 = entry.1.saturating_add(bytes);
-        entry.1
-    }
-
-    /// What `name` received in its current hour.
-    fn sent(&self, name: &str) -> u64 {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(name).filter(|(start, _)| start.elapsed() < BUDGET_HOUR).map_or(0, |(_, bytes)| *bytes)
-    }
+/// What the open connections counted against `key` (but `except`) were granted and have not
+/// sent yet.
+fn reserved(live: &HashMap<u64, Live>, key: &str, except: Option<u64>) -> u64 {
+    live.iter()
+        .filter(|(id, _)| Some(**id) != except)
+        .filter_map(|(_, c)| c.share.as_ref().map(|s| (s, c.counted)))
+        .filter(|(s, _)| !s.cut && s.key == key)
+        .map(|(s, counted)| s.granted.saturating_sub(counted))
+        .sum()
 }
 
 pub struct Verdicts {
@@ -217,18 +205,19 @@ impl Verdicts {
     /// for bytes that spent a name's upload budget.
     pub fn handle(&self, report: Report) -> Vec<Order> {
         match report {
-            Report::Ask { id, dst, check, name, via, ech, forwarder } => {
+            Report::Ask { id, dst, check, name, via, ech, forwarder, first } => {
                 let via = match (ech, forwarder) {
                     (true, _) => format!("{via} (ech)"),
                     (false, true) => format!("{via} (key forwarder)"),
                     (false, false) => via,
                 };
                 let asked = Asked { dst, check, name: name.clone(), ech, forwarder };
-                match self.decide(&asked) {
-                    Ok((logged, reason)) => {
-                        let allowance = self.grant(&asked, 0);
+                match self.decide(&asked).and_then(|allowed| Ok((allowed, self.admit(id, &asked, first)?))) {
+                    Ok(((logged, reason), share)) => {
                         let line = Connection::new("tcp", dst, &via, "allowed", reason.clone()).named(logged);
-                        let live = Live { line, asked, counted: 0 };
+                        let allowance = share.as_ref().map(|s| s.granted);
+                        let counted = if share.is_some() { first } else { 0 };
+                        let live = Live { line, asked, counted, share };
                         self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(id, live);
                         vec![Order::Verdict { id, allow: true, reason, allowance }]
                     }
@@ -253,9 +242,7 @@ impl Verdicts {
                 if !cut.is_empty() {
                     return cut;
                 }
-                let asked =
-                    self.live.lock().unwrap_or_else(|e| e.into_inner()).get(&id).map(|c| c.asked.clone());
-                match asked.and_then(|asked| self.grant(&asked, up)) {
+                match self.grant(id, up) {
                     Some(total) => vec![Order::Allowance { id, total }],
                     None => Vec::new(),
                 }
@@ -294,8 +281,9 @@ impl Verdicts {
             return Vec::new();
         }
         let allowlist = self.sink.allowlist();
-        let key_of = |name: &str| allowlist.matches(name).map(|m| budget_of(name, &m));
-        let Some((key, budget)) = key_of(&name) else { return Vec::new() };
+        let Some((key, budget)) = allowlist.matches(&name).map(|m| budget_of(&name, &m)) else {
+            return Vec::new();
+        };
         let sent = self.uploads.add(&key, added);
         if sent < budget {
             return Vec::new();
@@ -303,23 +291,74 @@ impl Verdicts {
         self.denials.record(Denial::Upload { name: key.clone(), budget, sent });
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let mut cut = Vec::new();
-        for (id, conn) in live.iter_mut().filter(|(_, c)| c.asked.check && !c.asked.forwarder) {
-            if conn.asked.name.as_deref().and_then(key_of).is_some_and(|(k, _)| k == key) {
-                conn.line.reason = format!("cut: {}", over_budget(&key, budget));
-                cut.push(Order::Close { id: *id });
-            }
+        for (id, conn) in live.iter_mut() {
+            // Each connection is cut once, however many reports come before its end.
+            let Some(share) = conn.share.as_mut().filter(|s| !s.cut && s.key == key) else { continue };
+            share.cut = true;
+            conn.line.reason = format!("cut: {}", over_budget(&key, budget));
+            cut.push(Order::Close { id: *id });
         }
         cut
     }
 
-    /// How many bytes up in all a connection that has sent `up` may send before it asks again:
-    /// `up` and what is left of its name's budget, a GRANT at most; None where no budget
-    /// applies (the forwarder's connections, those passed on the address).
-    fn grant(&self, asked: &Asked, up: u64) -> Option<u64> {
-        let name = asked.name.as_deref().filter(|_| asked.check && !asked.forwarder)?;
-        let (key, budget) = budget_of(name, &self.sink.allowlist().matches(name)?);
-        let left = budget.saturating_sub(self.uploads.sent(&key));
-        Some(up.saturating_add(left.min(GRANT)))
+    /// A new connection's share of its name's upload budget, with its first `first` bytes (the
+    /// hello or request head the checker read, which it sends before anything else) counted:
+    /// None where no budget applies (the forwarder's connections, those passed on the address).
+    /// Refused when they do not fit in what is left, the other open connections' grants
+    /// reserved. A name a reload removed meanwhile gets no room past its first bytes.
+    fn admit(&self, id: u64, asked: &Asked, first: u64) -> Result<Option<Share>, String> {
+        let Some(name) = asked.name.as_deref().filter(|_| asked.check && !asked.forwarder) else {
+            return Ok(None);
+        };
+        let Some(m) = self.sink.allowlist().matches(name) else {
+            let key = name.to_string();
+            return Ok(Some(Share { key, granted: first, step: FIRST_GRANT, cut: false }));
+        };
+        let (key, budget) = budget_of(name, &m);
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let sent = self.uploads.sent(&key);
+        let held = reserved(&live, &key, Some(id));
+        if first > budget.saturating_sub(sent) {
+            self.denials.record(Denial::Upload { name: key.clone(), budget, sent });
+            return Err(over_budget(&key, budget));
+        }
+        let left = budget.saturating_sub(sent).saturating_sub(held);
+        if first > left {
+            return Err(format!(
+                "what is left of {key}'s upload budget ({} bytes this hour) is granted to its open connections",
+                budget.saturating_sub(sent)
+            ));
+        }
+        self.uploads.add(&key, first);
+        let granted = first + (left - first).min(FIRST_GRANT);
+        Ok(Some(Share { key, granted, step: FIRST_GRANT, cut: false }))
+    }
+
+    /// More of its name's budget for connection `id`, which has sent `up`: the total it may
+    /// send, if that grows. Each grant doubles the last, GRANT at most, and takes no more than
+    /// is left once the other connections' grants are reserved.
+    fn grant(&self, id: u64, up: u64) -> Option<u64> {
+        let allowlist = self.sink.allowlist();
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let conn = live.get(&id)?;
+        let share = conn.share.as_ref().filter(|s| !s.cut)?;
+        let name = conn.asked.name.as_deref()?;
+        // A name a reload removed gets no more: recheck cuts it.
+        let (key, budget) = budget_of(name, &allowlist.matches(name)?);
+        if key != share.key {
+            return None;
+        }
+        let left =
+            budget.saturating_sub(self.uploads.sent(&key)).saturating_sub(reserved(&live, &key, Some(id)));
+        let conn = live.get_mut(&id)?;
+        let share = conn.share.as_mut()?;
+        let step = (share.step * 2).min(GRANT);
+        let total = up.max(conn.counted).saturating_add(left.min(step));
+        if total <= share.granted {
+            return None;
+        }
+        (share.granted, share.step) = (total, step);
+        Some(total)
     }
 
     /// The budget `asked` is past, if it is: what it is counted for, the budget and the bytes
@@ -364,25 +403,6 @@ impl Verdicts {
     pub fn open_connections(&self) -> usize {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
-}
-
-/// What a name's uploads count against, and its budget: its own, or, for a name allowed by a
-/// wildcard alone, the wildcard's (`*.example.com`), which every name under it shares; or each
-/// name a wildcard allows would bring a budget of its own.
-fn budget_of(name: &str, m: &sandbox_policy::Match) -> (String, u64) {
-    let key = match m.patterns.first() {
-        Some(wildcard) if m.only_by_wildcard() => wildcard.to_string(),
-        _ => name.to_string(),
-    };
-    (key, m.access.upload_budget())
-}
-
-/// Why a name past its upload budget is refused, and how to raise it.
-fn over_budget(name: &str, budget: u64) -> String {
-    format!(
-        "{name} received its upload budget of {budget} bytes this hour; `upload:` on its domain entry \
-         in a policy raises it"
-    )
 }
 
 /// One refusal to leave unlogged, once.
@@ -472,48 +492,4 @@ impl crate::process::Service for CheckerProcess {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reports_and_orders_are_tagged_json() {
-        let ask = Report::Ask {
-            id: 7,
-            dst: "203.0.113.7:443".parse().unwrap(),
-            check: true,
-            name: Some("api.example.com".into()),
-            via: "tls".into(),
-            ech: false,
-            forwarder: false,
-        };
-        let text = serde_json::to_string(&ask).unwrap();
-        assert!(text.starts_with(r#"{"t":"ask","id":7,"dst":"203.0.113.7:443","check":true"#), "{text}");
-        assert_eq!(serde_json::from_str::<Report>(&text).unwrap(), ask);
-        let order = serde_json::to_string(&Order::Close { id: 3 }).unwrap();
-        assert_eq!(order, r#"{"t":"close","id":3}"#);
-    }
-
-    /// PID 1's probe at start is refused by the checker, whose report may come after the probe
-    /// returned: it is the one refusal left out of the log, whenever it comes, and only once.
-    #[test]
-    fn a_names_uploads_add_up_within_its_hour_and_start_again_after_it() {
-        let uploads = Uploads::default();
-        assert_eq!((uploads.add("a.test", 600), uploads.add("a.test", 500)), (600, 1100));
-        assert_eq!((uploads.sent("a.test"), uploads.sent("b.test")), (1100, 0));
-        // An hour later: a new hour, counted from its first byte.
-        let long_ago = std::time::Instant::now() - BUDGET_HOUR;
-        uploads.0.lock().unwrap().get_mut("a.test").unwrap().0 = long_ago;
-        assert_eq!(uploads.sent("a.test"), 0);
-        assert_eq!(uploads.add("a.test", 7), 7);
-    }
-
-    #[test]
-    fn the_start_probes_refusal_is_left_out_once() {
-        let quiet = Quiet::default();
-        let probe: SocketAddr = "172.17.0.1:9".parse().unwrap();
-        *quiet.0.lock().unwrap() = Some(probe);
-        assert!(!quiet.takes("172.17.0.1:10".parse().unwrap()), "another destination");
-        assert!(quiet.takes(probe), "the probe's report, late");
-        assert!(!quiet.takes(probe), "the agent's own connection there is logged");
-    }
-}
+mod tests;

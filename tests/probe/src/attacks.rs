@@ -685,7 +685,7 @@ pub fn upload(args: &Args) {
     let chunk: Vec<u8> = b"fn exfiltrated() -> &'static str { \"the project, line by line\" }\n".repeat(1024)
         [..64 * 1024]
         .to_vec();
-    let mut sent = 0u64;
+    let (mut sent, started) = (0u64, std::time::Instant::now());
     let mut outcome = match stream.write_all(head.as_bytes()) {
         Ok(()) => "sent".to_string(),
         Err(e) => crate::probes::outcome_of(&e),
@@ -697,5 +697,9 @@ pub fn upload(args: &Args) {
             Err(e) => outcome = crate::probes::outcome_of(&e),
         }
     }
-    report(&[("outcome", outcome), ("sent", sent.to_string())]);
+    // The time to the peer's answer, which it sends once it has read the whole body.
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = std::io::Read::read(&mut stream, &mut [0u8; 1]);
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    report(&[("outcome", outcome), ("sent", sent.to_string()), ("ms", format!("{ms:.1}"))]);
 }

@@ -179,7 +179,7 @@ struct Head {
 }
 
 /// The headers API keys travel in.
-const CREDENTIALS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key"];
+const CREDENTIALS: &[&str] = &["x-api-key", "authorization", "x-goog-api-key", "cookie"];
 /// The headers that override a request's method at servers that honour them.
 const METHOD_OVERRIDES: &[&str] = &["x-http-method-override", "x-http-method", "x-method-override"];
 

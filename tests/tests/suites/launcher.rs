@@ -403,7 +403,8 @@ async fn upload(sb: &Sandbox, host: &str, bytes: u64) -> anyhow::Result<(String,
 
 /// A name past its upload budget is listed by `pending` with its budget, and `allow NAME
 /// --upload SIZE` raises the budget live: the next upload goes through whole, and the name
-/// leaves the list. A size that is not one is refused with 64 before the engine is asked.
+/// leaves the list. A size that is not one, or one that would lower the budget, is refused
+/// with 64.
 #[tokio::test]
 async fn net_admin_a_spent_upload_budget_is_pending_and_allow_upload_raises_it_live() -> anyhow::Result<()> {
     let shell = image("shell").await?;
@@ -439,7 +440,11 @@ async fn net_admin_a_spent_upload_budget_is_pending_and_allow_upload_raises_it_l
         serde_json::from_str(&launcher.ok(&["pending", &name, "--json"]).await?.stdout)?;
     let spent =
         queue.iter().find(|p| p["name"] == "up.launcher.test").expect("pending lists the spent budget");
-    assert_eq!(spent["upload"]["budget"], 1_000_000, "{queue:?}");
+    assert_eq!(
+        (&spent["upload"]["budget"], &spent["kind"]),
+        (&1_000_000.into(), &"upload".into()),
+        "{queue:?}"
+    );
     assert!(spent["count"].as_u64() >= Some(1), "{queue:?}");
     let text = launcher.ok(&["pending", &name]).await?;
     assert!(
@@ -464,6 +469,10 @@ async fn net_admin_a_spent_upload_budget_is_pending_and_allow_upload_raises_it_l
     assert!(!queue.contains("up.launcher.test"), "a raised budget is still listed: {queue}");
     let drop_in = sb.exec(&["cat", "/etc/agent-sandbox/policy.d/launcher.txt"]).await?.stdout;
     assert!(drop_in.contains("up.launcher.test upload=64000000"), "{drop_in}");
+    // A budget is raised this way, never lowered.
+    let lower = launcher.run(&["allow", &name, "up.launcher.test", "--upload", "1KB"]).await?;
+    assert_eq!(lower.code, 64, "{lower:?}");
+    assert!(lower.stderr.contains("would lower a budget (up.launcher.test has 64000000 bytes"), "{lower:?}");
     launcher.ok(&["stop", &name]).await?;
     Ok(())
 }

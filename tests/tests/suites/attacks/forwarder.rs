@@ -244,7 +244,9 @@ async fn fetches_nested_in_a_batch_a_link_or_an_upload_are_refused_too() -> anyh
 /// right SNI (and by the host's address): only the key forwarder may connect there, so the
 /// agent's connection is reset, and the connection log names the forwarder as the way. The
 /// control: the forwarder's own request (with the held key) reaches the mock, logged as the
-/// forwarder's.
+/// forwarder's. Through the forwarder, its own credential (Authorization, Cookie, the key
+/// header, `access_token` and an escaped `key` in the query) never reaches the API; the held
+/// key does.
 #[tokio::test]
 async fn the_agent_cannot_bring_its_own_key_to_a_held_apis_host() -> anyhow::Result<()> {
     let (_net, mock, sb, _dir) = three_apis("attack-fwd-own-key", "version: 1\nallow: none\n").await?;
@@ -266,6 +268,22 @@ async fn the_agent_cannot_bring_its_own_key_to_a_held_apis_host() -> anyhow::Res
         1,
         "only the forwarder's request: {log:?}"
     );
+    // Through the forwarder, a credential of its own (an account at the provider that the
+    // agent controls) in every place Google reads one: none reaches the API, the held key does.
+    let own = "ya29.agents-own-account";
+    let request = format!(
+        "GET /v1beta/models?access_token={own}&%6Bey={own} HTTP/1.1\\r\\nAuthorization: Bearer {own}\\r\\n\
+         Cookie: SID={own}\\r\\nx-goog-api-key: {own}\\r\\n\\r\\n"
+    );
+    let probe = sb
+        .probe(&["tcp", "127.0.0.1", "15103", "--raw", "--send", &request, "--timeout-ms", "10000"])
+        .await?;
+    let status = probe.fields.get("greeting").cloned().unwrap_or_default();
+    assert!(status.starts_with("HTTP/1.1") && !status.contains("agent-sandbox"), "{status}");
+    let log = mock.log().await?;
+    let seen = log.iter().find(|l| l.contains("/v1beta/models")).expect("the request reached the API");
+    assert!(!seen.contains(own), "the agent's own credential reached the API: {seen}");
+    assert!(seen.contains(&format!("{KEY}-gemini")), "the held key: {seen}");
     let connections = sb.exec(&["cat", "/run/agent-sandbox/connections.jsonl"]).await?.stdout;
     assert!(connections.contains("reached through the key forwarder alone"), "{connections}");
     assert!(
