@@ -442,8 +442,11 @@ struct NameCheckFigures {
     tls: (String, String),
     /// `fetch` of a gigabyte over HTTP: (on, off).
     bulk: (String, String),
-    /// `upload` of 500 MB over HTTP, within the name's budget: (on, off).
+    /// `upload` of 500 MB of binary over HTTP, within the name's budget: (on, off).
     up: (String, String),
+    /// `upload` of 100 MB of source-like text over HTTP, which the name check reads line by
+    /// line for requests hidden in a body: (on, off).
+    text: (String, String),
     /// `concurrent` 1,000 over HTTP: (on, off).
     many: (String, String),
     /// KiB resident with 1,000 connections open: PID 1 on, the checker, PID 1 off.
@@ -486,11 +489,15 @@ impl NameCheckFigures {
         let http = both(vec!["first-byte", "api.allowed.test", "80", "500"]).await?;
         let tls = both(vec!["first-byte", "api.allowed.test", "443", "300", "--tls"]).await?;
         let bulk = both(vec!["fetch", "api.allowed.test", "80", BULK]).await?;
-        let up = both(vec!["upload", "api.allowed.test", "80", "500000000", "--timeout-ms", "60000"]).await?;
+        let up =
+            both(vec!["upload", "api.allowed.test", "80", "500000000", "--binary", "--timeout-ms", "60000"])
+                .await?;
+        let text =
+            both(vec!["upload", "api.allowed.test", "80", "100000000", "--timeout-ms", "60000"]).await?;
         let many = both(vec!["concurrent", "api.allowed.test", "80", "1000", "--hold-ms", "500"]).await?;
         let rss_on = Self::rss_with_1000_open(&on).await?;
         let rss_off = Self::rss_with_1000_open(&off).await?;
-        Ok(NameCheckFigures { http, tls, bulk, up, many, rss: (rss_on.0, rss_on.1, rss_off.0) })
+        Ok(NameCheckFigures { http, tls, bulk, up, text, many, rss: (rss_on.0, rss_on.1, rss_off.0) })
     }
 
     /// VmRSS of PID 1 and of the checker (0 without one), in KiB, while 1,000 connections are open.
@@ -542,14 +549,17 @@ impl NameCheckFigures {
             field(on, "mbytes_per_s"),
             field(on, "mbytes_per_s") / field(off, "mbytes_per_s")
         );
-        let (on, off) = (&self.up.0, &self.up.1);
         let rate = |out: &str| field(out, "sent") / 1000.0 / field(out, "ms");
-        println!(
-            "name check, 500 MB upload, budgeted {:>6.0} MB/s {:>6.0} MB/s   ratio {:.2}   (4 MiB grants)",
-            rate(off),
-            rate(on),
-            rate(on) / rate(off)
-        );
+        for (what, (on, off)) in
+            [("500 MB up, binary, budgeted", &self.up), ("100 MB up, source text", &self.text)]
+        {
+            println!(
+                "name check, {what:<27}{:>6.0} MB/s {:>6.0} MB/s   ratio {:.2}",
+                rate(off),
+                rate(on),
+                rate(on) / rate(off)
+            );
+        }
         let (on, off) = (&self.many.0, &self.many.1);
         println!(
             "name check, 1,000 concurrent        completed {}/{} off, {}/{} on; p99 to first byte {:.0} ms off, {:.0} ms on",

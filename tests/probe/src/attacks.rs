@@ -681,10 +681,14 @@ pub fn upload(args: &Args) {
     };
     let _ = stream.set_write_timeout(Some(timeout));
     let head = format!("POST /upload HTTP/1.1\r\nHost: {host}\r\nContent-Length: {total}\r\n\r\n");
-    // Lines of text, as a source file is: 64 KiB of them a write.
-    let chunk: Vec<u8> = b"fn exfiltrated() -> &'static str { \"the project, line by line\" }\n".repeat(1024)
-        [..64 * 1024]
-        .to_vec();
+    // Lines of text, as a source file is, 64 KiB of them a write; or with `--binary`, bytes of
+    // an archive's kind (no line ends).
+    let chunk: Vec<u8> = if args.has("--binary") {
+        (0..64 * 1024).map(|i| (i % 127) as u8 | 0x80).collect()
+    } else {
+        b"fn exfiltrated() -> &'static str { \"the project, line by line\" }\n".repeat(1024)[..64 * 1024]
+            .to_vec()
+    };
     let (mut sent, started) = (0u64, std::time::Instant::now());
     let mut outcome = match stream.write_all(head.as_bytes()) {
         Ok(()) => "sent".to_string(),
