@@ -18,6 +18,7 @@ pub mod relay;
 pub mod remote_tools;
 pub mod request;
 pub mod rules;
+pub mod setelems;
 pub mod sink;
 pub mod verdicts;
 pub mod wire;

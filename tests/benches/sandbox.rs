@@ -192,7 +192,7 @@ async fn main() -> anyhow::Result<()> {
         );
     };
     row("allowed name, cached", &direct_cached, &gate_cached, "< 1000 µs");
-    row("allowed name, new (nft run)", &direct_new, &gate_new, "< 5000 µs");
+    row("allowed name, new (netlink)", &direct_new, &gate_new, "< 5000 µs");
     println!();
     println!(
         "DNS throughput, 8 clients         upstream {:>6.0} q/s   gate {:>6.0} q/s   ratio {:.2}   target > 5000 q/s",

@@ -175,6 +175,14 @@ impl Enforcement {
         verify_table(&table, &ruleset(policy, &upstreams, &[], loaded.log, settings))
             .map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
         let sink = Arc::new(NftSink::new(nft.clone(), Allowlist::new(policy), settings.set_size));
+        // The gate's new elements go over netlink (net/setelems.rs), without a process each;
+        // where the socket cannot be had, nft writes them.
+        match crate::net::setelems::SetWriter::open() {
+            Ok(writer) => sink.write_over_netlink(writer),
+            Err(e) => console::err(format!(
+                "sandbox-init: no netlink socket for set elements ({e}); nft writes them"
+            )),
+        }
         let upstream_addrs = upstreams.iter().map(|a| SocketAddr::new(*a, 53)).collect();
         let gate = DnsGate::new(upstream_addrs, sink.clone(), logs.denials.clone());
         gate.serve(GATE_ADDR.parse().expect("valid"))

@@ -94,7 +94,7 @@ impl Element {
         (self.addr, self.opening, self.port)
     }
 
-    fn set(&self) -> String {
+    pub fn set(&self) -> String {
         set_name(self.opening, self.addr.is_ipv4())
     }
 

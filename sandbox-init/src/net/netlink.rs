@@ -36,6 +36,28 @@ impl Netfilter {
         }
     }
 
+    /// How long `recv` waits for a datagram before it fails (EAGAIN).
+    pub fn set_read_timeout(&self, timeout: std::time::Duration) -> std::io::Result<()> {
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros().into(),
+        };
+        // SAFETY: setsockopt with a timeval we own, of its size.
+        let result = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&raw const tv).cast(),
+                size_of::<libc::timeval>() as u32,
+            )
+        };
+        if result < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     pub fn send(&self, message: &[u8]) -> std::io::Result<()> {
         // SAFETY: send from a buffer we own.
         if unsafe { libc::send(self.fd.as_raw_fd(), message.as_ptr().cast(), message.len(), 0) } < 0 {

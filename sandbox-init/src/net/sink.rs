@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::net::dns::{AddressSink, SinkError};
 use crate::net::firewall::{Element, ElementKey, FirewallError, Nft, add_elements, create_elements};
+use crate::net::setelems::SetWriter;
 use std::net::IpAddr;
 
 use crate::policy::{Allowlist, DomainPattern, Opening};
@@ -83,12 +84,22 @@ struct State {
     allowlist: Arc<Allowlist>,
     written: WrittenMap,
     writes: u64,
+    /// The netlink socket elements are written on ([`NftSink::write_over_netlink`]); None:
+    /// each write runs `nft` (and after netlink failed once, so does every later one).
+    netlink: Option<SetWriter>,
 }
 
 impl NftSink {
     pub fn new(nft: Nft, allowlist: Allowlist, max_elements: usize) -> NftSink {
-        let state = State { allowlist: Arc::new(allowlist), written: WrittenMap::new(), writes: 0 };
+        let state =
+            State { allowlist: Arc::new(allowlist), written: WrittenMap::new(), writes: 0, netlink: None };
         NftSink { nft, max_elements, state: Mutex::new(state) }
+    }
+
+    /// From now on, elements are written over `writer`'s netlink socket, one transaction a
+    /// write, rather than by running `nft`.
+    pub fn write_over_netlink(&self, writer: SetWriter) {
+        self.state().netlink = Some(writer);
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -165,8 +176,22 @@ impl AddressSink for NftSink {
             return Err(SinkError::Full { max: self.max_elements });
         }
         if !writes.new.is_empty() || !writes.refresh.is_empty() {
-            let script = create_elements(&writes.new) + &add_elements(&writes.refresh);
-            self.nft.apply(&script)?;
+            let written = match state.netlink.as_mut().map(|w| w.write(&writes.new, &writes.refresh)) {
+                Some(Ok(())) => true,
+                Some(Err(e)) => {
+                    // The transaction was not applied: nft writes this one, and every later one.
+                    crate::console::err(format!(
+                        "sandbox-init: writing set elements over netlink failed ({e}); nft writes them from now on"
+                    ));
+                    state.netlink = None;
+                    false
+                }
+                None => false,
+            };
+            if !written {
+                let script = create_elements(&writes.new) + &add_elements(&writes.refresh);
+                self.nft.apply(&script)?;
+            }
         }
         for e in writes.new.iter().chain(&writes.refresh) {
             let record =

@@ -174,6 +174,14 @@ async fn a_name_moved_to_a_new_address_is_reachable_there() -> anyhow::Result<()
     dns.set_dns("cdn.rotate.test", second.ipv4, 1).await?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(assert_reaches(&sb, "cdn.rotate.test:443").await?.fields["address"], second.ipv4.to_string());
+    // Asked again, the element is refreshed (added, deleted and added again in one transaction).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(assert_reaches(&sb, "cdn.rotate.test:443").await?.fields["address"], second.ipv4.to_string());
+    // Every element went over netlink: no write fell back to nft.
+    let (stdout, stderr) = sb.logs().await?;
+    assert!(!format!("{stdout}{stderr}").contains("netlink"), "{stdout}{stderr}");
+    let set = sb.exec(&["nft", "list", "set", "inet", "agent_sandbox", "checked_v4"]).await?.stdout;
+    assert!(set.contains(&format!("{} . 443 timeout", second.ipv4)), "{set}");
     Ok(())
 }
 
