@@ -91,7 +91,7 @@ impl Netfilter {
             if kind == NLMSG_ERROR && payload.len() >= 4 {
                 let error = i32::from_ne_bytes([payload[0], payload[1], payload[2], payload[3]]);
                 if error != 0 {
-                    return Err(std::io::Error::from_raw_os_error(-error));
+                    return Err(std::io::Error::from_raw_os_error(crate::net::setelems::errno_of(error)));
                 }
             }
         }

@@ -132,11 +132,20 @@ pub fn outcome(replies: &[u8], acked: &[u32]) -> Option<Result<(), i32>> {
         let error = i32::from_ne_bytes([payload[0], payload[1], payload[2], payload[3]]);
         let seq = u32::from_ne_bytes([payload[12], payload[13], payload[14], payload[15]]);
         if error != 0 {
-            return Some(Err(-error));
+            return Some(Err(errno_of(error)));
         }
         seen.push(seq);
     }
     acked.iter().all(|s| seen.contains(s)).then_some(Ok(()))
+}
+
+/// The errno a netlink error code stands for (the negative errno); one that is not a negative
+/// errno (anything may be on a socket) is a protocol error.
+pub fn errno_of(error: i32) -> i32 {
+    match error.checked_neg() {
+        Some(errno) if errno > 0 => errno,
+        _ => libc::EPROTO,
+    }
 }
 
 /// PID 1's socket for set elements.
@@ -255,5 +264,8 @@ mod tests {
         replies.extend(ack(103, -libc::ENOSPC));
         assert_eq!(outcome(&replies, &[101, 102, 103]), Some(Err(libc::ENOSPC)));
         assert_eq!(outcome(&[1, 2, 3], &[1]), None, "a short datagram");
+        // Found by the fuzzer: an error code whose negation overflows.
+        assert_eq!(outcome(&ack(101, i32::MIN), &[101]), Some(Err(libc::EPROTO)));
+        assert_eq!(outcome(&ack(101, 5), &[101]), Some(Err(libc::EPROTO)));
     }
 }
