@@ -15,6 +15,11 @@
 //! - the session's output to an attached user (16 MB, `cat` in the pane) through sandbox-attach,
 //!   whose root relay filters it, vs. the agent's own tmux client on the user's terminal (what
 //!   sandbox-attach ran before the filter), and the relay's CPU time for it.
+//!
+//! With `BENCH_CARD=FILE` (`cargo xtask bench card`), it also measures the time to a first
+//! command (`agent-sandbox run --detach` of the node image, then `node -v` in it, vs. a bare
+//! container of the same image; `BENCH_CARD_RUNS` each, sequential) and writes every figure,
+//! medians and p95, to FILE as JSON, which xtask renders as docs/performance.md.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -33,6 +38,68 @@ use sandbox_tests::spec::SandboxSpec;
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
+}
+
+/// `{median, p95}` of `samples`, in milliseconds.
+fn stats_ms(samples: &[Duration]) -> serde_json::Value {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let at = |q: f64| ms(sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]);
+    serde_json::json!({ "median": at(0.5), "p95": at(0.95), "n": sorted.len() })
+}
+
+/// `{median, p95}` of a probe's latency report, in microseconds.
+fn stats_us(out: &str) -> serde_json::Value {
+    serde_json::json!({ "median": field(out, "median_us"), "p95": field(out, "p95_us") })
+}
+
+/// Time to a first command, the public ComputeSDK benchmark's way: from asking for a sandbox
+/// to the end of `node -v` in it. `agent-sandbox run node --detach` (its return waits for
+/// `sandbox ready`) then an exec, against a bare container of the same image started and
+/// exec'd the same way; `runs` each, one after another.
+async fn first_command(
+    docker: &bollard::Docker,
+    node: &str,
+    runs: usize,
+) -> anyhow::Result<serde_json::Value> {
+    use sandbox_tests::launcher::{Launcher, Project};
+    let launcher = Launcher::new()?;
+    let node_v = |id: String| async move {
+        let out = sandbox_tests::docker::exec(&id, &["node", "-v"], None).await?;
+        anyhow::ensure!(out.code == 0 && out.stdout.starts_with('v'), "node -v: {out:?}");
+        Ok::<_, anyhow::Error>(())
+    };
+    let (mut sandboxed, mut bare) = (Vec::new(), Vec::new());
+    for run in 0..=runs {
+        let project = Project::new()?;
+        let started = Instant::now();
+        launcher.ok(&["run", "node", &project.path, "--detach", "--image", node]).await?;
+        let (id, name) = project.sandbox().await?;
+        node_v(id).await?;
+        let took = started.elapsed();
+        launcher.ok(&["stop", &name]).await?;
+
+        let body = ContainerCreateBody {
+            image: Some(node.to_string()),
+            entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
+            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "bench".to_string())])),
+            ..Default::default()
+        };
+        let started_bare = Instant::now();
+        let created =
+            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
+        docker.start_container(&created.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+        node_v(created.id.clone()).await?;
+        let took_bare = started_bare.elapsed();
+        let force = RemoveContainerOptionsBuilder::default().force(true).build();
+        docker.remove_container(&created.id, Some(force)).await?;
+        if run > 0 {
+            // The first of each is a warm-up.
+            sandboxed.push(took);
+            bare.push(took_bare);
+        }
+    }
+    Ok(serde_json::json!({ "sandbox_ms": stats_ms(&sandboxed), "bare_ms": stats_ms(&bare) }))
 }
 
 fn ms(d: Duration) -> f64 {
@@ -114,6 +181,9 @@ async fn main() -> anyhow::Result<()> {
         init.push(start_to_ready(&docker, body(&image, &net, small.path(), None)).await?);
         big.push(start_to_ready(&docker, body(&image, &net, large.path(), None)).await?);
     }
+    let starts = serde_json::json!({
+        "baseline_ms": stats_ms(&base), "one_domain_ms": stats_ms(&init), "ten_thousand_ms": stats_ms(&big),
+    });
     let (base, init, big) = (median(base), median(init), median(big));
 
     eprintln!("measuring the DNS gate");
@@ -217,6 +287,49 @@ async fn main() -> anyhow::Result<()> {
     clone.print();
     println!();
     attach.print();
+
+    if let Ok(card) = std::env::var("BENCH_CARD") {
+        let node = std::env::var("BENCH_NODE_IMAGE").unwrap_or_else(|_| "agent-sandbox/agent-node".into());
+        let card_runs = std::env::var("BENCH_CARD_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(20);
+        eprintln!("measuring the time to a first command, {card_runs} runs each, one after another");
+        let first = first_command(&docker, &node, card_runs).await?;
+        let rate = |out: &str| field(out, "sent") / 1000.0 / field(out, "ms");
+        let figures = serde_json::json!({
+            "runs": runs,
+            "first_command": first,
+            "start_to_ready": starts,
+            "dns": {
+                "cached_us": { "upstream": stats_us(&direct_cached), "gate": stats_us(&gate_cached) },
+                "new_us": { "upstream": stats_us(&direct_new), "gate": stats_us(&gate_new) },
+                "qps": { "upstream": field(&direct_rate, "qps"), "gate": field(&gate_rate, "qps") },
+            },
+            "name_check": {
+                "http_us": { "off": stats_us(&names.http.1), "on": stats_us(&names.http.0) },
+                "tls_us": { "off": stats_us(&names.tls.1), "on": stats_us(&names.tls.0) },
+                "gigabyte_mb_s": {
+                    "off": field(&names.bulk.1, "mbytes_per_s"), "on": field(&names.bulk.0, "mbytes_per_s"),
+                },
+                "upload_mb_s": { "off": rate(&names.up.1), "on": rate(&names.up.0) },
+                "concurrent": {
+                    "completed_off": field(&names.many.1, "completed"),
+                    "completed_on": field(&names.many.0, "completed"),
+                    "p99_ms_off": field(&names.many.1, "p99_ms"),
+                    "p99_ms_on": field(&names.many.0, "p99_ms"),
+                },
+                "rss_kb": { "pid1_on": names.rss.0, "checker": names.rss.1, "pid1_off": names.rss.2 },
+            },
+            "forwarder": {
+                "first_byte_us": { "direct": stats_us(&direct_api), "forwarded": stats_us(&forwarded_api) },
+                "clone_mb_s": {
+                    "direct": clone.megabytes / clone.direct.as_secs_f64(),
+                    "forwarded": clone.megabytes / clone.forwarded.as_secs_f64(),
+                },
+                "peak_rss_kb": clone.forwarder_peak_kb,
+            },
+        });
+        std::fs::write(&card, serde_json::to_string_pretty(&figures)? + "\n")?;
+        eprintln!("wrote the card's figures to {card}");
+    }
     Ok(())
 }
 

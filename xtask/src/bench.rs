@@ -28,6 +28,11 @@ async fn run(root: &Path, flags: BenchFlags) -> anyhow::Result<()> {
             common.apply(&mut opts);
             bench_sandbox(root, opts, runs.max(1)).await
         }
+        BenchTarget::Card { runs, first_command_runs, common } => {
+            let mut opts = BuildOptions::new(root);
+            common.apply(&mut opts);
+            crate::card::bench_card(root, opts, runs.max(1), first_command_runs.max(1)).await
+        }
     }
 }
 

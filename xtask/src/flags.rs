@@ -309,6 +309,19 @@ pub enum BenchTarget {
         #[command(flatten)]
         common: CommonBuildFlags,
     },
+    /// The performance card, docs/performance.md: every image built (for its size), the sandbox
+    /// bench's figures with their p95, the time to a first command against a bare container,
+    /// the machine, and the peers' published figures apart. Needs NET_ADMIN; about 15 minutes.
+    Card {
+        /// Repetitions of each start measurement
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        /// Sandboxes (and bare containers) started for the time to a first command
+        #[arg(long, default_value_t = 20)]
+        first_command_runs: usize,
+        #[command(flatten)]
+        common: CommonBuildFlags,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod build;
+pub mod card;
 pub mod ci;
 pub mod context;
 pub mod dockerfile;

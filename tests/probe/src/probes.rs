@@ -517,6 +517,7 @@ pub fn dns_bench(args: &Args) {
         ("failed", failures.to_string()),
         ("median_us", format!("{:.0}", at(0.5))),
         ("p90_us", format!("{:.0}", at(0.9))),
+        ("p95_us", format!("{:.0}", at(0.95))),
         ("qps", format!("{:.0}", latencies.len() as f64 / elapsed)),
     ]);
 }
@@ -550,7 +551,7 @@ pub fn api_first_byte(args: &Args) {
     });
 }
 
-/// `failed=N median_us=… p99_us=…` of latencies in µs.
+/// `failed=N median_us=… p95_us=… p99_us=…` of latencies in µs.
 fn report_latencies(mut times: Vec<f64>, failed: usize) {
     times.sort_by(f64::total_cmp);
     let at =
@@ -558,6 +559,7 @@ fn report_latencies(mut times: Vec<f64>, failed: usize) {
     report(&[
         ("failed", failed.to_string()),
         ("median_us", format!("{:.0}", at(0.5).unwrap_or(f64::NAN))),
+        ("p95_us", format!("{:.0}", at(0.95).unwrap_or(f64::NAN))),
         ("p99_us", format!("{:.0}", at(0.99).unwrap_or(f64::NAN))),
     ]);
 }
