@@ -146,6 +146,9 @@ fn answers(message: &Message, id: u16, query: &Query) -> bool {
 
 /// The addresses an upstream answer gives for the query's name, with their TTLs: A and AAAA
 /// records of the name or of a name its CNAME chain leads to. Records for other names are
+/// The most addresses of one answer that are opened.
+pub const MAX_ANSWER_ADDRESSES: usize = 64;
+
 /// ignored, so an answer cannot smuggle in an address for a name nobody asked about.
 pub fn answer_addresses(answer: &[u8], id: u16, query: &Query) -> Result<Vec<(IpAddr, u32)>, AnswerError> {
     let message = Message::from_vec(answer).map_err(|_| AnswerError::Malformed)?;
@@ -177,6 +180,9 @@ pub fn answer_addresses(answer: &[u8], id: u16, query: &Query) -> Result<Vec<(Ip
             _ => {}
         }
     }
+    // An answer the agent's own zone could make as large as a TCP answer allows: the first
+    // addresses are opened, the rest refused (no real name needs more).
+    addresses.truncate(MAX_ANSWER_ADDRESSES);
     Ok(addresses)
 }
 

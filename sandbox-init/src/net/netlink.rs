@@ -66,6 +66,49 @@ impl Netfilter {
         Ok(())
     }
 
+    /// Error replies carry the failed request's header only, not the whole request.
+    pub fn cap_acks(&self) -> std::io::Result<()> {
+        const SOL_NETLINK: libc::c_int = 270;
+        const NETLINK_CAP_ACK: libc::c_int = 10;
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt with an int we own, of its size.
+        let result = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                SOL_NETLINK,
+                NETLINK_CAP_ACK,
+                (&raw const on).cast(),
+                size_of::<libc::c_int>() as u32,
+            )
+        };
+        if result < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// One datagram whole: one longer than `buf` is an error, not a part of it.
+    pub fn recv_whole(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            // SAFETY: recv into a buffer we own, of its length; MSG_TRUNC makes it return the
+            // datagram's real length.
+            let len = unsafe {
+                libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_TRUNC)
+            };
+            if len >= 0 {
+                let len = len as usize;
+                if len > buf.len() {
+                    return Err(std::io::Error::other(format!("a netlink answer of {len} bytes, cut")));
+                }
+                return Ok(len);
+            }
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EINTR) {
+                return Err(error);
+            }
+        }
+    }
+
     /// One datagram (possibly several messages). Retries on EINTR.
     pub fn recv(&self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
@@ -114,8 +157,14 @@ pub fn message(subsystem: u8, kind: u8, flags: u16, family: u8, res_id: u16, att
     m
 }
 
-/// One attribute, padded to four bytes.
+/// The most bytes an attribute's value may hold: its length is 16 bits, header included.
+pub const MAX_ATTRIBUTE_VALUE: usize = u16::MAX as usize - 4;
+
+/// One attribute, padded to four bytes. A value past [`MAX_ATTRIBUTE_VALUE`] is a bug of the
+/// caller's (the length would wrap, and the kernel would read the rest as other attributes):
+/// it panics rather than send that.
 pub fn attribute(kind: u16, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() <= MAX_ATTRIBUTE_VALUE, "a netlink attribute of {} bytes", payload.len());
     let mut a = ((4 + payload.len()) as u16).to_ne_bytes().to_vec();
     a.extend(kind.to_ne_bytes());
     a.extend(payload);

@@ -52,6 +52,11 @@ pub fn key(addr: IpAddr, port: u16) -> Vec<u8> {
     key
 }
 
+/// The most elements one message carries (an IPv6 element is 44 bytes): a set's elements past
+/// it go in more messages of the same transaction, as nft splits them, so that no attribute's
+/// 16-bit length can wrap.
+pub const ELEMENTS_PER_MESSAGE: usize = 64;
+
 /// One message of `op` for `elements`, all of one set, with sequence number `seq`.
 fn set_message(op: Op, set: &str, elements: &[&Element], seq: u32) -> Vec<u8> {
     let mut list = Vec::new();
@@ -94,9 +99,11 @@ pub fn batch(new: &[Element], refresh: &[Element], seq: u32) -> (Vec<u8>, Vec<u3
     let mut acked = Vec::new();
     let mut next = seq;
     let mut push = |op: Op, set: &str, elements: &[&Element], out: &mut Vec<u8>| {
-        next += 1;
-        out.extend(set_message(op, set, elements, next));
-        acked.push(next);
+        for chunk in elements.chunks(ELEMENTS_PER_MESSAGE) {
+            next += 1;
+            out.extend(set_message(op, set, chunk, next));
+            acked.push(next);
+        }
     };
     for (set, elements) in by_set(new) {
         push(Op::Add, &set, &elements, &mut out);
@@ -119,6 +126,104 @@ fn by_set(elements: &[Element]) -> std::collections::BTreeMap<String, Vec<&Eleme
         sets.entry(element.set()).or_default().push(element);
     }
     sets
+}
+
+/// One element of a transaction as its messages say it: what is done, to which set, the key's
+/// address and port, and the timeout in milliseconds if one is given.
+pub type Decoded = (Op, String, IpAddr, u16, Option<u64>);
+
+/// A transaction read back strictly (for tests and the fuzzer): every message and attribute
+/// whole, nothing but what [`batch`] writes, every byte accounted for. None if anything is off.
+pub fn decode_batch(bytes: &[u8]) -> Option<Vec<Decoded>> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    let mut kinds = Vec::new();
+    while !rest.is_empty() {
+        let len = u32::from_ne_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+        if len < 20 || len > rest.len() || !len.is_multiple_of(4) {
+            return None;
+        }
+        let kind = u16::from_ne_bytes([rest[4], rest[5]]);
+        let body = &rest[20..len];
+        kinds.push(kind);
+        let set_kind = |k: u8| (u16::from(NFNL_SUBSYS_NFTABLES) << 8) | u16::from(k);
+        if kind == set_kind(NFT_MSG_NEWSETELEM) || kind == set_kind(NFT_MSG_DELSETELEM) {
+            let (mut table, mut set, mut elements) = (None, None, None);
+            for (t, value) in strict_attributes(body)? {
+                match t & !NLA_F_NESTED {
+                    NFTA_SET_ELEM_LIST_TABLE if table.is_none() => table = Some(value),
+                    NFTA_SET_ELEM_LIST_SET if set.is_none() => set = Some(value),
+                    NFTA_SET_ELEM_LIST_ELEMENTS if elements.is_none() => elements = Some(value),
+                    _ => return None,
+                }
+            }
+            if table? != c_string(TABLE).as_slice() {
+                return None;
+            }
+            let set = std::str::from_utf8(set?.strip_suffix(&[0])?).ok()?.to_string();
+            for (t, item) in strict_attributes(elements?)? {
+                if t != NFTA_LIST_ELEM | NLA_F_NESTED {
+                    return None;
+                }
+                let (mut key, mut timeout) = (None, None);
+                for (t, value) in strict_attributes(item)? {
+                    match t {
+                        k if k == NFTA_SET_ELEM_KEY | NLA_F_NESTED && key.is_none() => {
+                            let [(NFTA_DATA_VALUE, data)] = strict_attributes(value)?[..] else {
+                                return None;
+                            };
+                            key = Some(data);
+                        }
+                        NFTA_SET_ELEM_TIMEOUT if timeout.is_none() => {
+                            timeout = Some(u64::from_be_bytes(value.try_into().ok()?));
+                        }
+                        _ => return None,
+                    }
+                }
+                let key = key?;
+                let (addr, port) = match key.len() {
+                    8 => (IpAddr::from(<[u8; 4]>::try_from(&key[..4]).ok()?), &key[4..]),
+                    20 => (IpAddr::from(<[u8; 16]>::try_from(&key[..16]).ok()?), &key[16..]),
+                    _ => return None,
+                };
+                if port[2..] != [0, 0] {
+                    return None;
+                }
+                let op = match (kind == set_kind(NFT_MSG_DELSETELEM), timeout) {
+                    (true, None) => Op::Delete,
+                    (false, None) => Op::Touch,
+                    (false, Some(_)) => Op::Add,
+                    (true, Some(_)) => return None,
+                };
+                out.push((op, set.clone(), addr, u16::from_be_bytes([port[0], port[1]]), timeout));
+            }
+        } else if !(kind == u16::from(NFNL_MSG_BATCH_BEGIN) || kind == u16::from(NFNL_MSG_BATCH_END))
+            || !body.is_empty()
+        {
+            return None;
+        }
+        rest = &rest[len..];
+    }
+    let framed = kinds.first() == Some(&u16::from(NFNL_MSG_BATCH_BEGIN))
+        && kinds.last() == Some(&u16::from(NFNL_MSG_BATCH_END))
+        && kinds[1..kinds.len() - 1].iter().all(|k| *k >> 8 == u16::from(NFNL_SUBSYS_NFTABLES));
+    framed.then_some(out)
+}
+
+/// The attributes of a block, each whole and padded, with nothing left over: (type, value).
+fn strict_attributes(mut data: &[u8]) -> Option<Vec<(u16, &[u8])>> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let len = usize::from(u16::from_ne_bytes([*data.first()?, *data.get(1)?]));
+        let kind = u16::from_ne_bytes([*data.get(2)?, *data.get(3)?]);
+        let padded = len.next_multiple_of(4);
+        if len < 4 || padded > data.len() || data[len..padded].iter().any(|b| *b != 0) {
+            return None;
+        }
+        out.push((kind, &data[4..len]));
+        data = &data[padded..];
+    }
+    Some(out)
 }
 
 /// What the kernel answered a transaction: Ok once every message in `acked` is acknowledged,
@@ -161,6 +266,7 @@ impl SetWriter {
     pub fn open() -> std::io::Result<SetWriter> {
         let socket = Netfilter::open()?;
         socket.set_read_timeout(ANSWER_TIMEOUT)?;
+        socket.cap_acks()?;
         Ok(SetWriter { socket, seq: 1 })
     }
 
@@ -171,9 +277,9 @@ impl SetWriter {
         self.seq = self.seq.wrapping_add(acked.len() as u32 + 2);
         self.socket.send(&message)?;
         let mut replies = Vec::new();
-        let mut buf = vec![0u8; 8192];
+        let mut buf = vec![0u8; 64 * 1024];
         loop {
-            let len = self.socket.recv(&mut buf)?;
+            let len = self.socket.recv_whole(&mut buf)?;
             replies.extend_from_slice(&buf[..len]);
             match outcome(&replies, &acked) {
                 Some(Ok(())) => return Ok(()),
@@ -242,6 +348,46 @@ mod tests {
         let (_, touch) = netfilter_payload(parsed[3].2).unwrap();
         let item = attributes(find(touch, NFTA_SET_ELEM_LIST_ELEMENTS).unwrap()).next().unwrap().1;
         assert_eq!(find(item, NFTA_SET_ELEM_TIMEOUT), None);
+    }
+
+    /// Found by review: 1,600 IPv6 elements of one set made one attribute longer than its
+    /// 16-bit length, which wrapped, and the kernel read the rest (bytes of the answer's
+    /// addresses) as attributes of its own: another set's name, a list without timeouts.
+    /// Every element now reads back as written, whatever the count.
+    #[test]
+    fn any_number_of_elements_reads_back_exactly() {
+        let many = |base: &str, n: u32| -> Vec<Element> {
+            (0..n)
+                .map(|i| {
+                    let addr: IpAddr = match base.parse::<IpAddr>().unwrap() {
+                        IpAddr::V4(a) => IpAddr::V4((u32::from(a) + i).into()),
+                        IpAddr::V6(a) => IpAddr::V6((u128::from(a) + u128::from(i)).into()),
+                    };
+                    Element { addr, opening: Opening::Checked, port: 443, timeout: Duration::from_secs(60) }
+                })
+                .collect()
+        };
+        let mut new = many("2001:db8::", 5000);
+        new.extend(many("192.0.2.0", 3000));
+        let refresh = many("2001:db8:1::", 1600);
+        let (bytes, acked) = batch(&new, &refresh, 1);
+        let read = decode_batch(&bytes).expect("the batch reads back");
+        let mut expected: Vec<Decoded> = Vec::new();
+        let row = |op: Op, e: &Element, t: Option<u64>| (op, e.set(), e.addr, e.port, t);
+        let sorted = |mut v: Vec<Element>| {
+            v.sort_by_key(|e| e.set());
+            v
+        };
+        for e in &sorted(new.clone()) {
+            expected.push(row(Op::Add, e, Some(60_000)));
+        }
+        for (op, t) in [(Op::Touch, None), (Op::Delete, None), (Op::Add, Some(60_000))] {
+            expected.extend(refresh.iter().map(|e| row(op, e, t)));
+        }
+        assert_eq!(read.len(), expected.len());
+        let differs = read.iter().zip(&expected).position(|(a, b)| a != b);
+        assert_eq!(differs.map(|i| (&read[i], &expected[i])), None, "at {differs:?}");
+        assert_eq!(acked.len(), 5000usize.div_ceil(64) + 3000usize.div_ceil(64) + 3 * 1600usize.div_ceil(64));
     }
 
     #[test]

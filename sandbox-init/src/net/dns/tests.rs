@@ -192,6 +192,14 @@ fn answers_give_the_addresses_of_the_name_and_its_cname_chain_only() {
     let other = Query::query(Name::from_str("api.example.com.").unwrap(), RecordType::AAAA);
     assert_eq!(answer_addresses(&packet, 3, &other), Err(AnswerError::Mismatch), "another type");
     assert_eq!(answer_addresses(b"\x00\x03", 3, &q), Err(AnswerError::Malformed));
+
+    // An answer with more addresses than any real name has (the agent's own zone, over TCP):
+    // the first MAX_ANSWER_ADDRESSES are opened.
+    let many: Vec<Record> = (0..200u32)
+        .map(|i| a("api.example.com.", 60, &std::net::Ipv4Addr::from(0xc000_0200 + i).to_string()))
+        .collect();
+    let addresses = answer_addresses(&answer(3, "api.example.com.", RecordType::A, many), 3, &q).unwrap();
+    assert_eq!(addresses.len(), MAX_ANSWER_ADDRESSES);
 }
 
 #[test]
