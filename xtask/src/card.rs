@@ -49,7 +49,11 @@ impl Machine {
             kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
             engine: format!(
                 "{} {}",
-                version.platform.map(|p| p.name).unwrap_or_else(|| "engine".into()),
+                version
+                    .platform
+                    .map(|p| p.name)
+                    .filter(|n| !n.trim().is_empty())
+                    .unwrap_or_else(|| "Docker Engine".into()),
                 version.version.unwrap_or_default()
             ),
             date: time_now(),
