@@ -86,33 +86,14 @@ pub const APIS: &[Api] = &[
     },
 ];
 
-impl Api {
-    /// The API as a forwarded host, sending to `host` (its own, or the one of the base URL the
-    /// user gave): a forwarded service whose credential is the held key and whose rules let any
-    /// request under the base path through. Unlike GitHub's or a declared service's, its host is
-    /// the forwarder's alone only while a key is held: without one, a CLI signed in by itself
-    /// reaches it directly.
-    pub fn forwarded_host(&self, host: String) -> crate::ForwardedHost {
-        crate::ForwardedHost {
-            service: self.name.to_string(),
-            host,
-            port: self.port,
-            part: Some(crate::forward::Part::Model),
-            settings: crate::forward::Forward::default(),
-        }
-    }
-}
-
 /// The API named `name`.
 pub fn api(name: &str) -> Option<&'static Api> {
     APIS.iter().find(|api| api.name == name)
 }
 
-/// Every variable that may hold a key, of every API and forwarded service (`GH_TOKEN`,
-/// `NPM_TOKEN`): none reaches a process sandbox-init or sandbox-exec starts.
-pub fn key_vars() -> impl Iterator<Item = &'static str> {
-    APIS.iter().flat_map(|api| api.keys.iter().map(|k| k.var)).chain(crate::forward::token_vars())
-}
+/// Every variable that may hold a key (defined at the crate's root, above this table and the
+/// forwarded services').
+pub use crate::key_vars;
 
 #[cfg(test)]
 mod tests {

@@ -334,6 +334,29 @@ impl Policy {
     }
 }
 
+/// Every variable that may hold a key, of every API and forwarded service (`GH_TOKEN`,
+/// `NPM_TOKEN`): none reaches a process sandbox-init or sandbox-exec starts.
+pub fn key_vars() -> impl Iterator<Item = &'static str> {
+    apis::APIS.iter().flat_map(|api| api.keys.iter().map(|k| k.var)).chain(forward::token_vars())
+}
+
+impl apis::Api {
+    /// The API as a forwarded host, sending to `host` (its own, or the one of the base URL the
+    /// user gave): a forwarded service whose credential is the held key and whose rules let any
+    /// request under the base path through. Unlike GitHub's or a declared service's, its host is
+    /// the forwarder's alone only while a key is held: without one, a CLI signed in by itself
+    /// reaches it directly.
+    pub fn forwarded_host(&self, host: String) -> ForwardedHost {
+        ForwardedHost {
+            service: self.name.to_string(),
+            host,
+            port: self.port,
+            part: Some(forward::Part::Model),
+            settings: forward::Forward::default(),
+        }
+    }
+}
+
 /// A host the forwarder alone reaches: a forwarded service's (`Policy::forwarded`), or a model
 /// API's while its key is held (`apis::Api::forwarded_host`).
 #[derive(Clone, Debug, PartialEq, Eq)]

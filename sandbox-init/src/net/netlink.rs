@@ -134,11 +134,20 @@ impl Netfilter {
             if kind == NLMSG_ERROR && payload.len() >= 4 {
                 let error = i32::from_ne_bytes([payload[0], payload[1], payload[2], payload[3]]);
                 if error != 0 {
-                    return Err(std::io::Error::from_raw_os_error(crate::net::setelems::errno_of(error)));
+                    return Err(std::io::Error::from_raw_os_error(errno_of(error)));
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The errno a netlink error code stands for (the negative errno); one that is not a negative
+/// errno (anything may be on a socket) is a protocol error.
+pub fn errno_of(error: i32) -> i32 {
+    match error.checked_neg() {
+        Some(errno) if errno > 0 => errno,
+        _ => libc::EPROTO,
     }
 }
 

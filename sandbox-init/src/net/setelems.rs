@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::net::firewall::{Element, TABLE};
-use crate::net::netlink::{NLMSG_ERROR, Netfilter, attribute, message, messages};
+use crate::net::netlink::{NLMSG_ERROR, Netfilter, attribute, errno_of, message, messages};
 
 const NFNL_SUBSYS_NFTABLES: u8 = 10;
 const NFNL_MSG_BATCH_BEGIN: u8 = 0x10;
@@ -242,15 +242,6 @@ pub fn outcome(replies: &[u8], acked: &[u32]) -> Option<Result<(), i32>> {
         seen.push(seq);
     }
     acked.iter().all(|s| seen.contains(s)).then_some(Ok(()))
-}
-
-/// The errno a netlink error code stands for (the negative errno); one that is not a negative
-/// errno (anything may be on a socket) is a protocol error.
-pub fn errno_of(error: i32) -> i32 {
-    match error.checked_neg() {
-        Some(errno) if errno > 0 => errno,
-        _ => libc::EPROTO,
-    }
 }
 
 /// PID 1's socket for set elements.

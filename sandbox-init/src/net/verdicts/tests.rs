@@ -1,3 +1,6 @@
+//! The verdicts' unit tests: the protocol's framing, the upload budgets' accounting (alone and
+//! against 200 connections opened at once), the start probe's quiet refusal.
+
 use super::*;
 use crate::net::budgets::BUDGET_HOUR;
 
