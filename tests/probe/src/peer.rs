@@ -170,6 +170,17 @@ fn answer(packet: &[u8], zone: &str, log: &str) -> Option<Vec<u8>> {
         found = true;
         let ttl = fields[3].parse().unwrap_or(60);
         let owner = question.name().clone();
+        // `10.77.0.1+200`: that many addresses in a row, one record each (an answer larger
+        // than any real name's).
+        if let ("A", RecordType::A, Some((first, count))) =
+            (fields[1], question.query_type(), fields[2].split_once('+'))
+        {
+            let first = u32::from(first.parse::<std::net::Ipv4Addr>().ok()?);
+            for i in 0..count.parse::<u32>().ok()? {
+                reply.add_answer(Record::from_rdata(owner.clone(), ttl, RData::A(A((first + i).into()))));
+            }
+            continue;
+        }
         let record = match (fields[1], question.query_type()) {
             // `10.99.0.0/16`: an address of that range chosen by the name, so every name of a
             // wildcard gets its own.

@@ -437,7 +437,18 @@ pub fn dns(args: &Args) {
     };
     let kind = record_type(&args.flag("--type").unwrap_or_else(|| "A".into()));
     let id = args.flag("--id").and_then(|i| i.parse().ok());
-    match query(&name, kind, server, timeout, id) {
+    // `--edns`: the query offers a 4096-byte answer, as resolvers' clients do.
+    let asked = query_packet(&name, kind, id).and_then(|packet| {
+        if !args.has("--edns") {
+            return Ok(packet);
+        }
+        let mut message = Message::from_vec(&packet).map_err(|_| "encode".to_string())?;
+        let mut edns = hickory_proto::op::Edns::new();
+        edns.set_max_payload(4096);
+        message.set_edns(edns);
+        message.to_vec().map_err(|_| "encode".into())
+    });
+    match asked.and_then(|packet| exchange(&packet, server, timeout)) {
         Ok(reply) => {
             let answers: Vec<String> = reply
                 .answers()

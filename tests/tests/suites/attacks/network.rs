@@ -376,6 +376,46 @@ async fn a_full_address_set_refuses_the_next_name_and_opens_nothing() -> anyhow:
     Ok(())
 }
 
+/// The agent's own zone, under an allowed wildcard, answers a name with 200 addresses: more
+/// than any real name has, and enough that the gate's elements, written as one netlink
+/// transaction, once overran an attribute's 16-bit length (bytes of the addresses then read as
+/// another set's name, or as elements without a timeout). The gate opens the first 64 alone,
+/// each in the checked set with its timeout, over netlink. The control: an ordinary name's
+/// address opens and is reached.
+#[tokio::test]
+async fn an_answer_of_hundreds_of_addresses_opens_its_first_64_checked_and_timed() -> anyhow::Result<()> {
+    let world = ResolvedNet::start("huge-answer", &["real.test"]).await?;
+    world.dns.set_zone("huge.wide.test", "A", "10.77.0.1+200", 300).await?;
+    let sb =
+        SandboxSpec::smallest().await?.resolving_through(&world, "real.test\n*.wide.test\n").start().await?;
+    assert_reaches(&sb, "real.test:443").await?;
+    let asked = sb.probe(&["dns", "huge.wide.test", "--edns"]).await?;
+    assert_eq!(asked.outcome(), "dns:noerror", "{:?}", asked.fields);
+    assert_eq!(asked.fields["records"], "200", "the whole answer reached the agent: {:?}", asked.fields);
+    let table = sb.exec(&["nft", "-j", "list", "table", "inet", "agent_sandbox"]).await?.stdout;
+    let table: serde_json::Value = serde_json::from_str(&table)?;
+    let mut opened = std::collections::BTreeSet::new();
+    for set in table["nftables"].as_array().into_iter().flatten().map(|item| &item["set"]) {
+        for element in set["elem"].as_array().into_iter().flatten() {
+            let timed = element["elem"].is_object();
+            let value = if timed { &element["elem"]["val"] } else { element };
+            let addr = value["concat"][0].as_str().unwrap_or_default().to_string();
+            if addr.starts_with("10.77.") {
+                assert_eq!(set["name"], "checked_v4", "{element} in another set");
+                assert!(timed, "{element} has no timeout");
+                opened.insert(addr.parse::<std::net::Ipv4Addr>()?);
+            }
+        }
+    }
+    let first_64: std::collections::BTreeSet<std::net::Ipv4Addr> = (0..64u32)
+        .map(|i| std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 77, 0, 1)) + i))
+        .collect();
+    assert_eq!(opened, first_64, "the addresses opened");
+    let (stdout, stderr) = sb.logs().await?;
+    assert!(!format!("{stdout}{stderr}").contains("netlink"), "a write fell back to nft: {stderr}");
+    Ok(())
+}
+
 /// With `*.tunnel.test` allowed, data rides in query types that carry it (TXT, NULL, ANY) and
 /// in long names under the wildcard: none of it may reach the resolver.
 #[tokio::test]
