@@ -151,13 +151,6 @@ impl Verdicts {
                     "{name} came with an encrypted ClientHello (ECH), whose inner name the check cannot \
                      read; `ech: true` on its domain entry allows it"
                 )),
-                Some(m) if m.access.allows(Protocol::Tcp, port) && !forwarder => {
-                    let (key, budget) = budget_of(name, &m);
-                    if self.uploads.sent(&key) >= budget {
-                        return Err(over_budget(&key, budget));
-                    }
-                    Ok((Some(name.to_string()), format!("{name} is allowed on port {port}")))
-                }
                 Some(m) if m.access.allows(Protocol::Tcp, port) => {
                     Ok((Some(name.to_string()), format!("{name} is allowed on port {port}")))
                 }
@@ -222,9 +215,6 @@ impl Verdicts {
                         vec![Order::Verdict { id, allow: true, reason, allowance }]
                     }
                     Err(reason) => {
-                        if let Some((key, budget, sent)) = self.spent(&asked) {
-                            self.denials.record(Denial::Upload { name: key, budget, sent });
-                        }
                         let line = Connection::new("tcp", dst, &via, "refused", reason.clone()).named(name);
                         self.log.record(line, None);
                         vec![Order::Verdict { id, allow: false, reason, allowance: None }]
@@ -268,10 +258,8 @@ impl Verdicts {
     fn count_upload(&self, id: u64, up: u64) -> Vec<Order> {
         let (name, added) = {
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(conn) = live.get_mut(&id) else { return Vec::new() };
-            if !conn.asked.check || conn.asked.forwarder {
-                return Vec::new();
-            }
+            // A connection with no share is one no budget applies to.
+            let Some(conn) = live.get_mut(&id).filter(|c| c.share.is_some()) else { return Vec::new() };
             let Some(name) = conn.asked.name.clone() else { return Vec::new() };
             let added = up.saturating_sub(conn.counted);
             conn.counted = conn.counted.max(up);
@@ -304,8 +292,9 @@ impl Verdicts {
     /// A new connection's share of its name's upload budget, with its first `first` bytes (the
     /// hello or request head the checker read, which it sends before anything else) counted:
     /// None where no budget applies (the forwarder's connections, those passed on the address).
-    /// Refused when they do not fit in what is left, the other open connections' grants
-    /// reserved. A name a reload removed meanwhile gets no room past its first bytes.
+    /// Refused when the budget is spent or they do not fit in what is left, the other open
+    /// connections' grants reserved. A name a reload removed meanwhile gets no room past its
+    /// first bytes.
     fn admit(&self, id: u64, asked: &Asked, first: u64) -> Result<Option<Share>, String> {
         let Some(name) = asked.name.as_deref().filter(|_| asked.check && !asked.forwarder) else {
             return Ok(None);
@@ -318,7 +307,7 @@ impl Verdicts {
         let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let sent = self.uploads.sent(&key);
         let held = reserved(&live, &key, Some(id));
-        if first > budget.saturating_sub(sent) {
+        if sent >= budget || first > budget - sent {
             self.denials.record(Denial::Upload { name: key.clone(), budget, sent });
             return Err(over_budget(&key, budget));
         }
@@ -359,15 +348,6 @@ impl Verdicts {
         }
         (share.granted, share.step) = (total, step);
         Some(total)
-    }
-
-    /// The budget `asked` is past, if it is: what it is counted for, the budget and the bytes
-    /// sent this hour.
-    fn spent(&self, asked: &Asked) -> Option<(String, u64, u64)> {
-        let name = asked.name.as_deref().filter(|_| asked.check && !asked.forwarder)?;
-        let (key, budget) = budget_of(name, &self.sink.allowlist().matches(name)?);
-        let sent = self.uploads.sent(&key);
-        (sent >= budget).then_some((key, budget, sent))
     }
 
     /// After a reload: the ranges in force, and every open connection judged again; those the
