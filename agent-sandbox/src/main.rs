@@ -17,6 +17,7 @@ mod identity;
 mod logs;
 mod ls;
 mod pending;
+mod queue;
 mod run;
 mod spec;
 mod status;

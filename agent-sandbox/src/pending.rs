@@ -6,6 +6,7 @@ use crate::approve;
 use crate::engine::Engine;
 use crate::exit::Result;
 use crate::flags::PendingFlags;
+use crate::queue;
 
 pub async fn run(flags: &PendingFlags) -> Result<i32> {
     let sandbox = Engine::connect().await?.find(&flags.which.sandbox).await?;
@@ -17,7 +18,7 @@ pub async fn run(flags: &PendingFlags) -> Result<i32> {
     }
     let queue = approve::pending(&sandbox).await?;
     if flags.json {
-        let all: Vec<&approve::Pending> = queue.names.iter().chain(&queue.budgets).collect();
+        let all: Vec<&queue::Pending> = queue.names.iter().chain(&queue.budgets).collect();
         println!("{}", serde_json::to_string_pretty(&all).expect("the queue serialises"));
     } else {
         print_queue(&queue, &sandbox.name);
@@ -31,12 +32,12 @@ pub async fn run(flags: &PendingFlags) -> Result<i32> {
     Ok(0)
 }
 
-fn print_queue(queue: &approve::Queue, sandbox: &str) {
+fn print_queue(queue: &queue::Queue, sandbox: &str) {
     if queue.names.is_empty() && queue.budgets.is_empty() {
         eprintln!("agent-sandbox: nothing pending in {sandbox}");
     }
     if !queue.names.is_empty() {
-        print!("{}", approve::render_pending(&queue.names));
+        print!("{}", queue::render_pending(&queue.names));
         eprintln!(
             "agent-sandbox: allow these with `agent-sandbox allow {sandbox} --pending` (names refused \
              after this look wait for the next), or some with `agent-sandbox allow {sandbox} NAME…`; \
@@ -44,7 +45,7 @@ fn print_queue(queue: &approve::Queue, sandbox: &str) {
         );
     }
     if !queue.budgets.is_empty() {
-        print!("{}", approve::render_budgets(&queue.budgets));
+        print!("{}", queue::render_budgets(&queue.budgets));
         eprintln!(
             "agent-sandbox: connections to these are refused or cut until their hour ends; \
              `agent-sandbox allow {sandbox} NAME --upload SIZE` raises a budget"
