@@ -294,6 +294,7 @@ impl Checker {
         allowance: Allowance,
     ) {
         let started = Instant::now();
+        let budgeted = allowance.is_some();
         let (cap_tx, cap) = watch::channel(allowance);
         self.allowances.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cap_tx);
         let mut budget = Budget { checker: self, id, cap };
@@ -366,8 +367,12 @@ impl Checker {
             let _ = client_write.shutdown().await;
         };
         // While bytes go up, PID 1 hears of them (the upload budgets), and may cut the connection.
-        // An idle connection (most of a thousand held open) is looked at less and less often.
+        // An idle connection (most of a thousand held open) is looked at less and less often; one
+        // no budget applies to (the forwarder's, one passed on its address) is not reported on.
         let progress = async {
+            if !budgeted {
+                return std::future::pending::<()>().await;
+            }
             let (mut reported, mut period) = (0, PROGRESS_PERIOD);
             loop {
                 tokio::time::sleep(period).await;
