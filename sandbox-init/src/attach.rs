@@ -74,6 +74,15 @@ fn block_window_changes() -> libc::sigset_t {
 /// Runs `tmux attach-session -t SESSION` as the agent on a pty of its own, relaying through the
 /// filter; returns the client's status.
 pub fn attach(mut command: std::process::Command, tool: &str) -> u8 {
+    // In sidecar mode's agent container the relay runs as the agent's own uid (no root there):
+    // not dumpable, it cannot be traced, nor its memory or descriptors (the pty's master) read,
+    // by the agent's processes, which would then write past the filter. Root's relay is out of
+    // their reach anyway. Its children (the tmux client) are dumpable again after exec.
+    // SAFETY: geteuid, and prctl with integers.
+    if unsafe { libc::geteuid() } != 0 && unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } == -1 {
+        eprintln!("{tool}: cannot keep the session's relay from being traced");
+        return 126;
+    }
     let (master, client) = match pty() {
         Ok(pair) => pair,
         Err(e) => {

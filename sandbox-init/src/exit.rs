@@ -21,12 +21,17 @@ pub enum Refusal {
     /// A setup step failed: the ruleset was rejected, the DNS gate could not bind, the agent
     /// user is missing, tmux did not start.
     SetupFailed = 71,
+    /// Sidecar mode: no gateway said its firewall holds within 60 s, so the agent's container
+    /// does not start the session.
+    GatewayMissing = 75,
     /// A capability sandbox-init needs is missing: NET_ADMIN on a container with a network (the
     /// firewall), or one of those it starts the agent with (CHOWN, SETUID, SETGID, SETPCAP, KILL).
     MissingCapability = 77,
     /// A setting has an invalid value: SANDBOX_FIREWALL other than on, off or open,
     /// SANDBOX_MAX_ADDRESSES not a number in range, a key's secret file the agent could read,
-    /// or a base URL for a held key that is not `https://HOST/PATH`.
+    /// or a base URL for a held key that is not `https://HOST/PATH`; SANDBOX_ROLE other than
+    /// gateway or agent, SANDBOX_DNS not addresses outside the container (or missing for the
+    /// gateway), an agent's container that holds a capability or runs as a stranger uid.
     BadSetting = 78,
 }
 
@@ -43,7 +48,7 @@ impl Refusal {
         }
     }
 
-    pub const ALL: [Refusal; 9] = [
+    pub const ALL: [Refusal; 10] = [
         Refusal::Usage,
         Refusal::PolicyInvalid,
         Refusal::PolicyUnreadable,
@@ -51,6 +56,7 @@ impl Refusal {
         Refusal::NftMissing,
         Refusal::VerificationFailed,
         Refusal::SetupFailed,
+        Refusal::GatewayMissing,
         Refusal::MissingCapability,
         Refusal::BadSetting,
     ];
@@ -66,10 +72,13 @@ impl Refusal {
             Refusal::NftMissing => "nft is not installed in the image",
             Refusal::VerificationFailed => "the firewall did not hold when checked",
             Refusal::SetupFailed => "a setup step failed (ruleset, DNS gate, agent user, tmux)",
+            Refusal::GatewayMissing => "sidecar mode: no gateway came up in the agent's network namespace",
             Refusal::MissingCapability => {
                 "a capability it needs is missing (NET_ADMIN, or one of Docker's defaults)"
             }
-            Refusal::BadSetting => "SANDBOX_FIREWALL or SANDBOX_MAX_ADDRESSES has an invalid value",
+            Refusal::BadSetting => {
+                "a setting has an invalid value (SANDBOX_*, a secret's mode, an agent's container with capabilities)"
+            }
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::privileges::AgentPrivileges;
 
 /// The file the base image's system git configuration includes (`include.path`): written at
 /// start when GitHub is forwarded, removed otherwise. git ignores an include that is missing.
-pub const GITCONFIG: &str = "/run/agent-sandbox/gitconfig";
+pub use crate::policy::layout::GITCONFIG;
 
 /// One forwarded host as the forwarder serves it: a forwarded service's, or a model API's with
 /// its key held (keys.rs), the same in everything the forwarder does.
@@ -309,7 +309,11 @@ pub struct Forwarder {
 impl Forwarder {
     /// Binds one loopback port per route: each held key's API and each forwarded host
     /// (forwarded.rs's).
-    pub fn bind(routes: &[ServiceRoute], extra_ca: Option<String>) -> std::io::Result<Forwarder> {
+    pub fn bind(
+        routes: &[ServiceRoute],
+        extra_ca: Option<String>,
+        resolver: Option<std::net::IpAddr>,
+    ) -> std::io::Result<Forwarder> {
         let mut listeners = Vec::new();
         let mut config_routes = Vec::new();
         for (index, service) in routes.iter().enumerate() {
@@ -321,8 +325,8 @@ impl Forwarder {
         let routes = config_routes;
         let (reports, its_end) = std::os::unix::net::UnixDatagram::pair()?;
         let report_fd = Some(CONFIG_FD + 1 + listeners.len() as i32);
-        let config =
-            serde_json::to_string(&Config { routes, extra_ca, report_fd }).map_err(std::io::Error::other)?;
+        let config = serde_json::to_string(&Config { routes, extra_ca, report_fd, resolver })
+            .map_err(std::io::Error::other)?;
         Ok(Forwarder { listeners, config, pid: Mutex::new(0), reports, its_end })
     }
 }

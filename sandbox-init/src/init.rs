@@ -16,11 +16,12 @@ use crate::exit::{Fatal, Refusal};
 use crate::forwarded::{Forwarder, ServiceRoute};
 use crate::keys;
 use crate::net::enforcer::{Enforcement, Logs, Settings};
-use crate::net::firewall::{DEFAULT_SET_SIZE, FirewallMode};
+use crate::net::firewall::{DEFAULT_SET_SIZE, FirewallMode, Shape};
 use crate::net::interfaces::Network;
 use crate::net::nflog;
 use crate::net::verdicts::Verdicts;
 use crate::policy::forward::Part;
+use crate::policy::layout::{GATEWAY_READY, ROLE_ENV, SHARED_DIR};
 use crate::policy::{BAKED_POLICY, DROP_IN_DIR, Policy};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
 use crate::process::{self, Service};
@@ -78,9 +79,55 @@ pub fn load_policy() -> Result<Policy, Fatal> {
     Ok(policy)
 }
 
-/// Runs as PID 1 (or under another init, as a subreaper) until the session ends.
+/// What this container is of a sandbox (`SANDBOX_ROLE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// One container: the firewall and the session (the default).
+    Whole,
+    /// Sidecar mode's firewall: everything but the session, in the network namespace it shares
+    /// with the agent's container.
+    Gateway,
+    /// Sidecar mode's agent container: the session, under a PID 1 without capability.
+    Agent,
+}
+
+impl Role {
+    pub fn from_env() -> Result<Role, Fatal> {
+        match std::env::var(ROLE_ENV).as_deref() {
+            Err(_) | Ok("") => Ok(Role::Whole),
+            Ok("gateway") => Ok(Role::Gateway),
+            Ok("agent") => Ok(Role::Agent),
+            Ok(other) => Err(Fatal::new(
+                Refusal::BadSetting,
+                format!("{ROLE_ENV}={other} is not one of gateway, agent"),
+            )),
+        }
+    }
+}
+
+/// Runs as PID 1 (or under another init, as a subreaper) until the session ends; the gateway,
+/// until it is stopped.
 pub fn run() -> Result<u8, Fatal> {
     let started = Instant::now();
+    let role = Role::from_env()?;
+    if role == Role::Agent {
+        let started = crate::sidecar::start_session()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the runtime: {e}")))?;
+        let supervised = Supervised {
+            agent: started.agent,
+            server: Some(started.server),
+            mode: FirewallMode::On,
+            ipv6: false,
+            enforcement: None,
+            forwarder: None,
+            role,
+        };
+        return Ok(runtime.block_on(supervise(supervised)));
+    }
+    let shape = if role == Role::Gateway { Shape::Sidecar } else { Shape::Single };
     let mode = FirewallMode::from_env()?;
     let set_size = max_addresses()?;
     let name_check = name_check_wanted()?;
@@ -102,7 +149,7 @@ pub fn run() -> Result<u8, Fatal> {
         ));
     }
     let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
-    prepare_run_dir(&agent)
+    prepare_run_dir(&agent, role)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot prepare {RUN_DIR}: {e}")))?;
     // Before PID 1 gives up CAP_CHOWN: mounted state volumes become the agent's.
     crate::state::prepare_from_env(&agent.home, agent.uid, agent.gid);
@@ -121,7 +168,7 @@ pub fn run() -> Result<u8, Fatal> {
     let connections = Arc::new(ConnectionLog::open(Path::new(CONNECTION_LOG)));
     runtime.spawn(connections.clone().keep_totals_written(Duration::from_millis(200)));
     let logs = Logs { denials: denials.clone(), connections: connections.clone() };
-    let settings = Settings { ipv6: network.ipv6, set_size, name_check };
+    let settings = Settings { ipv6: network.ipv6, set_size, name_check, shape };
     let mut enforcement = None;
     let mut after_ready = None;
     let summary = match mode {
@@ -165,7 +212,9 @@ pub fn run() -> Result<u8, Fatal> {
         }
     };
     let verdicts = enforcement.as_ref().and_then(|e| e.verdicts.as_deref());
-    let forwarder = hold_keys(&agent, &policy, verdicts)?;
+    // The forwarder asks the gate, where there is one, by its address: never a file.
+    let gate = enforcement.as_ref().map(|_| std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    let forwarder = hold_keys(&agent, &policy, verdicts, gate)?;
     let upstreams = enforcement.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
 
@@ -173,11 +222,18 @@ pub fn run() -> Result<u8, Fatal> {
         nflog::spawn(denials.clone(), connections.clone());
     }
 
-    let server =
-        session::start(&agent, &sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    // The gateway has no session: the agent's container runs it.
+    let server = match role {
+        Role::Gateway => None,
+        _ => Some(
+            session::start(&agent, &sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?,
+        ),
+    };
     // From here PID 1 only updates the firewall, signals the session and runs tmux as the agent.
     if let Err(e) = crate::privileges::restrict_self(crate::privileges::INIT_KEEPS) {
-        session::stop_server(server, &agent, libc::SIGKILL);
+        if let Some(server) = server {
+            session::stop_server(server, &agent, libc::SIGKILL);
+        }
         return Err(Fatal::new(Refusal::SetupFailed, format!("cannot drop PID 1's own capabilities: {e}")));
     }
     // SAFETY: isatty on fd 0.
@@ -197,25 +253,33 @@ pub fn run() -> Result<u8, Fatal> {
         ));
     }
     // The one line tests and users wait for: the firewall holds and the session runs.
-    console::out(format!(
-        "{}: {summary}, {} ms",
-        crate::policy::layout::READY,
-        started.elapsed().as_millis()
-    ));
+    let gateway = if role == Role::Gateway { "gateway: " } else { "" };
+    let ready =
+        format!("{}: {gateway}{summary}, {} ms", crate::policy::layout::READY, started.elapsed().as_millis());
+    if role == Role::Gateway {
+        // The agent's container starts its session once this is there (sidecar.rs).
+        crate::sidecar::write_ready(&ready)
+            .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot write {GATEWAY_READY}: {e}")))?;
+    }
+    console::out(ready);
     if let (Some(e), Some(script)) = (&enforcement, after_ready) {
         let nft = e.nft.clone();
         std::thread::spawn(move || nft.apply(&script));
     }
     // SAFETY: isatty on fd 0.
-    if unsafe { libc::isatty(0) } == 1 {
+    if server.is_some() && unsafe { libc::isatty(0) } == 1 {
         // The attach relay puts the terminal in raw mode as it starts; the ready line is given
         // a tenth of a second, once, with a terminal only, to be read by the engine first (a
         // tmux client on this terminal used to discard it, seen under load).
         std::thread::sleep(TTY_READY_GRACE);
         session::attach_terminal(&sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     }
-    let supervised = Supervised { agent, server, mode, ipv6: network.ipv6, enforcement, forwarder };
-    Ok(runtime.block_on(supervise(supervised)))
+    let supervised = Supervised { agent, server, mode, ipv6: network.ipv6, enforcement, forwarder, role };
+    let code = runtime.block_on(supervise(supervised));
+    if role == Role::Gateway {
+        crate::sidecar::remove_ready();
+    }
+    Ok(code)
 }
 
 /// The firewall, the DNS gate and the name check, each proven from the agent's side before the
@@ -242,12 +306,14 @@ async fn enforce(
 /// What PID 1 watches over once the session runs.
 struct Supervised {
     agent: AgentPrivileges,
-    /// The tmux server's pid.
-    server: i32,
+    /// The tmux server's pid; None for the gateway, which has no session.
+    server: Option<i32>,
     mode: FirewallMode,
     ipv6: bool,
     enforcement: Option<Enforcement>,
     forwarder: Option<Arc<Forwarder>>,
+    /// The agent's container of sidecar mode has no policy to reload: its gateway reloads.
+    role: Role,
 }
 
 /// Takes the API keys given to the container (keys.rs) and the forwarded services' tokens
@@ -259,6 +325,7 @@ fn hold_keys(
     agent: &AgentPrivileges,
     policy: &Policy,
     verdicts: Option<&Verdicts>,
+    gate: Option<std::net::IpAddr>,
 ) -> Result<Option<Arc<Forwarder>>, Fatal> {
     let secrets = Path::new(keys::SECRETS_DIR);
     let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
@@ -287,7 +354,7 @@ fn hold_keys(
         verdicts.hold(routes.iter().map(|r| r.host.host.clone()));
     }
     let extra_ca = keys::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
-    let forwarder = Forwarder::bind(&routes, extra_ca)
+    let forwarder = Forwarder::bind(&routes, extra_ca, gate)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot listen for the key forwarder: {e}")))?;
     if let Some(verdicts) = verdicts {
         forwarder.log_refusals(verdicts.log()).map_err(|e| {
@@ -303,10 +370,20 @@ fn hold_keys(
     Ok(Some(Arc::new(forwarder)))
 }
 
-fn prepare_run_dir(agent: &AgentPrivileges) -> std::io::Result<()> {
-    std::fs::create_dir_all(RUN_DIR)?;
-    chown(RUN_DIR, Some(0), Some(0))?;
-    std::fs::set_permissions(RUN_DIR, std::fs::Permissions::from_mode(0o755))?;
+fn prepare_run_dir(agent: &AgentPrivileges, role: Role) -> std::io::Result<()> {
+    for dir in [RUN_DIR, SHARED_DIR] {
+        std::fs::create_dir_all(dir)?;
+        chown(dir, Some(0), Some(0))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    // From the gateway's last run: the agent's container waits for a new one.
+    match std::fs::remove_file(GATEWAY_READY) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    if role == Role::Gateway {
+        return Ok(());
+    }
     // Left over from before a container restart: the session is new.
     let _ = std::fs::remove_file(session::STOPPING);
     // tmux's socket directory is the agent's alone. The session directory is root's: PID 1
@@ -328,7 +405,7 @@ fn sandbox_init_exe() -> PathBuf {
 }
 
 async fn supervise(supervised: Supervised) -> u8 {
-    let Supervised { agent, server, mode, ipv6, enforcement, forwarder } = supervised;
+    let Supervised { agent, server, mode, ipv6, enforcement, forwarder, role } = supervised;
     let agent = &agent;
     let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut child)) = (
         signal(SignalKind::terminate()),
@@ -348,7 +425,7 @@ async fn supervise(supervised: Supervised) -> u8 {
         tokio::select! {
             _ = child.recv() => {
                 let reaped = tokio::task::spawn_blocking(process::reap).await.unwrap_or_default();
-                if let Some((_, status)) = reaped.iter().find(|(pid, _)| *pid == server) {
+                if let Some((_, status)) = reaped.iter().find(|(pid, _)| Some(*pid) == server) {
                     return session_status(stop_signal, *status);
                 }
                 if let Some(checker) = enforcement.as_ref().and_then(|e| e.checker.clone()) {
@@ -361,23 +438,28 @@ async fn supervise(supervised: Supervised) -> u8 {
             _ = poll.tick() => {
                 // The server may not be our child (another init reaped it): check it lives.
                 // SAFETY: kill with signal 0 only checks the pid.
-                if unsafe { libc::kill(server, 0) } != 0 {
+                if server.is_some_and(|server| unsafe { libc::kill(server, 0) } != 0) {
                     return session_status(stop_signal, 0);
                 }
             }
             _ = term.recv() => {
+                // The gateway has nothing to wind down: its services end with it.
+                let Some(server) = server else { return 0 };
                 stop_signal = libc::SIGTERM;
                 stop_deadline = Some(stop(agent, server, libc::SIGTERM));
             }
             _ = int.recv() => {
+                let Some(server) = server else { return 0 };
                 stop_signal = libc::SIGINT;
                 stop_deadline = Some(stop(agent, server, libc::SIGINT));
             }
-            _ = hup.recv() => reload((mode, ipv6), enforcement.as_ref()).await,
+            _ = hup.recv(), if role != Role::Agent => reload((mode, ipv6), enforcement.as_ref()).await,
             _ = tokio::time::sleep_until(deadline), if stop_deadline.is_some() => {
                 console::err(format!("sandbox-init: the session did not end within {} s of the signal; closing it", STOP_GRACE.as_secs()));
                 // SIGTERM is tmux's own way out: it hangs up every pane and exits.
-                session::stop_server(server, agent, libc::SIGTERM);
+                if let Some(server) = server {
+                    session::stop_server(server, agent, libc::SIGTERM);
+                }
                 stop_deadline = None;
             }
         }

@@ -17,6 +17,7 @@ pub mod privileges;
 pub mod process;
 pub mod procfs;
 pub mod session;
+pub mod sidecar;
 pub mod state;
 pub mod status;
 pub mod tree;

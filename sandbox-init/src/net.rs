@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod interfaces;
 pub mod netlink;
 pub mod nflog;
+pub mod owned;
 pub mod relay;
 pub mod remote_tools;
 pub mod request;

@@ -75,11 +75,25 @@ impl AgentPrivileges {
     }
 
     /// A command that runs as the agent, with the agent's HOME, USER and SHELL, its capability
-    /// sets empty and no_new_privs set. The caller must be root: only root can drop the bounding
-    /// set, and a bounding set left full would be regained by any setuid program.
+    /// sets empty and no_new_privs set. The caller must be root (only root can drop the bounding
+    /// set, and a bounding set left full would be regained by any setuid program), or the agent
+    /// itself in a container without capabilities (sidecar mode).
     pub fn command(&self, program: impl AsRef<OsStr>) -> Result<Command, PrivilegeError> {
         // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        let euid = unsafe { libc::geteuid() };
+        // Already the agent, in a container that holds no capability in any set (sidecar
+        // mode's): nothing to drop, only the way to more to close. With a bounding set left to
+        // drop, only root can, so the agent's own uid is refused as before.
+        let already = euid == self.uid
+            && euid != 0
+            && Capabilities::of("self").is_ok_and(|c| {
+                c.bounding == 0
+                    && c.permitted == 0
+                    && c.effective == 0
+                    && c.inheritable == 0
+                    && c.ambient == 0
+            });
+        if euid != 0 && !already {
             return Err(PrivilegeError::NotRoot);
         }
         let mut command = Command::new(program);
@@ -95,9 +109,13 @@ impl AgentPrivileges {
             .env("LOGNAME", AGENT_USER)
             .env("SHELL", &self.shell);
         let this = self.clone();
-        // SAFETY: the closure runs between fork and exec and makes only raw syscalls, no
+        // SAFETY: the closures run between fork and exec and make only raw syscalls, no
         // allocation and no locks.
-        unsafe { command.pre_exec(move || this.drop_privileges()) };
+        if already {
+            unsafe { command.pre_exec(no_new_privileges) };
+        } else {
+            unsafe { command.pre_exec(move || this.drop_privileges()) };
+        }
         Ok(command)
     }
 
@@ -147,6 +165,15 @@ impl AgentPrivileges {
         }
         Ok(())
     }
+}
+
+/// The agent, already itself, starts nothing that could gain a capability.
+fn no_new_privileges() -> std::io::Result<()> {
+    // SAFETY: plain prctl with integers.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// What PID 1 keeps once the session runs: NET_ADMIN (set updates, reload), KILL (signals to the

@@ -21,8 +21,16 @@ pub const DENIAL_LOG: &str = "/run/agent-sandbox/denials.jsonl";
 pub const CONNECTION_LOG: &str = "/run/agent-sandbox/connections.jsonl";
 /// The connections and bytes per name, as PID 1 counts them.
 pub const CONNECTION_TOTALS: &str = "/run/agent-sandbox/connection-totals.json";
+/// What PID 1 (or, in sidecar mode, the gateway) gives the agent's session: root's, readable by
+/// all. In sidecar mode a volume, the gateway's to write and read-only in the agent's container.
+pub const SHARED_DIR: &str = "/run/agent-sandbox/shared";
 /// The variables every agent process gets for the held keys (base URLs, placeholders).
-pub const SESSION_ENV_FILE: &str = "/run/agent-sandbox/session-env.json";
+pub const SESSION_ENV_FILE: &str = "/run/agent-sandbox/shared/session-env.json";
+/// git's `insteadOf` for the forwarded hosts, which the base image's system configuration includes.
+pub const GITCONFIG: &str = "/run/agent-sandbox/shared/gitconfig";
+/// Written by the gateway once its firewall holds (sidecar mode): the agent's container starts
+/// the session only then. Holds the gateway's ready line.
+pub const GATEWAY_READY: &str = "/run/agent-sandbox/shared/gateway-ready";
 /// tmux's socket folder: the agent's alone.
 pub const TMUX_TMPDIR: &str = "/run/agent-sandbox/tmux";
 /// The session's status folder: root's, the pane's status file in it the agent's to write.
@@ -49,6 +57,12 @@ pub const TMUX_SESSION_ENV: &str = "TMUX_SESSION";
 pub const FIREWALL_ENV: &str = "SANDBOX_FIREWALL";
 /// `on` (the default) or `off`.
 pub const NAME_CHECK_ENV: &str = "SANDBOX_NAME_CHECK";
+/// `gateway` or `agent` in sidecar mode (two containers, one network namespace); unset, the one
+/// container is both.
+pub const ROLE_ENV: &str = "SANDBOX_ROLE";
+/// The upstream resolvers, comma-separated (`run --dns`): instead of /etc/resolv.conf's. Required
+/// by the gateway, which must not trust a file the agent's container shares.
+pub const DNS_ENV: &str = "SANDBOX_DNS";
 /// How many elements the address sets may hold.
 pub const MAX_ADDRESSES_ENV: &str = "SANDBOX_MAX_ADDRESSES";
 /// The agent's state directories, `:`-separated, inside its home.

@@ -12,12 +12,13 @@ use std::time::Duration;
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use crate::console;
 use crate::denials::{Denial, DenialLog, Reason};
 use crate::net::firewall::{Element, FirewallError};
+use crate::net::owned;
 use crate::policy::{Access, Allowlist};
 
 /// How long an upstream resolver gets to answer before the next one is tried.
@@ -244,6 +245,8 @@ pub struct DnsGate {
     denials: Arc<DenialLog>,
     in_flight: Arc<Semaphore>,
     tcp_clients: Arc<Semaphore>,
+    /// The uid its sockets are made as (owned.rs); None: PID 1's own, root.
+    socket_uid: Option<u32>,
 }
 
 impl DnsGate {
@@ -258,13 +261,26 @@ impl DnsGate {
             denials,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             tcp_clients: Arc::new(Semaphore::new(MAX_TCP_CLIENTS)),
+            socket_uid: None,
         })
+    }
+
+    /// The gate of [`DnsGate::new`] whose sockets, listening and upstream, are `uid`'s.
+    pub fn owned_by(
+        upstreams: Vec<SocketAddr>,
+        sink: Arc<dyn AddressSink>,
+        denials: Arc<DenialLog>,
+        uid: Option<u32>,
+    ) -> Arc<DnsGate> {
+        let mut gate = DnsGate::new(upstreams, sink, denials);
+        Arc::get_mut(&mut gate).expect("not shared yet").socket_uid = uid;
+        gate
     }
 
     /// Binds UDP and TCP on `addr` and serves until the runtime ends.
     pub async fn serve(self: &Arc<Self>, addr: SocketAddr) -> std::io::Result<()> {
-        let udp = Arc::new(UdpSocket::bind(addr).await?);
-        let tcp = TcpListener::bind(addr).await?;
+        let udp = Arc::new(owned::udp(self.socket_uid, addr)?);
+        let tcp = owned::Listener::bind(self.socket_uid, addr)?;
         let gate = self.clone();
         tokio::spawn(async move {
             let mut buf = Vec::with_capacity(65535);
@@ -287,7 +303,7 @@ impl DnsGate {
         tokio::spawn(async move {
             loop {
                 let Ok(permit) = gate.tcp_clients.clone().acquire_owned().await else { return };
-                let Ok((stream, _)) = tcp.accept().await else { continue };
+                let Ok(stream) = tcp.accept().await else { continue };
                 let gate = gate.clone();
                 tokio::spawn(async move {
                     gate.serve_tcp(stream).await;
@@ -374,10 +390,15 @@ impl DnsGate {
         for upstream in &self.upstreams {
             let answer = match transport {
                 Transport::Udp => {
-                    tokio::time::timeout(UPSTREAM_TIMEOUT, exchange_udp(*upstream, packet, id, query)).await
+                    tokio::time::timeout(
+                        UPSTREAM_TIMEOUT,
+                        exchange_udp(self.socket_uid, *upstream, packet, id, query),
+                    )
+                    .await
                 }
                 Transport::Tcp => {
-                    tokio::time::timeout(UPSTREAM_TIMEOUT, exchange_tcp(*upstream, packet)).await
+                    tokio::time::timeout(UPSTREAM_TIMEOUT, exchange_tcp(self.socket_uid, *upstream, packet))
+                        .await
                 }
             };
             if let Ok(Ok(answer)) = answer {
@@ -398,13 +419,14 @@ pub enum Transport {
 /// only datagrams from the upstream's address and port arrive; of those, only one with our id
 /// and our question is the answer: anything else is not ours (late, or forged) and ignored.
 async fn exchange_udp(
+    uid: Option<u32>,
     upstream: SocketAddr,
     packet: &[u8],
     id: u16,
     query: &Query,
 ) -> std::io::Result<Vec<u8>> {
     let local: SocketAddr = if upstream.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("valid");
-    let socket = UdpSocket::bind(local).await?;
+    let socket = owned::udp(uid, local)?;
     socket.connect(upstream).await?;
     socket.send(packet).await?;
     let mut buf = Vec::with_capacity(65535);
@@ -417,8 +439,8 @@ async fn exchange_udp(
     }
 }
 
-async fn exchange_tcp(upstream: SocketAddr, packet: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut stream = TcpStream::connect(upstream).await?;
+async fn exchange_tcp(uid: Option<u32>, upstream: SocketAddr, packet: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut stream = owned::connect(uid, upstream).await?;
     write_frame(&mut stream, packet).await?;
     read_frame(&mut stream).await?.ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
 }

@@ -16,11 +16,13 @@ use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, FORWARDER_PORT, PASS_P
 use crate::net::conntrack;
 use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
 use crate::net::firewall::{
-    EGRESS_MARK, Element, FirewallError, INBOUND_MARK, NameCheck, Nft, Ruleset, TABLE, verify_table,
+    DOCKER_DNS, EGRESS_MARK, Element, FirewallError, GATE_UID, INBOUND_MARK, NameCheck, Nft, Ruleset, Shape,
+    TABLE, verify_table,
 };
 use crate::net::interfaces::impersonable_resolver;
 use crate::net::sink::NftSink;
 use crate::net::verdicts::{CheckerProcess, Verdicts};
+use crate::policy::layout::DNS_ENV;
 use crate::policy::{Allowlist, Policy, Protocol};
 
 const RESOLV_CONF: &str = "/etc/resolv.conf";
@@ -46,6 +48,8 @@ pub struct Settings {
     pub set_size: usize,
     /// The name check is on (`SANDBOX_NAME_CHECK` is not `off`).
     pub name_check: bool,
+    /// One container, or the gateway of sidecar mode (whom the rules trust with DNS).
+    pub shape: Shape,
 }
 
 /// The logs the enforcement writes to.
@@ -155,17 +159,8 @@ impl Enforcement {
         let nft = Nft::find().map_err(|e| Fatal::new(Refusal::NftMissing, e))?;
         let original =
             std::fs::read_to_string(RESOLV_CONF).map_err(|e| setup("cannot read /etc/resolv.conf", &e))?;
-        let upstreams: Vec<IpAddr> = resolv_conf_upstreams(&original);
-        if let Some(resolver) = upstreams.iter().find(|a| impersonable_resolver(a)) {
-            return Err(Fatal::new(
-                Refusal::UnsafeNetwork,
-                format!(
-                    "the resolver {resolver} (/etc/resolv.conf) is on loopback inside the container, where the \
-                     agent could bind its address and answer for it; use a user-defined network (Docker's DNS, \
-                     127.0.0.11) or a resolver outside the container (--dns)"
-                ),
-            ));
-        }
+        let setting = std::env::var(DNS_ENV).ok();
+        let upstreams = choose_upstreams(setting.as_deref(), &original, settings.shape)?;
         if upstreams.is_empty() {
             console::err("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
         }
@@ -174,6 +169,19 @@ impl Enforcement {
         let table = nft.read_table().map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
         verify_table(&table, &ruleset(policy, &upstreams, &[], loaded.log, settings))
             .map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
+        if settings.shape == Shape::Sidecar {
+            // The namespace outlives the gateway: what its last run let out (a UDP flow kept
+            // busy, say) is not this run's to keep. Nothing is open yet.
+            match conntrack::revoke(|flow| revokes(policy, &HashSet::new(), Tracked::from(flow))) {
+                Ok(0) => {}
+                Ok(cut) => console::err(format!(
+                    "sandbox-init: cut {cut} connections the gateway's last run let out"
+                )),
+                Err(e) => console::err(format!(
+                    "sandbox-init: WARNING: cannot cut the connections the gateway's last run let out: {e}"
+                )),
+            }
+        }
         let sink = Arc::new(NftSink::new(nft.clone(), Allowlist::new(policy), settings.set_size));
         // The gate's new elements go over netlink (net/setelems.rs), without a process each;
         // where the socket cannot be had, nft writes them.
@@ -184,7 +192,8 @@ impl Enforcement {
             )),
         }
         let upstream_addrs = upstreams.iter().map(|a| SocketAddr::new(*a, 53)).collect();
-        let gate = DnsGate::new(upstream_addrs, sink.clone(), logs.denials.clone());
+        let owner = (settings.shape == Shape::Sidecar).then_some(GATE_UID);
+        let gate = DnsGate::owned_by(upstream_addrs, sink.clone(), logs.denials.clone(), owner);
         gate.serve(GATE_ADDR.parse().expect("valid"))
             .await
             .map_err(|e| setup("cannot start the DNS gate on 127.0.0.1:53", &e))?;
@@ -260,7 +269,88 @@ fn ruleset<'a>(
         pass_port: PASS_PORT,
         forwarder_port: FORWARDER_PORT,
     });
-    Ruleset { policy, upstreams, elements, log, set_size: settings.set_size, name_check }
+    Ruleset {
+        policy,
+        upstreams,
+        elements,
+        log,
+        set_size: settings.set_size,
+        name_check,
+        shape: settings.shape,
+    }
+}
+
+/// The resolvers the gate asks: `SANDBOX_DNS` (comma-separated addresses) if set, else
+/// resolv.conf's. A resolver on the container's loopback is refused (the agent could bind its
+/// address and answer for it), but for Docker's DNS in one container. The gateway of sidecar mode
+/// takes `SANDBOX_DNS` only: resolv.conf is the agent's container's file, and Docker's DNS
+/// forwards as root, whom its rules cannot tell from the agent.
+pub fn choose_upstreams(
+    setting: Option<&str>,
+    resolv_conf: &str,
+    shape: Shape,
+) -> Result<Vec<IpAddr>, Fatal> {
+    let refuse = |refusal, message: String| Err(Fatal::new(refusal, message));
+    let (upstreams, source) = match setting.map(str::trim) {
+        Some(list) if !list.is_empty() => {
+            let mut upstreams = Vec::new();
+            for item in list.split(',').map(str::trim) {
+                match item.parse::<IpAddr>() {
+                    Ok(addr) if addr.is_loopback() || addr.is_unspecified() || addr.is_multicast() => {
+                        return refuse(
+                            Refusal::BadSetting,
+                            format!(
+                                "{DNS_ENV}={list}: {addr} is not a resolver outside the container (on loopback the \
+                                 agent could bind its address and answer for it)"
+                            ),
+                        );
+                    }
+                    Ok(addr) => upstreams.push(addr),
+                    Err(_) => {
+                        return refuse(
+                            Refusal::BadSetting,
+                            format!(
+                                "{DNS_ENV}={list}: `{item}` is not an IP address (give addresses, comma-separated)"
+                            ),
+                        );
+                    }
+                }
+            }
+            (upstreams, DNS_ENV)
+        }
+        // Docker's DNS, which no one but the gate may ask, is the one resolver the gateway takes
+        // from the file: the agent could make it name no other.
+        _ if shape == Shape::Sidecar && resolv_conf_upstreams(resolv_conf) == [IpAddr::V4(DOCKER_DNS)] => {
+            console::err(format!(
+                "sandbox-init: the gateway resolves through Docker's DNS, which answers the network's own \
+                 names only (it forwards the rest as root, whom the rules cannot tell from the agent); \
+                 {DNS_ENV} (run --dns IP) names a resolver for the rest"
+            ));
+            (vec![IpAddr::V4(DOCKER_DNS)], "/etc/resolv.conf")
+        }
+        _ if shape == Shape::Sidecar => {
+            return refuse(
+                Refusal::BadSetting,
+                format!(
+                    "the gateway needs {DNS_ENV} (agent-sandbox run --sidecar --dns IP): it does not take a \
+                     resolver from /etc/resolv.conf, which the agent's container shares and could rewrite, but \
+                     Docker's DNS"
+                ),
+            );
+        }
+        _ => (resolv_conf_upstreams(resolv_conf), "/etc/resolv.conf"),
+    };
+    if let Some(resolver) = upstreams.iter().find(|a| impersonable_resolver(a)) {
+        return refuse(
+            Refusal::UnsafeNetwork,
+            format!(
+                "the resolver {resolver} ({source}) is on loopback inside the container, where the agent could \
+                 bind its address and answer for it; use a user-defined network (Docker's DNS, 127.0.0.11) or a \
+                 resolver outside the container (--dns)"
+            ),
+        );
+    }
+    Ok(upstreams)
 }
 
 #[cfg(test)]
@@ -290,7 +380,48 @@ mod tests {
         Policy::from_yaml(Path::new("p.yaml"), text).unwrap()
     }
 
-    const SETTINGS: Settings = Settings { ipv6: false, set_size: 1024, name_check: true };
+    const SETTINGS: Settings =
+        Settings { ipv6: false, set_size: 1024, name_check: true, shape: Shape::Single };
+
+    #[test]
+    fn the_upstreams_come_from_the_setting_else_resolv_conf_and_never_from_loopback() {
+        let conf = "nameserver 127.0.0.11\noptions ndots:0\n";
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(choose_upstreams(None, conf, Shape::Single).unwrap(), [ip("127.0.0.11")]);
+        assert_eq!(choose_upstreams(Some(""), conf, Shape::Single).unwrap(), [ip("127.0.0.11")]);
+        assert_eq!(
+            choose_upstreams(Some("10.0.0.2, fd00::53"), conf, Shape::Single).unwrap(),
+            [ip("10.0.0.2"), ip("fd00::53")]
+        );
+        assert_eq!(choose_upstreams(Some("10.0.0.2"), conf, Shape::Sidecar).unwrap(), [ip("10.0.0.2")]);
+        assert_eq!(
+            choose_upstreams(None, conf, Shape::Sidecar).unwrap(),
+            [ip("127.0.0.11")],
+            "the network's names"
+        );
+        let other = "nameserver 10.0.0.2\n";
+        for (setting, shape, refusal, says) in [
+            (None, Shape::Sidecar, Refusal::BadSetting, "the gateway needs SANDBOX_DNS"),
+            (Some("127.0.0.11"), Shape::Sidecar, Refusal::BadSetting, "127.0.0.11 is not a resolver outside"),
+            (Some("127.0.0.1"), Shape::Single, Refusal::BadSetting, "127.0.0.1 is not a resolver outside"),
+            (Some("::1"), Shape::Single, Refusal::BadSetting, "::1 is not"),
+            (Some("0.0.0.0"), Shape::Single, Refusal::BadSetting, "0.0.0.0 is not"),
+            (
+                Some("10.0.0.2,resolver"),
+                Shape::Single,
+                Refusal::BadSetting,
+                "`resolver` is not an IP address",
+            ),
+        ] {
+            let fatal =
+                choose_upstreams(setting, if setting.is_none() { other } else { conf }, shape).unwrap_err();
+            assert_eq!(fatal.refusal, refusal, "{setting:?}");
+            assert!(fatal.message.contains(says), "{setting:?}: {}", fatal.message);
+        }
+        let fatal = choose_upstreams(None, "nameserver 127.0.0.53\n", Shape::Single).unwrap_err();
+        assert_eq!(fatal.refusal, Refusal::UnsafeNetwork);
+        assert!(fatal.message.contains("127.0.0.53 (/etc/resolv.conf)"), "{}", fatal.message);
+    }
 
     #[test]
     fn a_kernel_without_nflog_loads_the_table_without_the_log_rule() {

@@ -125,6 +125,32 @@ pub struct NameCheck {
     pub forwarder_port: u16,
 }
 
+/// The DNS gate's uid in sidecar mode (its sockets are made as it, owned.rs): the one owner the
+/// rules let query the upstream resolvers and send from port 53 there.
+pub const GATE_UID: u32 = 65531;
+
+/// Whom the rules trust with DNS: in one container, root, which nothing of the agent's can become
+/// (no setuid program, no_new_privs), and Docker's embedded DNS, which forwards as root from
+/// inside the namespace. In sidecar mode uid 0 may be the agent's (gVisor's sentry sends as root
+/// whatever the agent's uid, and an agent container may be run as root), so only the gate's own
+/// uid is trusted, and Docker's DNS is not an upstream at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Shape {
+    #[default]
+    Single,
+    Sidecar,
+}
+
+impl Shape {
+    /// The uid whose sockets may query the upstreams and send from port 53.
+    pub fn gate_uid(self) -> u32 {
+        match self {
+            Shape::Single => 0,
+            Shape::Sidecar => GATE_UID,
+        }
+    }
+}
+
 /// What the ruleset is made from: the policy, the upstream resolvers only the DNS gate may
 /// query, and dynamic elements to carry over (on reload).
 pub struct Ruleset<'a> {
@@ -138,6 +164,7 @@ pub struct Ruleset<'a> {
     pub set_size: usize,
     /// None: the sets admit any process (`SANDBOX_NAME_CHECK=off`).
     pub name_check: Option<NameCheck>,
+    pub shape: Shape,
 }
 
 impl Ruleset<'_> {
@@ -179,12 +206,13 @@ impl Ruleset<'_> {
 
     /// The output chain's rules, in order.
     pub fn rules(&self) -> Vec<String> {
+        let gate = self.shape.gate_uid();
         let mut rules = vec![
-            // First, before replies are accepted as such: nothing but root sends from port 53,
-            // so no packet of the agent can pose as a resolver's answer, not even as the reply
-            // side of a connection-tracking entry it planted (the gate's next query would then
-            // skip Docker's DNAT and land on the agent's socket).
-            "meta skuid != 0 meta l4proto { tcp, udp } th sport 53 drop".to_string(),
+            // First, before replies are accepted as such: nothing but the gate (root, in one
+            // container) sends from port 53, so no packet of the agent can pose as a resolver's
+            // answer, not even as the reply side of a connection-tracking entry it planted (the
+            // gate's next query would then skip Docker's DNAT and land on the agent's socket).
+            format!("meta skuid != {gate} meta l4proto {{ tcp, udp }} th sport 53 drop"),
             "ct state established,related accept".to_string(),
             "ct state invalid drop".to_string(),
             // The key forwarder speaks HTTPS to its API and asks the DNS gate; nothing else, on
@@ -209,7 +237,7 @@ impl Ruleset<'_> {
             // reject would carry it to the forged address inside the ICMP error. Dropped, silently.
             "fib saddr type != local drop".into(),
             // Before the loopback accept: Docker's DNS is on loopback, and it answers any name.
-            format!("ip daddr {DOCKER_DNS} meta skuid != 0 reject with icmpx admin-prohibited"),
+            format!("ip daddr {DOCKER_DNS} meta skuid != {gate} reject with icmpx admin-prohibited"),
             // Loopback is this host talking to itself. A socket bound to `lo` (SO_BINDTODEVICE,
             // open to any user) can route a packet for a foreign address there: its entry would
             // let that address's datagrams in as replies.
@@ -225,9 +253,9 @@ impl Ruleset<'_> {
         }
         for upstream in self.upstreams.iter().filter(|a| !a.is_loopback()) {
             let family = if upstream.is_ipv4() { "ip" } else { "ip6" };
-            rules.push(format!("meta skuid 0 {family} daddr {upstream} th dport 53 accept"));
+            rules.push(format!("meta skuid {gate} {family} daddr {upstream} th dport 53 accept"));
         }
-        if self.upstreams.contains(&IpAddr::V4(DOCKER_DNS)) {
+        if self.shape == Shape::Single && self.upstreams.contains(&IpAddr::V4(DOCKER_DNS)) {
             // Docker's embedded DNS forwards names it does not know to the host's resolvers
             // from inside this network namespace, as root; which resolvers, only the host knows.
             rules.push("meta skuid 0 meta l4proto { tcp, udp } th dport 53 accept".into());
@@ -496,7 +524,15 @@ mod tests {
         NameCheck { uid: 65533, check_port: 15001, pass_port: 15002, forwarder_port: 15003 };
 
     fn ruleset<'a>(policy: &'a Policy, upstreams: &'a [IpAddr], elements: &'a [Element]) -> Ruleset<'a> {
-        Ruleset { policy, upstreams, elements, log: true, set_size: 1024, name_check: Some(CHECK) }
+        Ruleset {
+            policy,
+            upstreams,
+            elements,
+            log: true,
+            set_size: 1024,
+            name_check: Some(CHECK),
+            shape: Shape::Single,
+        }
     }
 
     #[test]
@@ -537,6 +573,36 @@ mod tests {
         let rules = ruleset(&policy, &[], &[]).rules();
         assert_eq!(rules[0], "meta skuid != 0 meta l4proto { tcp, udp } th sport 53 drop");
         assert!(rules[1..].iter().all(|r| !r.contains("sport")), "{rules:?}");
+    }
+
+    /// In sidecar mode uid 0 may be the agent's: no rule trusts it, the gate's uid has port 53,
+    /// and Docker's DNS (which forwards as root) is no upstream.
+    #[test]
+    fn in_sidecar_mode_no_rule_trusts_root_and_the_gates_uid_has_port_53() {
+        let policy = sample_policy();
+        let docker: [IpAddr; 2] = [IpAddr::V4(DOCKER_DNS), "10.0.0.2".parse().unwrap()];
+        let single = ruleset(&policy, &docker, &[]);
+        let single_rules = single.rules();
+        assert!(
+            single_rules.contains(&"meta skuid 0 meta l4proto { tcp, udp } th dport 53 accept".to_string())
+        );
+        let sidecar = Ruleset { shape: Shape::Sidecar, ..single };
+        let rules = sidecar.rules();
+        let trusts_root: Vec<_> =
+            rules.iter().filter(|r| r.contains("skuid 0") || r.contains("skuid != 0")).collect();
+        assert!(trusts_root.is_empty(), "{trusts_root:#?}");
+        assert_eq!(rules[0], "meta skuid != 65531 meta l4proto { tcp, udp } th sport 53 drop");
+        assert!(
+            rules.contains(&"meta skuid 65531 ip daddr 10.0.0.2 th dport 53 accept".to_string()),
+            "{rules:#?}"
+        );
+        assert!(rules.contains(
+            &"ip daddr 127.0.0.11 meta skuid != 65531 reject with icmpx admin-prohibited".to_string()
+        ));
+        assert!(
+            !rules.iter().any(|r| r.contains("th dport 53 accept") && !r.contains("skuid 65531")),
+            "{rules:#?}"
+        );
     }
 
     #[test]

@@ -46,6 +46,11 @@ pub struct Config {
     /// A datagram socket to PID 1, for the [`RefusedRequest`]s it logs in connections.jsonl.
     #[serde(default)]
     pub report_fd: Option<RawFd>,
+    /// The resolver it asks: the DNS gate, where the firewall is on (never the file the agent's
+    /// container shares in sidecar mode, which root there could rewrite); None: resolv.conf's
+    /// first (no gate runs).
+    #[serde(default)]
+    pub resolver: Option<std::net::IpAddr>,
 }
 
 /// The most characters of a refusal's reason a report carries (and connections.jsonl logs).
@@ -99,7 +104,13 @@ fn serve() -> Result<(), String> {
             listener.set_nonblocking(true).map_err(|e| e.to_string())?;
             let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
             let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
-            let served = Arc::new(Served { route, tls: tls.clone(), reports: reports.clone(), port });
+            let served = Arc::new(Served {
+                route,
+                tls: tls.clone(),
+                reports: reports.clone(),
+                port,
+                resolver: config.resolver,
+            });
             tasks.push(tokio::spawn(accept(listener, served)));
         }
         for task in tasks {
@@ -148,6 +159,7 @@ struct Served {
     tls: Arc<rustls::ClientConfig>,
     reports: Option<Arc<std::os::unix::net::UnixDatagram>>,
     port: u16,
+    resolver: Option<std::net::IpAddr>,
 }
 
 impl Served {
@@ -205,7 +217,7 @@ async fn handle(mut client: TcpStream, served: &Served) {
             return Err(Refused(415, "a request body the rules read must be sent as JSON (Content-Type: application/json)".into()));
         }
         if !whole {
-            let upstream = connect(&route.host, tls).await.map_err(|e| Refused(502, e))?;
+            let upstream = connect(&route.host, tls, served.resolver).await.map_err(|e| Refused(502, e))?;
             return relay(&mut client, upstream, &rewritten.head, rest, framing.body, &route.host).await;
         }
         if let Some(api) = api {
@@ -233,7 +245,7 @@ async fn handle(mut client: TcpStream, served: &Served) {
                 ),
             ));
         }
-        let mut upstream = connect(&route.host, tls).await.map_err(|e| Refused(502, e))?;
+        let mut upstream = connect(&route.host, tls, served.resolver).await.map_err(|e| Refused(502, e))?;
         let sent = [inspected_head(&rewritten.head, body.len()), body].concat();
         upstream.write_all(&sent).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
         // One request: anything the agent sends after it goes nowhere; the answer streams back.
@@ -306,11 +318,12 @@ async fn read_head(client: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), Refused
 async fn connect(
     host: &str,
     tls: Arc<rustls::ClientConfig>,
+    resolver: Option<std::net::IpAddr>,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
     let name =
         rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
     let attempt = async {
-        let addrs = resolve(host).await?;
+        let addrs = resolve(host, resolver).await?;
         let mut last = format!("{host} resolved to no address");
         for addr in addrs.into_iter().map(|ip| std::net::SocketAddr::new(ip, 443)) {
             match TcpStream::connect(addr).await {
@@ -331,17 +344,20 @@ async fn connect(
         .map_err(|_| format!("{host} did not answer in time"))?
 }
 
-/// The addresses of `host`, asked of resolv.conf's first resolver (the DNS gate, which opens
-/// them in the firewall as for any process): A first, then AAAA.
-async fn resolve(host: &str) -> Result<Vec<std::net::IpAddr>, String> {
+/// The addresses of `host`, asked of `resolver` (the DNS gate, which opens them in the firewall
+/// as for any process), else of resolv.conf's first: A first, then AAAA.
+async fn resolve(host: &str, resolver: Option<std::net::IpAddr>) -> Result<Vec<std::net::IpAddr>, String> {
     use hickory_proto::op::{Message, Query};
     use hickory_proto::rr::{Name, RData, RecordType};
     use std::str::FromStr as _;
-    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let server: std::net::IpAddr = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("nameserver").and_then(|a| a.trim().parse().ok()))
-        .ok_or("/etc/resolv.conf names no resolver")?;
+    let server: std::net::IpAddr = match resolver {
+        Some(gate) => gate,
+        None => std::fs::read_to_string("/etc/resolv.conf")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("nameserver").and_then(|a| a.trim().parse().ok()))
+            .ok_or("/etc/resolv.conf names no resolver")?,
+    };
     let name = Name::from_str(&format!("{host}.")).map_err(|e| format!("{host}: {e}"))?;
     let mut last = format!("cannot resolve {host}");
     for kind in [RecordType::A, RecordType::AAAA] {

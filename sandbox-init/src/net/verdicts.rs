@@ -426,6 +426,10 @@ impl CheckerProcess {
         for host in hosts {
             for kind in Listener::ALL {
                 let socket = if host.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+                // A gateway restarted into the namespace it shares (sidecar mode) finds its last
+                // run's connections in TIME_WAIT on these ports; a listener still bound there
+                // keeps refusing it.
+                socket.set_reuseaddr(true)?;
                 socket.bind(SocketAddr::new(host, kind.port()))?;
                 // Room for a burst of connections while the checker accepts: past the backlog
                 // the kernel answers with SYN cookies, and a connection whose ACK finds the

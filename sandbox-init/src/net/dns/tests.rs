@@ -7,6 +7,7 @@ use hickory_proto::rr::rdata::{A, AAAA, CNAME, TXT};
 use std::path::Path;
 use std::str::FromStr as _;
 use std::sync::{Mutex, RwLock};
+use tokio::net::UdpSocket;
 
 fn allowlist() -> Allowlist {
     let policy = Policy::from_yaml(

@@ -1,0 +1,249 @@
+//! Sidecar mode's agent container: PID 1 is sandbox-init run as the agent, with no capability in
+//! any set. It holds nothing and enforces nothing: the gateway (sandbox-init in its `gateway`
+//! role, with NET_ADMIN, in the same network namespace) does. It refuses to start where it could
+//! hold more than the agent may, waits until the gateway says its firewall holds, then starts the
+//! session; init.rs supervises it as in one container.
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::console;
+use crate::exit::{Fatal, Refusal};
+use crate::net::firewall::GATE_UID;
+use crate::policy::layout::{GATEWAY_READY, RUN_DIR, SHARED_DIR};
+use crate::privileges::{AGENT_USER, AgentPrivileges, Capabilities};
+use crate::session::{self, SESSION_DIR, TMUX_TMPDIR};
+
+/// How long the agent's container waits for its gateway before it gives up (the gateway builds
+/// its table, verifies it and starts its services first).
+pub const GATEWAY_WAIT: Duration = Duration::from_secs(60);
+const GATEWAY_POLL: Duration = Duration::from_millis(25);
+
+/// The session the agent's container started, for init.rs to supervise.
+pub struct Started {
+    pub agent: AgentPrivileges,
+    pub server: i32,
+}
+
+/// Written by the gateway once its firewall holds: its ready line and the network namespace it
+/// holds it in, readable by all (the agent's container mounts the shared folder read-only).
+pub fn write_ready(line: &str) -> std::io::Result<()> {
+    let tmp = format!("{GATEWAY_READY}.tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    writeln!(file, "{line}\n{NETNS_PREFIX}{}", own_netns()?)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    std::fs::rename(&tmp, GATEWAY_READY)
+}
+
+/// The gateway, ending: its firewall no longer holds (its table stays, its gate does not).
+pub fn remove_ready() {
+    let _ = std::fs::remove_file(GATEWAY_READY);
+}
+
+const NETNS_PREFIX: &str = "netns ";
+
+/// This process's network namespace, as the kernel names it (`net:[4026532331]`).
+fn own_netns() -> std::io::Result<String> {
+    Ok(std::fs::read_link("/proc/self/ns/net")?.to_string_lossy().into_owned())
+}
+
+/// Whether this network namespace has the gate's listener: a UDP socket on 127.0.0.1:53 whose
+/// owner is the gate's uid, which no process of the agent's can take (/proc/net/udp is the
+/// namespace's own). A ready file alone could be a stopped gateway's, or one in the namespace
+/// this container had before it was started again.
+pub fn gate_listens(proc_net_udp: &str, gate_uid: u32) -> bool {
+    proc_net_udp.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(1) == Some(&"0100007F:0035") && fields.get(7) == Some(&gate_uid.to_string().as_str())
+    })
+}
+
+/// What the agent's container checks before its session starts: the gateway's ready line, said
+/// for this container's network namespace, whose gate listens. Err: why not yet.
+fn gateway_here(ready: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(ready).map_err(|_| format!("{} is missing", ready.display()))?;
+    let theirs = text.lines().find_map(|l| l.strip_prefix(NETNS_PREFIX)).unwrap_or_default();
+    let ours = own_netns().map_err(|e| format!("cannot read this container's network namespace: {e}"))?;
+    if theirs != ours {
+        return Err(format!(
+            "the gateway's firewall holds in another network namespace ({theirs}), not this container's \
+             ({ours}): start the gateway again, in this one"
+        ));
+    }
+    let udp = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    if !gate_listens(&udp, GATE_UID) {
+        return Err("no DNS gate of the gateway's listens in this network namespace".into());
+    }
+    Ok(text.lines().next().unwrap_or_default().to_string())
+}
+
+/// Why this process may not be the agent's PID 1: it holds a capability in some set, or runs as
+/// a user other than the agent and root. None if it may.
+pub fn too_privileged(caps: &Capabilities, uid: u32, agent_uid: u32) -> Option<String> {
+    let held: Vec<String> = [
+        ("effective", caps.effective),
+        ("permitted", caps.permitted),
+        ("inheritable", caps.inheritable),
+        ("bounding", caps.bounding),
+        ("ambient", caps.ambient),
+    ]
+    .into_iter()
+    .filter(|(_, set)| *set != 0)
+    .map(|(name, set)| format!("{name} {set:#x}"))
+    .collect();
+    if !held.is_empty() {
+        return Some(format!(
+            "the agent's container holds capabilities ({}): run it with --cap-drop ALL, and only the gateway \
+             with NET_ADMIN",
+            held.join(", ")
+        ));
+    }
+    if uid != agent_uid {
+        return Some(format!(
+            "the agent's container runs as uid {uid}: run it as the agent ({agent_uid}, `--user {agent_uid}`)"
+        ));
+    }
+    None
+}
+
+/// Checks, prepares the agent's own run folder, waits for the gateway, starts the session.
+pub fn start_session() -> Result<Started, Fatal> {
+    let started = Instant::now();
+    let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    let caps = Capabilities::of("self").map_err(|e| {
+        Fatal::new(Refusal::SetupFailed, format!("cannot read this process's capabilities: {e}"))
+    })?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if let Some(why) = too_privileged(&caps, uid, agent.uid) {
+        return Err(Fatal::new(Refusal::BadSetting, why));
+    }
+    prepare_own_run_dir().map_err(|e| {
+        Fatal::new(
+            Refusal::SetupFailed,
+            format!(
+                "cannot prepare {RUN_DIR} (the agent's container mounts a tmpfs of the agent's there): {e}"
+            ),
+        )
+    })?;
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let gateway = wait_for_gateway(Path::new(GATEWAY_READY), GATEWAY_WAIT)?;
+    let server = session::start(&agent, &exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    console::out(format!(
+        "{}: agent container, behind the gateway ({}), {} ms",
+        crate::policy::layout::READY,
+        gateway.trim(),
+        started.elapsed().as_millis()
+    ));
+    Ok(Started { agent, server })
+}
+
+/// The gateway's ready line, once it holds for this container ([`gateway_here`]); a refusal
+/// after `limit`, with the last reason.
+pub fn wait_for_gateway(ready: &Path, limit: Duration) -> Result<String, Fatal> {
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let why = match gateway_here(ready) {
+            Ok(line) => return Ok(line),
+            Err(why) => why,
+        };
+        if started.elapsed() >= limit {
+            return Err(Fatal::new(
+                Refusal::GatewayMissing,
+                format!(
+                    "no gateway said its firewall holds here within {} s ({why}): start the gateway \
+                     (SANDBOX_ROLE=gateway, NET_ADMIN) in this container's network namespace, with {SHARED_DIR} \
+                     shared",
+                    limit.as_secs()
+                ),
+            ));
+        }
+        if !said && started.elapsed() >= Duration::from_secs(1) {
+            console::err("sandbox-init: waiting for the gateway's firewall before the session starts");
+            said = true;
+        }
+        std::thread::sleep(GATEWAY_POLL);
+    }
+}
+
+/// The agent's container's run folder is the agent's own (a tmpfs): its tmux folder, its
+/// session's status file. The shared folder below it is the gateway's, read-only here.
+fn prepare_own_run_dir() -> std::io::Result<()> {
+    for (dir, mode) in [(TMUX_TMPDIR, 0o700), (SESSION_DIR, 0o755)] {
+        crate::tree::remove(Path::new(dir))?;
+        std::fs::create_dir(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    }
+    let _ = std::fs::remove_file(session::STOPPING);
+    let status = Path::new(SESSION_DIR).join("status");
+    std::fs::File::create(&status)?.set_permissions(std::fs::Permissions::from_mode(0o600))
+}
+
+fn exe() -> std::path::PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| "/usr/local/bin/sandbox-init".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_capability_in_any_set_or_a_stranger_uid_is_refused() {
+        let none = Capabilities::default();
+        assert_eq!(too_privileged(&none, 1000, 1000), None);
+        let root = too_privileged(&none, 0, 1000).unwrap();
+        assert!(root.contains("uid 0"), "root cannot start the agent without capabilities: {root}");
+        let why = too_privileged(&none, 1001, 1000).unwrap();
+        assert!(why.contains("uid 1001") && why.contains("--user 1000"), "{why}");
+        let bounding = Capabilities { bounding: 1 << 12, ..Capabilities::default() };
+        let why = too_privileged(&bounding, 1000, 1000).unwrap();
+        assert!(why.contains("bounding 0x1000") && why.contains("--cap-drop ALL"), "{why}");
+        let ambient = Capabilities { ambient: 1, ..Capabilities::default() };
+        assert!(too_privileged(&ambient, 1000, 1000).unwrap().contains("ambient 0x1"));
+    }
+
+    /// A ready file is not enough: it must be for this namespace, and a gate of the gate's uid
+    /// must listen here (the case of a container started again into a new namespace, its
+    /// gateway still in the old one, or stopped).
+    #[test]
+    fn the_session_waits_for_a_gateway_here_and_gives_up_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("gateway-ready");
+        let fatal = wait_for_gateway(&ready, Duration::from_millis(100)).unwrap_err();
+        assert_eq!(fatal.refusal, Refusal::GatewayMissing);
+        assert!(fatal.message.contains("gateway-ready is missing"), "{}", fatal.message);
+        std::fs::write(&ready, "sandbox ready: gateway: 3 domains\nnetns net:[1]\n").unwrap();
+        let fatal = wait_for_gateway(&ready, Duration::from_millis(100)).unwrap_err();
+        assert!(fatal.message.contains("another network namespace (net:[1])"), "{}", fatal.message);
+        std::fs::write(
+            &ready,
+            format!("sandbox ready: gateway: 3 domains\nnetns {}\n", own_netns().unwrap()),
+        )
+        .unwrap();
+        // This test process has no gate of uid 65531 in its namespace.
+        let fatal = wait_for_gateway(&ready, Duration::from_millis(100)).unwrap_err();
+        assert!(fatal.message.contains("no DNS gate"), "{}", fatal.message);
+    }
+
+    #[test]
+    fn the_gate_is_known_by_its_address_and_its_uid() {
+        let header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n";
+        let line = |local: &str, uid: u32| {
+            format!(
+                "  1: {local} 00000000:0000 07 00000000:00000000 00:00000000 00000000 {uid:>5}        0 1234 2 0000000000000000 0\n"
+            )
+        };
+        assert!(gate_listens(&format!("{header}{}", line("0100007F:0035", 65531)), 65531));
+        assert!(!gate_listens(&format!("{header}{}", line("0100007F:0035", 1000)), 65531), "the agent's own");
+        assert!(!gate_listens(&format!("{header}{}", line("0100007F:0036", 65531)), 65531), "another port");
+        assert!(
+            !gate_listens(&format!("{header}{}", line("00000000:0035", 65531)), 65531),
+            "another address"
+        );
+        assert!(!gate_listens(header, 65531));
+    }
+}
