@@ -60,6 +60,9 @@ pub struct Found {
     /// The engine's words: `Up 5 minutes`, `Exited (0) 2 hours ago`.
     pub status: String,
     pub image: String,
+    /// Sidecar mode: the gateway's container name, which holds the firewall, the policy, the keys
+    /// and the logs; empty when the one container holds them.
+    pub gateway: String,
 }
 
 impl Found {
@@ -109,6 +112,7 @@ impl Engine {
                     running: c.state == Some(ContainerSummaryStateEnum::RUNNING),
                     status: c.status.unwrap_or_default(),
                     image: c.image.unwrap_or_default(),
+                    gateway: label(labels::LAUNCHER_GATEWAY),
                 }
             })
             .collect();
@@ -243,24 +247,50 @@ pub struct Output {
 }
 
 impl Sandbox {
+    /// The container that holds the firewall, the policy and the logs: the gateway in sidecar
+    /// mode, else the sandbox's one container. Files, commands, signals and logs go there; the
+    /// terminal goes to the agent's.
+    pub fn firewall(&self) -> &str {
+        if self.gateway.is_empty() { &self.id } else { &self.gateway }
+    }
+
+    /// The handle of the agent's own container alone (sidecar mode's, before its gateway runs).
+    pub fn agent_side(&self) -> Sandbox {
+        Sandbox { docker: self.docker.clone(), found: Found { gateway: String::new(), ..self.found.clone() } }
+    }
+
     pub async fn start(&self) -> Result<()> {
         let (docker, id) = (&self.docker, self.id.as_str());
         docker.start_container(id, None::<bollard::query_parameters::StartContainerOptions>).await?;
         Ok(())
     }
 
-    /// Stops (SIGTERM, SIGKILL after `grace` seconds) and removes the container.
+    /// Stops (SIGTERM, SIGKILL after `grace` seconds) and removes the container; in sidecar
+    /// mode the agent's first, then its gateway and their shared folder's volume.
     pub async fn remove(&self, grace: i32) -> Result<()> {
-        let (docker, id) = (&self.docker, self.id.as_str());
-        let _ =
-            docker.stop_container(id, Some(StopContainerOptionsBuilder::default().t(grace).build())).await;
+        let docker = &self.docker;
+        let stop = StopContainerOptionsBuilder::default().t(grace).build();
         let force = RemoveContainerOptionsBuilder::default().force(true).build();
-        docker.remove_container(id, Some(force)).await?;
+        let _ = docker.stop_container(&self.id, Some(stop.clone())).await;
+        docker.remove_container(&self.id, Some(force.clone())).await?;
+        if !self.gateway.is_empty() {
+            let _ = docker.stop_container(&self.gateway, Some(stop)).await;
+            match docker.remove_container(&self.gateway, Some(force)).await {
+                Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+                other => other?,
+            }
+            let shared = crate::identity::shared_volume(&self.name);
+            match docker.remove_volume(&shared, None::<bollard::query_parameters::RemoveVolumeOptions>).await
+            {
+                Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+                other => other?,
+            }
+        }
         Ok(())
     }
 
     pub async fn signal(&self, signal: &str) -> Result<()> {
-        let (docker, id) = (&self.docker, self.id.as_str());
+        let (docker, id) = (&self.docker, self.firewall());
         docker
             .kill_container(id, Some(KillContainerOptionsBuilder::default().signal(signal).build()))
             .await?;
@@ -270,7 +300,7 @@ impl Sandbox {
     /// Writes `entries` (paths relative to /) into the container, running or only created, with
     /// the owners and modes given: one tar archive, which the engine extracts as root.
     pub async fn put(&self, entries: &[Entry]) -> Result<()> {
-        let (docker, id) = (&self.docker, self.id.as_str());
+        let (docker, id) = (&self.docker, self.firewall());
         let mut archive = tar::Builder::new(Vec::new());
         for entry in entries {
             let mut header = tar::Header::new_gnu();
@@ -301,7 +331,7 @@ impl Sandbox {
     /// The files under `path` in the container (one file, or a folder's files), by their path
     /// relative to `path`'s parent; none when `path` does not exist.
     pub async fn get(&self, path: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let (docker, id) = (&self.docker, self.id.as_str());
+        let (docker, id) = (&self.docker, self.firewall());
         let options = DownloadFromContainerOptions { path: path.to_string() };
         let mut stream = docker.download_from_container(id, Some(options));
         let mut bytes = Vec::new();
@@ -334,7 +364,7 @@ impl Sandbox {
 
     /// Runs `cmd` as root in the container and collects its output.
     pub async fn exec(&self, cmd: &[&str]) -> Result<Output> {
-        let (docker, id) = (&self.docker, self.id.as_str());
+        let (docker, id) = (&self.docker, self.firewall());
         let config = ExecConfig {
             cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
             attach_stdout: Some(true),
@@ -361,7 +391,7 @@ impl Sandbox {
 
     /// The container's log (stdout and stderr as they came), all of it or the last `tail` lines.
     pub async fn logs(&self, tail: Option<usize>) -> Result<String> {
-        let (docker, id) = (&self.docker, self.id.as_str());
+        let (docker, id) = (&self.docker, self.firewall());
         let mut options = LogsOptionsBuilder::default().stdout(true).stderr(true);
         if let Some(tail) = tail {
             options = options.tail(&tail.to_string());
@@ -376,7 +406,7 @@ impl Sandbox {
 
     /// Copies the container's log to stdout and stderr, and keeps following it.
     pub async fn follow_logs(&self) -> Result<()> {
-        let (docker, id) = (&self.docker, self.id.as_str());
+        let (docker, id) = (&self.docker, self.firewall());
         use std::io::Write as _;
         let options = LogsOptionsBuilder::default().stdout(true).stderr(true).follow(true).build();
         let mut stream = docker.logs(id, Some(options));
@@ -396,7 +426,7 @@ impl Sandbox {
 
     /// Whether the container runs, and its exit code when it does not.
     pub async fn exited(&self) -> Result<Option<i64>> {
-        let (docker, id) = (&self.docker, self.id.as_str());
+        let (docker, id) = (&self.docker, self.firewall());
         let state = docker
             .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
             .await?
@@ -485,6 +515,7 @@ mod tests {
             running: true,
             status: String::new(),
             image: String::new(),
+            gateway: String::new(),
         }
     }
 

@@ -62,7 +62,8 @@ pub enum Command {
             agent-sandbox run claude --allow docs.rs --allow '*.python.org'\n  \
             agent-sandbox run aider --key-file OPENAI_API_KEY=~/.secrets/openai\n  \
             agent-sandbox run claude --unattended --detach    no permission prompts\n  \
-            agent-sandbox run shell --offline                 no network at all"
+            agent-sandbox run shell --offline                 no network at all\n  \
+            agent-sandbox run claude --sidecar                the firewall in a gateway container beside it"
     )]
     Run(Box<RunFlags>),
     /// List the sandboxes: agent, project, uptime, state volume, connections allowed and refused
@@ -166,6 +167,15 @@ pub struct RunFlags {
     /// The Docker network to join (default: the engine's default bridge)
     #[arg(long, value_name = "NAME")]
     pub network: Option<String>,
+    /// The resolver the sandbox asks for allowed names (as `docker run --dns`): for a network
+    /// with a resolver of its own. Not a loopback address, which the agent could take over
+    #[arg(long, value_name = "IP")]
+    pub dns: Option<std::net::IpAddr>,
+    /// Two containers: a gateway holding the firewall, the keys and the logs (NET_ADMIN), and
+    /// the agent's container beside it in its network namespace, with no capability at all.
+    /// The agent's container cannot touch the firewall's processes; `stop` removes both
+    #[arg(long, conflicts_with = "offline")]
+    pub sidecar: bool,
     /// Let the agent write the project's git configuration and hooks, which your own git runs
     /// (as you, on the host) the next time you use it in the project
     #[arg(long)]
@@ -190,6 +200,8 @@ impl RunFlags {
             ("--memory", self.memory.is_some()),
             ("--pids-limit", self.pids_limit.is_some()),
             ("--network", self.network.is_some()),
+            ("--dns", self.dns.is_some()),
+            ("--sidecar", self.sidecar),
             ("--writable-git-config", self.writable_git_config),
         ]
         .into_iter()

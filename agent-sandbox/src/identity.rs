@@ -18,6 +18,17 @@ pub fn state_volume(base: &str, index: usize, dir: &str) -> String {
     if index == 0 { base.to_string() } else { format!("{base}-{}", slug(dir)) }
 }
 
+/// Sidecar mode: the gateway's container, beside the agent's container `name`.
+pub fn gateway_name(name: &str) -> String {
+    format!("{name}.gateway")
+}
+
+/// Sidecar mode: the volume of the folder the gateway shares with the agent's container `name`
+/// (read-only there). A dot keeps it apart from every state volume's name.
+pub fn shared_volume(name: &str) -> String {
+    format!("{name}.shared")
+}
+
 /// The project's folder name, as `ls` shows it and as a sandbox can be named by.
 pub fn folder_name(project: &Path) -> String {
     project.file_name().map_or_else(|| "root".to_string(), |n| n.to_string_lossy().into_owned())

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sandbox_policy::Policy;
+use sandbox_policy::layout::SECRETS_DIR;
 
 use crate::attach::attach_and_check;
 use crate::engine::{Engine, ImageFacts, Sandbox};
@@ -110,13 +111,38 @@ async fn make(engine: &Engine, spec: &SandboxSpec) -> Result<Sandbox> {
                 made.push(volume.clone());
             }
         }
+        if spec.gateway.is_some() {
+            let shared = crate::identity::shared_volume(&spec.found.name);
+            if engine.ensure_volume(&shared, spec.volume_labels.clone()).await? {
+                made.push(shared);
+            }
+        }
         let sandbox = engine.create(spec.found.clone(), spec.body.clone()).await?;
         created = Some(sandbox.clone());
-        let mut files = spec.secrets(&baked_policy(&sandbox).await?)?;
+        let mut files = spec.secrets(&baked_policy(&sandbox.agent_side()).await?)?;
         files.extend(spec.files.iter().cloned());
-        sandbox.put(&files).await?;
-        sandbox.start().await?;
+        let Some(gateway) = &spec.gateway else {
+            sandbox.put(&files).await?;
+            sandbox.start().await?;
+            wait_ready(&sandbox).await?;
+            return Ok::<_, Failure>(sandbox);
+        };
+        // Sidecar mode: the agent's container first, which holds the network namespace and
+        // waits for its gateway; then the gateway in it, with the policy and the keys.
+        let (firewall_files, agent_files): (Vec<_>, Vec<_>) = files
+            .into_iter()
+            .partition(|f| f.path.starts_with("/etc/agent-sandbox") || f.path.starts_with(SECRETS_DIR));
+        let agent = sandbox.agent_side();
+        agent.put(&agent_files).await?;
+        agent.start().await?;
+        let mut gateway = gateway.clone();
+        resolver_for_gateway(&agent, &mut gateway).await?;
+        let found = crate::engine::Found { name: sandbox.gateway.clone(), ..Default::default() };
+        let gateway = engine.create(found, gateway).await?;
+        gateway.put(&firewall_files).await?;
+        gateway.start().await?;
         wait_ready(&sandbox).await?;
+        wait_ready(&agent).await?;
         Ok::<_, Failure>(sandbox)
     }
     .await;
@@ -129,6 +155,31 @@ async fn make(engine: &Engine, spec: &SandboxSpec) -> Result<Sandbox> {
         }
     }
     started
+}
+
+/// Without `--dns`, the gateway takes the resolvers Docker gave the agent's container (the
+/// default bridge's are the host's), read before the gateway points the file at its own gate; on
+/// a network whose only resolver is Docker's, it resolves the network's own names through it.
+async fn resolver_for_gateway(
+    agent: &Sandbox,
+    gateway: &mut bollard::models::ContainerCreateBody,
+) -> Result<()> {
+    let env = gateway.env.get_or_insert_with(Vec::new);
+    let var = format!("{}=", sandbox_policy::layout::DNS_ENV);
+    if env.iter().any(|e| e.starts_with(&var)) {
+        return Ok(());
+    }
+    let conf = agent.get("/etc/resolv.conf").await?.into_iter().next().map(|(_, b)| b).unwrap_or_default();
+    let resolvers: Vec<String> = String::from_utf8_lossy(&conf)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .map(|a| a.trim().to_string())
+        .filter(|a| a.parse::<std::net::IpAddr>().is_ok_and(|ip| !ip.is_loopback()))
+        .collect();
+    if !resolvers.is_empty() {
+        env.push(format!("{var}{}", resolvers.join(",")));
+    }
+    Ok(())
 }
 
 /// The image's own policy, read out of the created container.

@@ -10,7 +10,9 @@ use std::path::Path;
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType};
 use sandbox_images::labels;
 use sandbox_policy::apis::APIS;
-use sandbox_policy::layout::{AGENT_HOME, AGENT_UID, SECRETS_DIR, STATE_DIRS_ENV};
+use sandbox_policy::layout::{
+    AGENT_HOME, AGENT_UID, DNS_ENV, ROLE_ENV, RUN_DIR, SECRETS_DIR, SHARED_DIR, STATE_DIRS_ENV,
+};
 use sandbox_policy::{Allowlist, Policy};
 
 use crate::approve::{self, RUNTIME_DROP_IN};
@@ -22,6 +24,8 @@ use crate::host::Host;
 use crate::identity;
 
 const DEFAULT_PIDS: i64 = 2048;
+/// The gateway's processes: PID 1, the name check, the forwarder, nft and the probes it starts.
+const GATEWAY_PIDS: i64 = 256;
 
 /// The sandbox `run` makes. Its `Debug` shows no key.
 pub struct SandboxSpec {
@@ -31,6 +35,8 @@ pub struct SandboxSpec {
     pub volumes: Vec<String>,
     pub volume_labels: HashMap<String, String>,
     pub body: ContainerCreateBody,
+    /// Sidecar mode: the gateway, made after the agent's container, in its network namespace.
+    pub gateway: Option<ContainerCreateBody>,
     /// Drop-ins (`--allow`, `--policy`) and the host's sign-in files; root's unless the agent's.
     pub files: Vec<Entry>,
     agent: String,
@@ -109,25 +115,88 @@ impl SandboxSpec {
         }));
         let state = volumes.first().cloned().unwrap_or_default();
         container_labels.insert(labels::LAUNCHER_STATE.to_string(), state.clone());
-        let host_config = HostConfig {
+        if let Some(dns) =
+            flags.dns.filter(|dns| dns.is_loopback() || dns.is_unspecified() || dns.is_multicast())
+        {
+            return Err(Failure::new(
+                Code::BadArgument,
+                format!(
+                    "--dns {dns}: give a resolver outside the sandbox; on loopback the agent could bind its \
+                     address and answer for it"
+                ),
+            ));
+        }
+        let log_config = HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: Some(HashMap::from([("max-size".into(), "10m".into()), ("max-file".into(), "3".into())])),
+        };
+        let mut host_config = HostConfig {
             mounts: Some(mounts),
             cap_add: (!flags.offline).then(|| vec!["NET_ADMIN".to_string()]),
             network_mode: if flags.offline { Some("none".into()) } else { flags.network.clone() },
+            dns: flags.dns.map(|dns| vec![dns.to_string()]),
             pids_limit: Some(flags.pids_limit.unwrap_or(DEFAULT_PIDS)),
             memory: Some(host.memory),
             nano_cpus: flags.cpus.map(|c| (c * 1e9) as i64),
-            log_config: Some(HostConfigLogConfig {
-                typ: Some("json-file".into()),
-                config: Some(HashMap::from([
-                    ("max-size".into(), "10m".into()),
-                    ("max-file".into(), "3".into()),
-                ])),
-            }),
+            log_config: Some(log_config.clone()),
             ..Default::default()
         };
+        let mut env = host.env.clone();
+        let mut user = None;
+        let mut gateway = None;
+        if flags.sidecar {
+            let shared = identity::shared_volume(&name);
+            let gateway_name = identity::gateway_name(&name);
+            container_labels.insert(labels::LAUNCHER_GATEWAY.to_string(), gateway_name.clone());
+            // The agent's container: the agent, without any capability, holding the network
+            // namespace (so that its gateway can restart into it); its run folder its own, the
+            // gateway's shared folder read-only.
+            host_config.cap_add = None;
+            host_config.cap_drop = Some(vec!["ALL".into()]);
+            host_config.security_opt = Some(vec!["no-new-privileges".into()]);
+            host_config.tmpfs = Some(HashMap::from([(
+                RUN_DIR.to_string(),
+                format!("uid={AGENT_UID},gid={AGENT_UID},mode=0755"),
+            )]));
+            host_config.mounts.get_or_insert_with(Vec::new).push(Mount {
+                target: Some(SHARED_DIR.into()),
+                source: Some(shared.clone()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(true),
+                ..Default::default()
+            });
+            user = Some(format!("{AGENT_UID}:{AGENT_UID}"));
+            env.push(format!("{ROLE_ENV}=agent"));
+            let mut gateway_env = host.env.clone();
+            gateway_env.push(format!("{ROLE_ENV}=gateway"));
+            gateway_env.extend(flags.dns.map(|dns| format!("{DNS_ENV}={dns}")));
+            gateway = Some(ContainerCreateBody {
+                image: Some(image.to_string()),
+                env: Some(gateway_env),
+                labels: Some(HashMap::from([
+                    (labels::LAUNCHER_GATEWAY_OF.to_string(), name.clone()),
+                    (labels::LAUNCHER_PROJECT.to_string(), project.clone()),
+                ])),
+                host_config: Some(HostConfig {
+                    mounts: Some(vec![Mount {
+                        target: Some(SHARED_DIR.into()),
+                        source: Some(shared),
+                        typ: Some(MountType::VOLUME),
+                        ..Default::default()
+                    }]),
+                    cap_add: Some(vec!["NET_ADMIN".to_string()]),
+                    network_mode: Some(format!("container:{name}")),
+                    pids_limit: Some(GATEWAY_PIDS),
+                    log_config: Some(log_config),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
         let body = ContainerCreateBody {
             image: Some(image.to_string()),
-            env: Some(host.env.clone()),
+            user,
+            env: Some(env),
             labels: Some(container_labels),
             host_config: Some(host_config),
             ..Default::default()
@@ -156,6 +225,7 @@ impl SandboxSpec {
         keys.extend(host.key_files.clone());
         Ok(SandboxSpec {
             found: Found {
+                gateway: if flags.sidecar { identity::gateway_name(&name) } else { String::new() },
                 name,
                 agent: flags.agent.clone(),
                 project,
@@ -167,6 +237,7 @@ impl SandboxSpec {
             volumes,
             volume_labels: owner,
             body,
+            gateway,
             files,
             agent: flags.agent.clone(),
             keyless: flags.no_key || flags.login_from_host || flags.offline,
@@ -331,6 +402,68 @@ mod tests {
             host_config.mounts.as_ref().unwrap().iter().filter(|m| m.typ == Some(MountType::BIND)).count(),
             1
         );
+    }
+
+    /// Sidecar mode: the agent's container holds no capability, no key variable and the shared
+    /// folder read-only; the gateway holds NET_ADMIN and the resolver, in its namespace.
+    #[test]
+    fn a_sidecar_sandbox_is_an_agent_container_without_capabilities_and_its_gateway() {
+        let sidecar = flags(&["claude", "--sidecar", "--dns", "10.0.0.53"]);
+        let spec =
+            SandboxSpec::new(&sidecar, &host(), "agent-claude:1", &claude(), Some(guard()), vec![]).unwrap();
+        let agent = spec.body.host_config.as_ref().unwrap();
+        assert_eq!((agent.cap_add.clone(), agent.cap_drop.clone()), (None, Some(vec!["ALL".to_string()])));
+        assert_eq!(agent.security_opt, Some(vec!["no-new-privileges".to_string()]));
+        assert_eq!(spec.body.user.as_deref(), Some("1000:1000"));
+        let shared = agent.mounts.iter().flatten().find(|m| m.target.as_deref() == Some(SHARED_DIR)).unwrap();
+        assert_eq!(
+            (shared.read_only, shared.source.as_deref()),
+            (Some(true), Some(&*identity::shared_volume(&spec.found.name)))
+        );
+        let env = spec.body.env.clone().unwrap();
+        assert!(
+            env.contains(&"SANDBOX_ROLE=agent".to_string()) && !env.iter().any(|e| e.contains("sk-")),
+            "{env:?}"
+        );
+        let labels = spec.body.labels.as_ref().unwrap();
+        assert_eq!(labels[labels::LAUNCHER_GATEWAY], identity::gateway_name(&spec.found.name));
+        assert_eq!(spec.found.gateway, identity::gateway_name(&spec.found.name), "run makes it by that name");
+        let gateway = spec.gateway.as_ref().unwrap();
+        let host_config = gateway.host_config.as_ref().unwrap();
+        assert_eq!(host_config.cap_add, Some(vec!["NET_ADMIN".to_string()]));
+        assert_eq!(host_config.network_mode, Some(format!("container:{}", spec.found.name)));
+        let gateway_env = gateway.env.clone().unwrap();
+        assert!(gateway_env.contains(&"SANDBOX_ROLE=gateway".to_string()), "{gateway_env:?}");
+        assert!(gateway_env.contains(&"SANDBOX_DNS=10.0.0.53".to_string()), "{gateway_env:?}");
+        let gateway_labels = gateway.labels.as_ref().unwrap();
+        assert!(
+            !gateway_labels.contains_key(labels::LAUNCHER_AGENT),
+            "ls would list the gateway as a sandbox"
+        );
+        assert_eq!(gateway_labels[labels::LAUNCHER_GATEWAY_OF], spec.found.name);
+        // One container: no gateway, the resolver for Docker to use.
+        let single = SandboxSpec::new(
+            &flags(&["claude", "--dns", "10.0.0.53"]),
+            &host(),
+            "i",
+            &claude(),
+            None,
+            vec![],
+        )
+        .unwrap();
+        assert!(single.gateway.is_none());
+        assert_eq!(single.body.host_config.unwrap().dns, Some(vec!["10.0.0.53".to_string()]));
+    }
+
+    #[test]
+    fn a_resolver_the_agent_could_take_over_is_refused() {
+        for dns in ["127.0.0.53", "::1", "0.0.0.0"] {
+            let refused =
+                SandboxSpec::new(&flags(&["shell", "--dns", dns]), &host(), "i", &claude(), None, vec![])
+                    .unwrap_err();
+            assert_eq!(refused.code, Code::BadArgument, "{dns}");
+            assert!(refused.message.contains(&format!("--dns {dns}")), "{refused}");
+        }
     }
 
     #[test]

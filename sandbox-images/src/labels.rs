@@ -31,6 +31,11 @@ pub const LAUNCHER_STATE: &str = ns!("launcher.state");
 /// On the launcher's sandboxes: what the project's git files were at start (the launcher's
 /// `gitguard::GitSnapshot`, JSON), for `stop` to compare; absent with `--writable-git-config`.
 pub const LAUNCHER_GIT: &str = ns!("launcher.git");
+/// Sidecar mode: on the agent's container, its gateway's container name; on the gateway, the
+/// agent's container's (the gateway carries no `launcher.agent`, so it is listed as part of its
+/// sandbox, not as one).
+pub const LAUNCHER_GATEWAY: &str = ns!("launcher.gateway");
+pub const LAUNCHER_GATEWAY_OF: &str = ns!("launcher.gateway-of");
 
 pub const OCI_TITLE: &str = "org.opencontainers.image.title";
 pub const OCI_VERSION: &str = "org.opencontainers.image.version";
