@@ -3,6 +3,7 @@
 //! of medians travel, absolute times do not).
 //!
 //! - start to `sandbox ready` vs. the same image whose entrypoint only prints the line;
+//! - sidecar mode's pair, created to its session running, vs. one container the same way;
 //! - the same with a 10,000-entry policy;
 //! - DNS latency through the gate (cached and uncached allowed names) vs. asking the upstream
 //!   directly, and throughput of both;
@@ -186,6 +187,26 @@ async fn main() -> anyhow::Result<()> {
     });
     let (base, init, big) = (median(base), median(init), median(big));
 
+    eprintln!("measuring sidecar mode's start against one container's, {runs} runs each, interleaved");
+    let (mut single, mut pair) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        for (sidecar, samples) in [(false, &mut single), (true, &mut pair)] {
+            let mut spec = SandboxSpec::of(image.clone())
+                .net_admin()
+                .on(&net)
+                .drop_in("bench.txt", "api.allowed.test\n");
+            if sidecar {
+                spec = spec.sidecar();
+            }
+            let started = Instant::now();
+            let sb = spec.start().await?;
+            samples.push(started.elapsed());
+            drop(sb);
+        }
+    }
+    let shapes = serde_json::json!({ "single_ms": stats_ms(&single), "sidecar_ms": stats_ms(&pair) });
+    let (single, pair) = (median(single), median(pair));
+
     eprintln!("measuring the DNS gate");
     let dns = Peer::start_dns(&net).await?;
     dns.set_dns("cached.bench.test", "10.98.0.1".parse()?, 300).await?;
@@ -252,6 +273,14 @@ async fn main() -> anyhow::Result<()> {
         ms(big) - ms(base)
     );
     println!();
+    println!("created to the session running        one container   sidecar pair     added");
+    println!(
+        "  through the suites' harness     {:>12.1} ms {:>11.1} ms {:>7.1} ms",
+        ms(single),
+        ms(pair),
+        ms(pair) - ms(single)
+    );
+    println!();
     println!("DNS, A query, median latency     upstream      gate     added   target");
     let row = |what: &str, direct: &str, gate: &str, target: &str| {
         println!(
@@ -298,6 +327,7 @@ async fn main() -> anyhow::Result<()> {
             "runs": runs,
             "first_command": first,
             "start_to_ready": starts,
+            "shapes": shapes,
             "dns": {
                 "cached_us": { "upstream": stats_us(&direct_cached), "gate": stats_us(&gate_cached) },
                 "new_us": { "upstream": stats_us(&direct_new), "gate": stats_us(&gate_new) },

@@ -15,9 +15,14 @@ pub struct ProcStatus {
 /// Every process of the sandbox, from /proc (read as root).
 pub async fn processes(sb: &Sandbox) -> anyhow::Result<Vec<ProcStatus>> {
     let script = r#"for s in /proc/[0-9]*/status; do echo "== ${s#/proc/}"; cat "$s" 2>/dev/null; done"#;
-    let out = sb.exec(&["sh", "-c", script]).await?;
+    let mut out = sb.exec(&["sh", "-c", script]).await?.stdout;
+    // Sidecar mode: the agent's container's too, its pids marked as its own.
+    if sb.is_sidecar() {
+        let theirs = sb.exec_agent_side(&["sh", "-c", &script.replace("== ", "== agent:")]).await?.stdout;
+        out.push_str(&theirs);
+    }
     let mut list = Vec::new();
-    for block in out.stdout.split("== ").filter(|b| !b.trim().is_empty()) {
+    for block in out.split("== ").filter(|b| !b.trim().is_empty()) {
         let mut lines = block.lines();
         let pid = lines.next().unwrap_or_default().trim_end_matches("/status").to_string();
         let fields: std::collections::HashMap<String, String> = lines

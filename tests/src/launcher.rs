@@ -55,9 +55,16 @@ impl Launcher {
     /// Runs `agent-sandbox ARGS…` to its end, without a terminal.
     pub async fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> anyhow::Result<Outcome> {
         let mut cmd = tokio::process::Command::new(binary()?);
+        // The run's shape: sidecar mode's pair where the suites run in it and the sandbox has a
+        // network to filter.
+        let given: Vec<&std::ffi::OsStr> = args.iter().map(AsRef::as_ref).collect();
+        let sidecar = crate::spec::sidecar_shape()
+            && given.first().is_some_and(|a| *a == "run")
+            && !given.iter().any(|a| *a == "--offline" || *a == "--sidecar");
         // The home folder is also where its change locks go (`approve::hold`), so that a
         // sandbox removed by the test, not by `stop`, leaves nothing in the temporary folder.
         cmd.args(args)
+            .args(sidecar.then_some("--sidecar"))
             .env("HOME", self.home.path())
             .env("XDG_RUNTIME_DIR", self.home.path())
             .stdin(std::process::Stdio::null());
@@ -111,9 +118,11 @@ impl Project {
         containers_of(&self.path).await
     }
 
-    /// The one sandbox the launcher made for this project: (id, name).
+    /// The one sandbox the launcher made for this project: (id, name); in sidecar mode, the
+    /// agent's container (its gateway is part of it).
     pub async fn sandbox(&self) -> anyhow::Result<(String, String)> {
-        let containers = self.containers().await?;
+        let containers: Vec<_> =
+            self.containers().await?.into_iter().filter(|(_, name)| !name.ends_with(".gateway")).collect();
         anyhow::ensure!(
             containers.len() == 1,
             "expected one sandbox for {}, found {containers:?}",

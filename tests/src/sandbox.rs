@@ -10,12 +10,16 @@ use bollard::exec::StartExecOptions;
 use bollard::models::ExecConfig;
 use testcontainers::{ContainerAsync, GenericImage};
 
-use crate::docker::{ExecOutput, RemoveOnDrop, TestNet, container_logs, docker, exec};
+use crate::docker::{ExecOutput, RemoveOnDrop, TestNet, TestVolume, container_logs, docker, exec};
 use crate::probe::{PROBE, Probe, probe_binary};
 
 /// A running sandbox, removed when dropped.
 pub struct Sandbox {
+    /// The container the agent runs in.
     id: String,
+    /// Sidecar mode's gateway, which holds the firewall, the logs and the policy; None: the one
+    /// container is both.
+    gateway: Option<String>,
     _owner: Owner,
     drop_ins: tempfile::TempDir,
 }
@@ -24,11 +28,29 @@ pub struct Sandbox {
 pub(crate) enum Owner {
     Testcontainers(#[allow(dead_code)] Box<ContainerAsync<GenericImage>>),
     Engine(#[allow(dead_code)] RemoveOnDrop),
+    /// Sidecar mode: the agent's container, the gateway and their shared folder's volume.
+    Pair(#[allow(dead_code)] RemoveOnDrop, #[allow(dead_code)] RemoveOnDrop, #[allow(dead_code)] TestVolume),
 }
 
 impl Sandbox {
     pub(crate) fn new(id: String, owner: Owner, drop_ins: tempfile::TempDir) -> Sandbox {
-        Sandbox { id, _owner: owner, drop_ins }
+        Sandbox { id, gateway: None, _owner: owner, drop_ins }
+    }
+
+    /// Sidecar mode's pair: the agent's container `id` behind `gateway`.
+    pub(crate) fn pair(id: String, gateway: String, owner: Owner, drop_ins: tempfile::TempDir) -> Sandbox {
+        Sandbox { id, gateway: Some(gateway), _owner: owner, drop_ins }
+    }
+
+    /// The container that holds the firewall, its logs and PID 1's state: the gateway in sidecar
+    /// mode, else the sandbox's one container.
+    pub fn root_id(&self) -> &str {
+        self.gateway.as_deref().unwrap_or(&self.id)
+    }
+
+    /// Whether this sandbox is sidecar mode's pair.
+    pub fn is_sidecar(&self) -> bool {
+        self.gateway.is_some()
     }
 
     /// A running sandbox something else started (the launcher), with the probe copied in; removed
@@ -36,8 +58,15 @@ impl Sandbox {
     pub async fn adopt(id: &str) -> anyhow::Result<Sandbox> {
         let probe = std::fs::read(probe_binary()?)?;
         crate::docker::copy_in(id, PROBE, &probe, 0o755).await?;
+        // Sidecar mode: the agent's container names its gateway, where the firewall is.
+        let labels = docker().await?.inspect_container(id, None).await?.config.and_then(|c| c.labels);
+        let gateway = labels.and_then(|mut l| l.remove(xtask::labels::LAUNCHER_GATEWAY));
+        if let Some(gateway) = &gateway {
+            crate::docker::copy_in(gateway, PROBE, &probe, 0o755).await?;
+        }
         Ok(Sandbox {
             id: id.to_string(),
+            gateway,
             _owner: Owner::Engine(RemoveOnDrop(id.to_string())),
             drop_ins: tempfile::tempdir()?,
         })
@@ -51,7 +80,7 @@ impl Sandbox {
     pub async fn stop(&self) -> anyhow::Result<()> {
         docker()
             .await?
-            .stop_container(&self.id, None::<bollard::query_parameters::StopContainerOptions>)
+            .stop_container(self.root_id(), None::<bollard::query_parameters::StopContainerOptions>)
             .await?;
         Ok(())
     }
@@ -60,21 +89,33 @@ impl Sandbox {
     pub async fn start_again(&self) -> anyhow::Result<()> {
         docker()
             .await?
-            .start_container(&self.id, None::<bollard::query_parameters::StartContainerOptions>)
+            .start_container(self.root_id(), None::<bollard::query_parameters::StartContainerOptions>)
             .await?;
         Ok(())
     }
 
-    /// Runs a command as root in the container (as `docker exec` does).
+    /// Runs a command as root in the container that holds the firewall (as `docker exec` does):
+    /// in sidecar mode, the gateway.
     pub async fn exec(&self, cmd: &[&str]) -> anyhow::Result<ExecOutput> {
+        exec(self.root_id(), cmd, None).await
+    }
+
+    /// Runs a command in the container the agent runs in, as that container's user: root in one
+    /// container, the agent in sidecar mode's agent container.
+    pub async fn exec_agent_side(&self, cmd: &[&str]) -> anyhow::Result<ExecOutput> {
         exec(self.id(), cmd, None).await
     }
 
-    /// Runs a command as the agent, through sandbox-exec.
+    /// Runs a command in the container the agent runs in as `user` (`docker exec -u`).
+    pub async fn exec_agent_side_as(&self, user: &str, cmd: &[&str]) -> anyhow::Result<ExecOutput> {
+        exec(self.id(), cmd, Some(user)).await
+    }
+
+    /// Runs a command as the agent, through sandbox-exec, where the agent runs.
     pub async fn as_agent(&self, cmd: &[&str]) -> anyhow::Result<ExecOutput> {
         let mut full = vec!["sandbox-exec", "--"];
         full.extend_from_slice(cmd);
-        self.exec(&full).await
+        exec(self.id(), &full, None).await
     }
 
     /// Runs the probe as the agent: `tcp HOST PORT`, `udp HOST PORT`, `icmp ADDR`, `dns NAME`,
@@ -90,12 +131,14 @@ impl Sandbox {
         crate::probe::spawn(self.id(), true, args)
     }
 
-    /// Starts a command in the container and does not wait for it (`docker exec -d`).
+    /// Starts a command in the container and does not wait for it (`docker exec -d`): through
+    /// sandbox-exec where the agent runs, else where the firewall is.
     pub async fn exec_detached(&self, cmd: &[&str], user: Option<&str>) -> anyhow::Result<()> {
         let docker = docker().await?;
+        let container = if cmd.first() == Some(&"sandbox-exec") { self.id() } else { self.root_id() };
         let created = docker
             .create_exec(
-                self.id(),
+                container,
                 ExecConfig {
                     cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
                     user: user.map(str::to_string),
@@ -146,7 +189,7 @@ impl Sandbox {
 
     /// Everything the container printed so far: (stdout, stderr).
     pub async fn logs(&self) -> anyhow::Result<(String, String)> {
-        container_logs(self.id()).await
+        container_logs(self.root_id()).await
     }
 
     /// Replaces a policy.d file (the directory is mounted read-only in the container).
@@ -163,7 +206,7 @@ impl Sandbox {
         let docker = docker().await?;
         let options =
             bollard::query_parameters::KillContainerOptionsBuilder::default().signal(signal).build();
-        docker.kill_container(self.id(), Some(options)).await?;
+        docker.kill_container(self.root_id(), Some(options)).await?;
         Ok(())
     }
 
@@ -171,7 +214,7 @@ impl Sandbox {
     pub async fn exit_code(&self) -> anyhow::Result<Option<i64>> {
         let docker = docker().await?;
         for _ in 0..100 {
-            let state = docker.inspect_container(self.id(), None).await?.state.unwrap_or_default();
+            let state = docker.inspect_container(self.root_id(), None).await?.state.unwrap_or_default();
             if state.running == Some(false) {
                 return Ok(state.exit_code);
             }

@@ -30,6 +30,20 @@ pub fn full_mode() -> bool {
     std::env::var(xtask::test::MODE_ENV).map_or(true, |mode| mode != "ci")
 }
 
+/// The variable that starts every sandbox with NET_ADMIN in sidecar mode's shape: a gateway
+/// and an agent container in one network namespace. `cargo xtask test` runs the network suites
+/// once in each shape.
+pub use xtask::test::SHAPE_ENV;
+
+/// Whether this run's sandboxes with NET_ADMIN are sidecar mode's pairs.
+pub fn sidecar_shape() -> bool {
+    std::env::var(SHAPE_ENV).is_ok_and(|shape| shape == "sidecar")
+}
+
+/// Where the shared folder is, and the agent's container's own run folder (a tmpfs of its own).
+const SHARED_DIR: &str = sandbox_init::policy::layout::SHARED_DIR;
+const RUN_DIR: &str = sandbox_init::policy::layout::RUN_DIR;
+
 /// How to start a sandbox.
 #[derive(Clone, Debug)]
 pub struct SandboxSpec {
@@ -49,6 +63,8 @@ pub struct SandboxSpec {
     pub limits: Limits,
     /// `-t`: the container has a terminal, and the agent's tmux client is attached to it.
     pub terminal: bool,
+    /// Sidecar mode's pair whatever the run's shape (with NET_ADMIN, for the gateway).
+    pub sidecar: bool,
 }
 
 /// What the engine bounds for the container.
@@ -98,7 +114,15 @@ impl SandboxSpec {
             cap_drop_all: false,
             limits: Limits::default(),
             terminal: false,
+            sidecar: false,
         }
+    }
+
+    /// Sidecar mode: a gateway with NET_ADMIN and an agent container without any capability in
+    /// its network namespace, whatever `AGENT_SANDBOX_TEST_SHAPE` says.
+    pub fn sidecar(mut self) -> Self {
+        self.sidecar = true;
+        self.net_admin()
     }
 
     /// `docker run -t`: a terminal, which PID 1 writes to and the agent's tmux client holds.
@@ -196,6 +220,9 @@ impl SandboxSpec {
         if self.terminal {
             return self.start_with_terminal().await;
         }
+        if self.net_admin && (self.sidecar || sidecar_shape()) {
+            return self.start_pair().await;
+        }
         let drop_ins = self.write_drop_ins()?;
         let host = self.host_config(&probe_binary()?, drop_ins.path());
         let (name, tag) = self.image.rsplit_once(':').context("image without a tag")?;
@@ -225,6 +252,116 @@ impl SandboxSpec {
             .await?;
         sandbox.wait_for_stdout("sandbox ready", 1).await?;
         Ok(sandbox)
+    }
+
+    /// Sidecar mode: the agent's container first (it holds the network namespace, so that the
+    /// gateway can restart into it), as the agent, without any capability, its run folder a
+    /// tmpfs of its own and the shared folder read-only; then the gateway in its namespace with
+    /// NET_ADMIN, the policy, the secrets and the shared folder. Ready when both say so.
+    async fn start_pair(self) -> anyhow::Result<Sandbox> {
+        let drop_ins = self.write_drop_ins()?;
+        let docker = docker().await?;
+        let shared = crate::docker::TestVolume::create("shared").await?;
+        let probe = probe_binary()?;
+        let (secrets, mounts): (Vec<_>, Vec<_>) =
+            self.mounts.iter().cloned().partition(|(_, target)| target.starts_with("/run/secrets"));
+        let label = Some(HashMap::from([(TEST_LABEL.to_string(), "sandbox".to_string())]));
+        let create =
+            |body| docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body);
+        let mut agent_host = HostConfig {
+            binds: Some(
+                [format!("{}:{PROBE}:ro", probe.display()), format!("{}:{SHARED_DIR}:ro", shared.name)]
+                    .into_iter()
+                    .chain(mounts.iter().map(|(source, target)| format!("{source}:{target}:rw")))
+                    .collect(),
+            ),
+            tmpfs: Some(HashMap::from([(RUN_DIR.to_string(), "uid=1000,gid=1000,mode=0755".to_string())])),
+            network_mode: self.network.clone(),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            dns: self.dns.map(|dns| vec![dns.to_string()]),
+            ..Default::default()
+        };
+        self.limits.apply(&mut agent_host);
+        // Keys and tokens are the gateway's alone.
+        let held: Vec<&str> = sandbox_init::policy::key_vars().collect();
+        let mut agent_env: Vec<String> = self
+            .env
+            .iter()
+            .filter(|(k, _)| !held.contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        agent_env.push("SANDBOX_ROLE=agent".into());
+        let agent = create(ContainerCreateBody {
+            image: Some(self.image.clone()),
+            user: Some("1000:1000".into()),
+            env: Some(agent_env),
+            labels: label.clone(),
+            host_config: Some(agent_host),
+            ..Default::default()
+        })
+        .await?
+        .id;
+        let agent_guard = RemoveOnDrop(agent.clone());
+        docker.start_container(&agent, None::<bollard::query_parameters::StartContainerOptions>).await?;
+        let gateway_host = HostConfig {
+            binds: Some(
+                [
+                    format!("{}:{PROBE}:ro", probe.display()),
+                    format!("{}:/etc/agent-sandbox/policy.d:ro", drop_ins.path().display()),
+                    format!("{}:{SHARED_DIR}:rw", shared.name),
+                ]
+                .into_iter()
+                .chain(secrets.iter().map(|(source, target)| format!("{source}:{target}:rw")))
+                .collect(),
+            ),
+            network_mode: Some(format!("container:{agent}")),
+            cap_add: Some(vec!["NET_ADMIN".into()]),
+            ..Default::default()
+        };
+        let mut gateway_env = self.env_list();
+        gateway_env.push("SANDBOX_ROLE=gateway".into());
+        match self.dns {
+            Some(dns) => gateway_env.push(format!("SANDBOX_DNS={dns}")),
+            // The default bridge: the resolvers Docker gave the agent's container.
+            None => {
+                let conf = crate::docker::exec(&agent, &["cat", "/etc/resolv.conf"], None).await?.stdout;
+                let resolvers: Vec<&str> = conf
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("nameserver "))
+                    .map(str::trim)
+                    .filter(|a| !a.starts_with("127."))
+                    .collect();
+                if !resolvers.is_empty() {
+                    gateway_env.push(format!("SANDBOX_DNS={}", resolvers.join(",")));
+                }
+            }
+        }
+        let gateway = create(ContainerCreateBody {
+            image: Some(self.image.clone()),
+            env: Some(gateway_env),
+            labels: label,
+            host_config: Some(gateway_host),
+            ..Default::default()
+        })
+        .await?
+        .id;
+        let sandbox = Sandbox::pair(
+            agent.clone(),
+            gateway.clone(),
+            Owner::Pair(RemoveOnDrop(gateway.clone()), agent_guard, shared),
+            drop_ins,
+        );
+        docker.start_container(&gateway, None::<bollard::query_parameters::StartContainerOptions>).await?;
+        sandbox.wait_for_stdout("sandbox ready", 1).await?;
+        for _ in 0..200 {
+            if container_logs(&agent).await?.0.contains("sandbox ready") {
+                return Ok(sandbox);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (stdout, stderr) = container_logs(&agent).await?;
+        anyhow::bail!("the agent's container did not start its session:\n{stdout}\n{stderr}")
     }
 
     fn create_body(&self, drop_in_dir: &std::path::Path) -> anyhow::Result<ContainerCreateBody> {

@@ -52,8 +52,12 @@ impl CiFlags {
                 "the build changed images.lock: commit what `cargo xtask build` recorded with the change that caused it",
             )?,
             CiStep::Test | CiStep::TestCi => {
-                let flags =
-                    TestFlags { ci: step == CiStep::TestCi, common: self.common.clone(), nextest_args: Vec::new() };
+                let flags = TestFlags {
+                    ci: step == CiStep::TestCi,
+                    shape: None,
+                    common: self.common.clone(),
+                    nextest_args: Vec::new(),
+                };
                 flags.run(root).await?;
             }
         }

@@ -329,9 +329,23 @@ pub struct TestFlags {
     /// Only the suites that need no capability (containers get none), with the `ci` profile
     #[arg(long)]
     pub ci: bool,
+    /// The sandbox shape the network suites run in. Without it (and without nextest arguments),
+    /// every suite runs in one container, then the network suites (firewall::, names::, keys::,
+    /// attacks::network::, launcher::net_admin_) again as sidecar mode's pair, a gateway and an agent container
+    #[arg(long, value_enum, conflicts_with = "ci")]
+    pub shape: Option<TestShape>,
     #[command(flatten)]
     pub common: CommonBuildFlags,
     /// Arguments passed on to `cargo nextest run`
     #[arg(last = true)]
     pub nextest_args: Vec<String>,
+}
+
+/// How the suites start sandboxes with NET_ADMIN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TestShape {
+    /// One container: the firewall and the session
+    Single,
+    /// A gateway with NET_ADMIN and an agent container without any capability
+    Sidecar,
 }

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use xshell::{Shell, cmd};
 
 use crate::build::{self, BuildOptions};
-use crate::flags::TestFlags;
+use crate::flags::{TestFlags, TestShape};
 
 /// Tells the suites which mode they run in: `full` (containers may get NET_ADMIN) or `ci`.
 pub const MODE_ENV: &str = "AGENT_SANDBOX_TEST_MODE";
@@ -36,12 +36,38 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     // of each test process, which would hold their slots while it compiles.
     cmd!(sh, "cargo build --quiet --package agent-sandbox").run().context("cannot build agent-sandbox")?;
     let args = &flags.nextest_args;
-    let result = cmd!(sh, "cargo nextest run --workspace --profile {profile} {args...}")
-        .run()
-        .with_context(|| format!("the {mode} suites failed"));
+    let (single, sidecar) = match flags.shape {
+        Some(TestShape::Single) => (true, false),
+        Some(TestShape::Sidecar) => (false, true),
+        // Asked for particular tests: those, once.
+        None => (true, !flags.ci && args.is_empty()),
+    };
+    let mut result = Ok(());
+    if single {
+        result = cmd!(sh, "cargo nextest run --workspace --profile {profile} {args...}")
+            .run()
+            .with_context(|| format!("the {mode} suites failed"));
+    }
+    if sidecar {
+        eprintln!("the network suites again, as sidecar mode's pair ({SHAPE_ENV}=sidecar)");
+        let _shape = sh.push_env(SHAPE_ENV, "sidecar");
+        // Without arguments, the suites that prove the network; with them, what they select.
+        let filter: Vec<&str> = if args.is_empty() { vec!["-E", SIDECAR_SUITES] } else { vec![] };
+        let second = cmd!(sh, "cargo nextest run --workspace --profile {profile} {filter...} {args...}")
+            .run()
+            .context("the network suites failed in sidecar mode");
+        result = result.and(second);
+    }
     let junit = root.join("target/nextest").join(profile).join("junit.xml");
     if junit.exists() {
         eprintln!("JUnit report: {}", junit.display());
     }
     result
 }
+
+/// Tells the suites to start every sandbox with NET_ADMIN as sidecar mode's pair.
+pub const SHAPE_ENV: &str = "AGENT_SANDBOX_TEST_SHAPE";
+
+/// The suites run in both shapes: everything the firewall, the name check and the held keys
+/// prove from the agent's side, and the launcher's commands on a sandbox with a network. `attacks::sidecar::` starts its pairs itself, in the first pass.
+pub const SIDECAR_SUITES: &str = "package(sandbox-tests) & (test(/^firewall::/) | test(/^names::/) | test(/^keys::/) | test(/^attacks::network::/) | test(/^launcher::net_admin_/))";

@@ -537,3 +537,50 @@ async fn net_admin_allow_opens_a_refused_name_live_pending_lists_it_and_deny_clo
     assert_eq!(out.code, 64, "{out:?}");
     Ok(())
 }
+
+/// `run --sidecar`: one sandbox in `ls`, two containers in the engine (the agent's, with no
+/// capability, and its gateway), `status` and `allow` reach the gateway, and `stop` removes both
+/// and their shared volume, keeping the state.
+#[tokio::test]
+async fn net_admin_a_sidecar_sandbox_is_listed_once_and_stop_removes_both_containers() -> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let net = TestNet::create("launcher-sidecar").await?;
+    let _peer = Peer::start(&net, &["docs.sidecar.test"]).await?;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    launcher
+        .ok(&[
+            "run",
+            "shell",
+            &project.path,
+            "--detach",
+            "--sidecar",
+            "--network",
+            &net.name,
+            "--image",
+            &shell,
+        ])
+        .await?;
+    let (id, name) = project.sandbox().await?;
+    let all = project.containers().await?;
+    assert!(all.iter().any(|(_, n)| *n == format!("{name}.gateway")), "{all:?}");
+    let rows = ls(&launcher.ok(&["ls", "--json"]).await?.stdout)?;
+    assert_eq!(rows.iter().filter(|r| r["project"] == project.path.as_str()).count(), 1, "{rows:?}");
+    // The agent's container: the agent, no capability in any set, PID 1 included.
+    let caps = exec(&id, &["sh", "-c", "grep -hE '^(Uid|CapPrm|CapEff|CapBnd|CapAmb)' /proc/1/status"], None)
+        .await?;
+    assert!(caps.stdout.starts_with("Uid:\t1000\t"), "{caps:?}");
+    assert_eq!(caps.stdout.matches("0000000000000000").count(), 4, "{caps:?}");
+    // Status and the live allowlist are the gateway's.
+    let status = launcher.ok(&["status", &name, "--json"]).await?;
+    assert!(status.stdout.contains("\"firewall\": \"on\""), "{status:?}");
+    let sb = Sandbox::adopt(&id).await?;
+    assert!(sb.probe(&["dns", "docs.sidecar.test"]).await?.outcome().starts_with("dns:refused"));
+    launcher.ok(&["allow", &name, "docs.sidecar.test"]).await?;
+    assert_eq!(sb.probe(&["tcp", "docs.sidecar.test", "443"]).await?.outcome(), "connected");
+
+    launcher.ok(&["stop", &name]).await?;
+    assert!(project.containers().await?.is_empty(), "stop left a container");
+    let volumes = project.volumes().await?;
+    assert!(!volumes.iter().any(|v| v.ends_with(".shared")), "stop left the shared volume: {volumes:?}");
+    Ok(())
+}

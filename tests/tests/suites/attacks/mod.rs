@@ -4,7 +4,7 @@
 //! evidence on the receiving side. Each has a positive control in the
 //! same test, so it cannot pass because something else broke.
 //!
-//! `network::`, `names::`, `forwarder::`, `services::` and `budgets::` need NET_ADMIN (the firewall) and are left out of
+//! `network::`, `names::`, `forwarder::`, `services::`, `budgets::` and `sidecar::` need NET_ADMIN (the firewall) and are left out of
 //! `cargo xtask test --ci`; `process::` needs no capability and runs in both modes.
 
 mod budgets;
@@ -13,6 +13,7 @@ mod names;
 mod network;
 mod process;
 mod services;
+mod sidecar;
 
 /// The name the attacks' policies allow, a peer's alias.
 const ALLOWED: &str = "api.allowed.test";

@@ -646,7 +646,7 @@ async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::
     launcher
         .ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
         .await?;
-    let id = project.containers().await?.first().map(|c| c.0.clone()).expect("the launcher's sandbox");
+    let (id, _) = project.sandbox().await?;
     let sb = Sandbox::adopt(&id).await?;
     let asks = |name: &'static str| {
         let sb = &sb;
