@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::console;
 use crate::exit::{Fatal, Refusal};
+use crate::net::dns::GATE_PROBE_NAME;
 use crate::net::firewall::GATE_UID;
 use crate::policy::layout::{GATEWAY_READY, RUN_DIR, SHARED_DIR};
 use crate::privileges::{AGENT_USER, AgentPrivileges, Capabilities};
@@ -49,34 +50,58 @@ fn own_netns() -> std::io::Result<String> {
     Ok(std::fs::read_link("/proc/self/ns/net")?.to_string_lossy().into_owned())
 }
 
-/// Whether this network namespace has the gate's listener: a UDP socket on 127.0.0.1:53 whose
-/// owner is the gate's uid, which no process of the agent's can take (/proc/net/udp is the
-/// namespace's own). A ready file alone could be a stopped gateway's, or one in the namespace
-/// this container had before it was started again.
-pub fn gate_listens(proc_net_udp: &str, gate_uid: u32) -> bool {
-    proc_net_udp.lines().skip(1).any(|line| {
+/// What the agent's container checks before its session starts: the gateway's ready line, and
+/// a gate of the gateway's in this container's network namespace. Err: why not yet.
+///
+/// A ready file alone could be a stopped gateway's, or one still running in the namespace this
+/// container had before it was started again (`docker start` gives it a new one, with no table).
+/// So the gate must answer here, on 127.0.0.1:53, now, when nothing of the agent's runs yet in
+/// this container to answer in its place; where the kernel shows who listens there
+/// (/proc/net/udp: not inside gVisor, whose view is its own), it must be the gate's uid, which no
+/// process of the agent's can take.
+fn gateway_here(ready: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(ready).map_err(|_| format!("{} is missing", ready.display()))?;
+    let udp = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    match gate_owner(&udp) {
+        Some(uid) if uid != GATE_UID => {
+            return Err(format!("127.0.0.1:53 here is uid {uid}'s, not the gateway's gate"));
+        }
+        _ => {}
+    }
+    if !gate_answers(GATE_PROBE_WAIT) {
+        return Err("no DNS gate answers in this container's network namespace".into());
+    }
+    Ok(text.lines().next().unwrap_or_default().to_string())
+}
+
+/// How long a gate gets to answer the probe's query.
+const GATE_PROBE_WAIT: Duration = Duration::from_millis(300);
+
+/// The uid of whatever listens on 127.0.0.1:53 in this network namespace, as /proc/net/udp shows
+/// it; None where nothing is shown.
+pub fn gate_owner(proc_net_udp: &str) -> Option<u32> {
+    proc_net_udp.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        fields.get(1) == Some(&"0100007F:0035") && fields.get(7) == Some(&gate_uid.to_string().as_str())
+        (fields.get(1) == Some(&"0100007F:0035")).then(|| fields.get(7)?.parse().ok()).flatten()
     })
 }
 
-/// What the agent's container checks before its session starts: the gateway's ready line, said
-/// for this container's network namespace, whose gate listens. Err: why not yet.
-fn gateway_here(ready: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(ready).map_err(|_| format!("{} is missing", ready.display()))?;
-    let theirs = text.lines().find_map(|l| l.strip_prefix(NETNS_PREFIX)).unwrap_or_default();
-    let ours = own_netns().map_err(|e| format!("cannot read this container's network namespace: {e}"))?;
-    if theirs != ours {
-        return Err(format!(
-            "the gateway's firewall holds in another network namespace ({theirs}), not this container's \
-             ({ours}): start the gateway again, in this one"
-        ));
+/// Whether something answers a DNS query on 127.0.0.1:53 within `wait`: a question for the
+/// gate's probe name, which it answers NXDOMAIN without a word in its log.
+fn gate_answers(wait: Duration) -> bool {
+    let Ok(socket) = std::net::UdpSocket::bind("127.0.0.1:0") else { return false };
+    let id = (std::process::id() as u16) ^ 0x5a5a;
+    let mut query = vec![(id >> 8) as u8, id as u8, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in GATE_PROBE_NAME.split('.').filter(|l| !l.is_empty()) {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label.as_bytes());
     }
-    let udp = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
-    if !gate_listens(&udp, GATE_UID) {
-        return Err("no DNS gate of the gateway's listens in this network namespace".into());
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    if socket.set_read_timeout(Some(wait)).is_err() || socket.send_to(&query, "127.0.0.1:53").is_err() {
+        return false;
     }
-    Ok(text.lines().next().unwrap_or_default().to_string())
+    let mut answer = [0u8; 512];
+    matches!(socket.recv_from(&mut answer), Ok((n, from)) if n >= 12 && answer[..2] == query[..2] && from.port() == 53)
 }
 
 /// Why this process may not be the agent's PID 1: it holds a capability in some set, or runs as
@@ -206,9 +231,8 @@ mod tests {
         assert!(too_privileged(&ambient, 1000, 1000).unwrap().contains("ambient 0x1"));
     }
 
-    /// A ready file is not enough: it must be for this namespace, and a gate of the gate's uid
-    /// must listen here (the case of a container started again into a new namespace, its
-    /// gateway still in the old one, or stopped).
+    /// A ready file is not enough: a gate must answer here (the case of a container started
+    /// again into a new namespace, its gateway still in the old one, or stopped).
     #[test]
     fn the_session_waits_for_a_gateway_here_and_gives_up_with_a_reason() {
         let dir = tempfile::tempdir().unwrap();
@@ -217,33 +241,32 @@ mod tests {
         assert_eq!(fatal.refusal, Refusal::GatewayMissing);
         assert!(fatal.message.contains("gateway-ready is missing"), "{}", fatal.message);
         std::fs::write(&ready, "sandbox ready: gateway: 3 domains\nnetns net:[1]\n").unwrap();
+        // Nothing answers on 127.0.0.1:53 where the unit tests run (or, as root on a host with a
+        // resolver there, not the gate's uid).
         let fatal = wait_for_gateway(&ready, Duration::from_millis(100)).unwrap_err();
-        assert!(fatal.message.contains("another network namespace (net:[1])"), "{}", fatal.message);
-        std::fs::write(
-            &ready,
-            format!("sandbox ready: gateway: 3 domains\nnetns {}\n", own_netns().unwrap()),
-        )
-        .unwrap();
-        // This test process has no gate of uid 65531 in its namespace.
-        let fatal = wait_for_gateway(&ready, Duration::from_millis(100)).unwrap_err();
-        assert!(fatal.message.contains("no DNS gate"), "{}", fatal.message);
+        assert!(
+            fatal.message.contains("no DNS gate answers") || fatal.message.contains("not the gateway's gate"),
+            "{}",
+            fatal.message
+        );
     }
 
     #[test]
-    fn the_gate_is_known_by_its_address_and_its_uid() {
+    fn the_listener_on_the_gates_address_is_known_by_its_uid() {
         let header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n";
         let line = |local: &str, uid: u32| {
             format!(
                 "  1: {local} 00000000:0000 07 00000000:00000000 00:00000000 00000000 {uid:>5}        0 1234 2 0000000000000000 0\n"
             )
         };
-        assert!(gate_listens(&format!("{header}{}", line("0100007F:0035", 65531)), 65531));
-        assert!(!gate_listens(&format!("{header}{}", line("0100007F:0035", 1000)), 65531), "the agent's own");
-        assert!(!gate_listens(&format!("{header}{}", line("0100007F:0036", 65531)), 65531), "another port");
-        assert!(
-            !gate_listens(&format!("{header}{}", line("00000000:0035", 65531)), 65531),
-            "another address"
+        assert_eq!(gate_owner(&format!("{header}{}", line("0100007F:0035", 65531))), Some(65531));
+        assert_eq!(
+            gate_owner(&format!("{header}{}", line("0100007F:0035", 1000))),
+            Some(1000),
+            "the agent's"
         );
-        assert!(!gate_listens(header, 65531));
+        assert_eq!(gate_owner(&format!("{header}{}", line("0100007F:0036", 65531))), None, "another port");
+        assert_eq!(gate_owner(&format!("{header}{}", line("00000000:0035", 65531))), None, "another address");
+        assert_eq!(gate_owner(header), None, "nothing shown (gVisor)");
     }
 }

@@ -86,6 +86,10 @@ fn upstream_query(message: &Message, query: &Query) -> Option<Vec<u8>> {
     upstream.to_vec().ok()
 }
 
+/// The name sidecar mode's agent container asks the gate for, to learn that one answers in its
+/// network namespace: answered NXDOMAIN, neither forwarded nor logged.
+pub const GATE_PROBE_NAME: &str = "gateway.agent-sandbox.invalid.";
+
 /// Decides on a packet from a client. None: not a DNS query at all, dropped without a reply.
 pub fn decide(packet: &[u8], allowlist: &Allowlist) -> Option<Decision> {
     let message = Message::from_vec(packet).ok()?;
@@ -105,6 +109,11 @@ pub fn decide(packet: &[u8], allowlist: &Allowlist) -> Option<Decision> {
         return Some(Decision::Reply { packet: reply(ResponseCode::FormErr)?, refused: None });
     };
     let name = query.name().to_ascii();
+    // Sidecar mode's agent container asking whether a gate answers here (sidecar.rs): the name
+    // never resolves (RFC 6761), and its question is no denial to log or to queue for approval.
+    if name.eq_ignore_ascii_case(GATE_PROBE_NAME) {
+        return Some(Decision::Reply { packet: reply(ResponseCode::NXDomain)?, refused: None });
+    }
     let refused = |reason| Denial::Name { name: name.clone(), kind: query.query_type().to_string(), reason };
     if !is_host_name(query.name()) {
         let refused = Some(refused(Reason::NotAHostName));

@@ -45,6 +45,25 @@ fn cname(name: &str, target: &str) -> Record {
     )
 }
 
+/// Sidecar mode's probe of the gate: answered, NXDOMAIN, with nothing to log; a name beside it
+/// under `.invalid` is refused and logged like any other.
+#[test]
+fn the_gates_probe_name_is_answered_quietly_and_only_it() {
+    let Some(Decision::Reply { packet, refused }) =
+        decide(&query(9, "GATEWAY.agent-sandbox.invalid.", RecordType::A), &allowlist())
+    else {
+        panic!("not answered")
+    };
+    assert_eq!(refused, None);
+    assert_eq!(Message::from_vec(&packet).unwrap().response_code(), ResponseCode::NXDomain);
+    let Some(Decision::Reply { refused, .. }) =
+        decide(&query(9, "data.gateway.agent-sandbox.invalid.", RecordType::A), &allowlist())
+    else {
+        panic!("not refused")
+    };
+    assert!(matches!(refused, Some(Denial::Name { reason: Reason::NotAllowlisted, .. })), "{refused:?}");
+}
+
 #[test]
 fn a_name_outside_the_allowlist_is_refused_with_its_question() {
     let Some(Decision::Reply { packet, refused }) =
