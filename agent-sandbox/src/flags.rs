@@ -63,7 +63,8 @@ pub enum Command {
             agent-sandbox run aider --key-file OPENAI_API_KEY=~/.secrets/openai\n  \
             agent-sandbox run claude --unattended --detach    no permission prompts\n  \
             agent-sandbox run shell --offline                 no network at all\n  \
-            agent-sandbox run claude --sidecar                the firewall in a gateway container beside it"
+            agent-sandbox run claude --sidecar                the firewall in a gateway container beside it\n  \
+            agent-sandbox run claude --runtime runsc          the agent under gVisor, the firewall beside it"
     )]
     Run(Box<RunFlags>),
     /// List the sandboxes: agent, project, uptime, state volume, connections allowed and refused
@@ -176,6 +177,11 @@ pub struct RunFlags {
     /// The agent's container cannot touch the firewall's processes; `stop` removes both
     #[arg(long, conflicts_with = "offline")]
     pub sidecar: bool,
+    /// Run the agent's container under this runtime of the engine (`runsc`: gVisor, its own
+    /// kernel). Implies --sidecar: the gateway stays on the engine's default runtime, where
+    /// nftables works
+    #[arg(long, value_name = "NAME", conflicts_with = "offline")]
+    pub runtime: Option<String>,
     /// Let the agent write the project's git configuration and hooks, which your own git runs
     /// (as you, on the host) the next time you use it in the project
     #[arg(long)]
@@ -183,6 +189,11 @@ pub struct RunFlags {
 }
 
 impl RunFlags {
+    /// Sidecar mode: asked for, or implied by another runtime for the agent's container.
+    pub fn sidecar(&self) -> bool {
+        self.sidecar || self.runtime.is_some()
+    }
+
     /// The options that shape a new sandbox, as given: a running one cannot take them.
     pub fn shaping(&self) -> Vec<&'static str> {
         [
@@ -202,6 +213,7 @@ impl RunFlags {
             ("--network", self.network.is_some()),
             ("--dns", self.dns.is_some()),
             ("--sidecar", self.sidecar),
+            ("--runtime", self.runtime.is_some()),
             ("--writable-git-config", self.writable_git_config),
         ]
         .into_iter()

@@ -144,7 +144,7 @@ impl SandboxSpec {
         let mut env = host.env.clone();
         let mut user = None;
         let mut gateway = None;
-        if flags.sidecar {
+        if flags.sidecar() {
             let shared = identity::shared_volume(&name);
             let gateway_name = identity::gateway_name(&name);
             container_labels.insert(labels::LAUNCHER_GATEWAY.to_string(), gateway_name.clone());
@@ -152,6 +152,7 @@ impl SandboxSpec {
             // namespace (so that its gateway can restart into it); its run folder its own, the
             // gateway's shared folder read-only.
             host_config.cap_add = None;
+            host_config.runtime = flags.runtime.clone();
             host_config.cap_drop = Some(vec!["ALL".into()]);
             host_config.security_opt = Some(vec!["no-new-privileges".into()]);
             host_config.tmpfs = Some(HashMap::from([(
@@ -225,7 +226,7 @@ impl SandboxSpec {
         keys.extend(host.key_files.clone());
         Ok(SandboxSpec {
             found: Found {
-                gateway: if flags.sidecar { identity::gateway_name(&name) } else { String::new() },
+                gateway: if flags.sidecar() { identity::gateway_name(&name) } else { String::new() },
                 name,
                 agent: flags.agent.clone(),
                 project,
@@ -453,6 +454,17 @@ mod tests {
         .unwrap();
         assert!(single.gateway.is_none());
         assert_eq!(single.body.host_config.unwrap().dns, Some(vec!["10.0.0.53".to_string()]));
+    }
+
+    /// `--runtime runsc`: the agent's container under gVisor, its gateway on the default runtime.
+    #[test]
+    fn another_runtime_is_the_agents_containers_alone_and_implies_sidecar_mode() {
+        let spec =
+            SandboxSpec::new(&flags(&["shell", "--runtime", "runsc"]), &host(), "i", &claude(), None, vec![])
+                .unwrap();
+        assert_eq!(spec.body.host_config.as_ref().unwrap().runtime.as_deref(), Some("runsc"));
+        let gateway = spec.gateway.as_ref().expect("sidecar mode");
+        assert_eq!(gateway.host_config.as_ref().unwrap().runtime, None, "the gateway needs nftables");
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub struct Sandbox {
     /// Sidecar mode's gateway, which holds the firewall, the logs and the policy; None: the one
     /// container is both.
     gateway: Option<String>,
+    /// Sidecar mode: the agent's container's runtime, where it is not the engine's default.
+    runtime: Option<String>,
     _owner: Owner,
     drop_ins: tempfile::TempDir,
 }
@@ -34,12 +36,24 @@ pub(crate) enum Owner {
 
 impl Sandbox {
     pub(crate) fn new(id: String, owner: Owner, drop_ins: tempfile::TempDir) -> Sandbox {
-        Sandbox { id, gateway: None, _owner: owner, drop_ins }
+        Sandbox { id, gateway: None, runtime: None, _owner: owner, drop_ins }
     }
 
     /// Sidecar mode's pair: the agent's container `id` behind `gateway`.
-    pub(crate) fn pair(id: String, gateway: String, owner: Owner, drop_ins: tempfile::TempDir) -> Sandbox {
-        Sandbox { id, gateway: Some(gateway), _owner: owner, drop_ins }
+    pub(crate) fn pair(
+        id: String,
+        gateway: String,
+        runtime: Option<String>,
+        owner: Owner,
+        drop_ins: tempfile::TempDir,
+    ) -> Sandbox {
+        Sandbox { id, gateway: Some(gateway), runtime, _owner: owner, drop_ins }
+    }
+
+    /// Whether the agent runs under gVisor (sidecar mode, `runsc`): its kernel is gVisor's, whose
+    /// /proc tells less, and whose packets the gateway's rules see as root's.
+    pub fn under_gvisor(&self) -> bool {
+        self.runtime.as_deref() == Some("runsc")
     }
 
     /// The container that holds the firewall, its logs and PID 1's state: the gateway in sidecar
@@ -67,6 +81,7 @@ impl Sandbox {
         Ok(Sandbox {
             id: id.to_string(),
             gateway,
+            runtime: None,
             _owner: Owner::Engine(RemoveOnDrop(id.to_string())),
             drop_ins: tempfile::tempdir()?,
         })

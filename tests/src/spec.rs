@@ -40,6 +40,15 @@ pub fn sidecar_shape() -> bool {
     std::env::var(SHAPE_ENV).is_ok_and(|shape| shape == "sidecar")
 }
 
+/// The variable that runs sidecar mode's agent containers under another runtime (`runsc`, gVisor,
+/// registered with the engine).
+pub use xtask::test::RUNTIME_ENV;
+
+/// The runtime of this run's agent containers in sidecar mode: None for the engine's default.
+pub fn agent_runtime() -> Option<String> {
+    std::env::var(RUNTIME_ENV).ok().filter(|r| !r.is_empty())
+}
+
 /// Where the shared folder is, and the agent's container's own run folder (a tmpfs of its own).
 const SHARED_DIR: &str = sandbox_init::policy::layout::SHARED_DIR;
 const RUN_DIR: &str = sandbox_init::policy::layout::RUN_DIR;
@@ -65,6 +74,8 @@ pub struct SandboxSpec {
     pub terminal: bool,
     /// Sidecar mode's pair whatever the run's shape (with NET_ADMIN, for the gateway).
     pub sidecar: bool,
+    /// Sidecar mode: the agent's container's runtime (`runsc`), whatever the run's.
+    pub runtime: Option<String>,
 }
 
 /// What the engine bounds for the container.
@@ -115,7 +126,14 @@ impl SandboxSpec {
             limits: Limits::default(),
             terminal: false,
             sidecar: false,
+            runtime: None,
         }
+    }
+
+    /// Sidecar mode with the agent's container under `runtime` (`runsc`: gVisor).
+    pub fn under(mut self, runtime: &str) -> Self {
+        self.runtime = Some(runtime.into());
+        self.sidecar()
     }
 
     /// Sidecar mode: a gateway with NET_ADMIN and an agent container without any capability in
@@ -280,9 +298,11 @@ impl SandboxSpec {
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
             dns: self.dns.map(|dns| vec![dns.to_string()]),
+            runtime: self.runtime.clone().or_else(agent_runtime),
             ..Default::default()
         };
         self.limits.apply(&mut agent_host);
+        let runtime = agent_host.runtime.clone();
         // Keys and tokens are the gateway's alone.
         let held: Vec<&str> = sandbox_init::policy::key_vars().collect();
         let mut agent_env: Vec<String> = self
@@ -349,6 +369,7 @@ impl SandboxSpec {
         let sandbox = Sandbox::pair(
             agent.clone(),
             gateway.clone(),
+            runtime,
             Owner::Pair(RemoveOnDrop(gateway.clone()), agent_guard, shared),
             drop_ins,
         );

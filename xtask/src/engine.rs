@@ -228,6 +228,15 @@ impl Engine {
         dir.is_dir().then_some(dir)
     }
 
+    /// The runtimes the engine has registered (`runc`, and `runsc` where gVisor is).
+    pub async fn runtimes(&self) -> Result<Vec<String>, EngineError> {
+        let info = self.docker.info().await.map_err(|source| EngineError::Call {
+            what: "asking for the engine's runtimes".into(),
+            source,
+        })?;
+        Ok(info.runtimes.map(|r| r.into_keys().collect()).unwrap_or_default())
+    }
+
     /// Pulls `reference` unless it is already present.
     pub async fn ensure_pulled(&self, reference: &str) -> Result<String, EngineError> {
         sandbox_images::engine::ensure_pulled(&self.docker, reference).await

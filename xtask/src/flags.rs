@@ -331,7 +331,9 @@ pub struct TestFlags {
     pub ci: bool,
     /// The sandbox shape the network suites run in. Without it (and without nextest arguments),
     /// every suite runs in one container, then the network suites (firewall::, names::, keys::,
-    /// attacks::network::, launcher::net_admin_) again as sidecar mode's pair, a gateway and an agent container
+    /// attacks::network::, launcher::net_admin_) again as sidecar mode's pair, a gateway and an agent container,
+    /// and the firewall's (firewall::, keys::, attacks::network::, attacks::sidecar::) with that agent container
+    /// under gVisor where the engine has runsc
     #[arg(long, value_enum, conflicts_with = "ci")]
     pub shape: Option<TestShape>,
     #[command(flatten)]
@@ -348,4 +350,6 @@ pub enum TestShape {
     Single,
     /// A gateway with NET_ADMIN and an agent container without any capability
     Sidecar,
+    /// Sidecar mode with the agent's container under gVisor (the engine's `runsc` runtime)
+    Gvisor,
 }

@@ -9,6 +9,7 @@ pub mod dockerfile;
 pub mod engine;
 pub mod flags;
 pub mod graph;
+pub mod gvisor;
 pub use sandbox_images::labels;
 pub mod list;
 pub use sandbox_images::lock;

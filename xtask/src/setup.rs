@@ -1,7 +1,8 @@
 //! `cargo xtask setup`: everything a fresh machine lacks before the quick start's second command
 //! (`agent-sandbox run AGENT DIR`) or the test command (`cargo xtask ci`), done once, in order:
 //! the distribution's packages (the engine, mmdebstrap; with `--tests` the registry and Node.js
-//! the suites use), the engine started where none answers, the Rust tools (`--tests`:
+//! the suites use, and gVisor's runsc registered with the engine), the engine started where none
+//! answers, the Rust tools (`--tests`:
 //! cargo-nextest, rustfmt, clippy, the pinned Dev Containers CLI), and for each AGENT named its
 //! image built and the launcher installed. It asks before installing anything on a terminal,
 //! never installs without `--yes` elsewhere, and on a machine where it cannot install (not
@@ -40,6 +41,10 @@ pub struct Missing {
     /// rustup components.
     pub components: Vec<&'static str>,
     pub devcontainer: bool,
+    /// gVisor's runsc, for sidecar mode's agent containers (gvisor.rs): to install, and to
+    /// register with the engine.
+    pub runsc: bool,
+    pub register_runsc: bool,
 }
 
 /// What was found on the machine, for [`missing`].
@@ -52,6 +57,9 @@ pub struct Found {
     pub devcontainer: bool,
     /// Debian proper, whose archive keyring mmdebstrap has; Ubuntu needs Debian's.
     pub debian: bool,
+    /// runsc is installed, and the engine has it registered.
+    pub runsc: bool,
+    pub runsc_registered: bool,
 }
 
 /// What is missing for the quick start, and with `tests` for the test command. Pure.
@@ -83,6 +91,8 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
             .filter(|c| !found.components.iter().any(|f| f.starts_with(c)))
             .collect();
         m.devcontainer = !found.devcontainer;
+        m.runsc = !found.runsc;
+        m.register_runsc = !found.runsc_registered;
     }
     m
 }
@@ -114,6 +124,8 @@ impl SetupFlags {
                 need.devcontainer
                     .then(|| format!("@devcontainers/cli@{DEVCONTAINER_VERSION} (npm, under target/)")),
             )
+            .chain(need.runsc.then(|| "runsc (gVisor, Debian trixie's)".to_string()))
+            .chain(need.register_runsc.then(|| format!("runsc registered in {}", crate::gvisor::DAEMON_JSON)))
             .collect();
         if need.engine {
             eprintln!("==> setup: no container engine answers: it is started once installed");
@@ -163,6 +175,21 @@ impl SetupFlags {
                 .run()
                 .context("apt-get could not install the packages")?;
             done.push(format!("installed {}", packages.join(", ")));
+        }
+        if need.runsc || need.register_runsc {
+            anyhow::ensure!(
+                !matches!(installer, Installer::None(_)),
+                "runsc needs root (or sudo) to install and to register with the engine"
+            );
+            let sudo = installer == Installer::Sudo;
+            if need.runsc {
+                eprintln!("==> runsc (gVisor), Debian trixie's");
+                crate::gvisor::install(&sh, sudo, &crate::gvisor::codename())?;
+                done.push("installed runsc".into());
+            }
+            // Before the engine starts, which then reads it; a running one is told (SIGHUP).
+            crate::gvisor::register(&sh, sudo)?;
+            done.push(format!("registered runsc with the engine ({})", crate::gvisor::DAEMON_JSON));
         }
         if need.engine {
             done.push(start_engine(&installer).await?);
@@ -232,7 +259,13 @@ async fn look(root: &Path) -> Found {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect())
         .unwrap_or_default();
+    let runtimes = match crate::engine::Engine::connect().await {
+        Ok(engine) => engine.runtimes().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
     Found {
+        runsc: crate::gvisor::installed(),
+        runsc_registered: runtimes.iter().any(|r| r == crate::gvisor::RUNTIME),
         engine_answers: sandbox_images::engine::connect().await.is_ok(),
         on_path: programs.into_iter().filter(|p| on_path(p)).collect(),
         nextest: std::process::Command::new("cargo")
@@ -347,7 +380,8 @@ mod tests {
         let tests = missing(&bare, true);
         assert_eq!(tests.packages, ["docker.io", "mmdebstrap", "docker-registry", "nodejs", "npm", "git"]);
         assert_eq!(tests.components, ["rustfmt", "clippy"]);
-        assert!(tests.nextest && tests.devcontainer);
+        assert!(tests.nextest && tests.devcontainer && tests.runsc && tests.register_runsc);
+        assert!(!quick.runsc && !quick.register_runsc, "gVisor is the suites' need, not the quick start's");
     }
 
     #[test]
@@ -362,8 +396,13 @@ mod tests {
             ],
             devcontainer: true,
             debian: true,
+            runsc: true,
+            runsc_registered: true,
         };
         assert_eq!(missing(&ready, true), Missing::default());
+        // Installed, not registered (or the engine restarted without it): registered only.
+        let unregistered = Found { runsc_registered: false, ..ready.clone() };
+        assert_eq!(missing(&unregistered, true), Missing { register_runsc: true, ..Missing::default() });
         // An engine elsewhere (DOCKER_HOST) answers: no engine package, nothing to start.
         let remote = Found { engine_answers: true, debian: true, ..Found::default() };
         assert_eq!(missing(&remote, false).packages, ["mmdebstrap"]);

@@ -36,12 +36,23 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     // of each test process, which would hold their slots while it compiles.
     cmd!(sh, "cargo build --quiet --package agent-sandbox").run().context("cannot build agent-sandbox")?;
     let args = &flags.nextest_args;
-    let (single, sidecar) = match flags.shape {
-        Some(TestShape::Single) => (true, false),
-        Some(TestShape::Sidecar) => (false, true),
+    let every = !flags.ci && args.is_empty() && flags.shape.is_none();
+    let (single, sidecar, gvisor) = match flags.shape {
+        Some(TestShape::Single) => (true, false, false),
+        Some(TestShape::Sidecar) => (false, true, false),
+        Some(TestShape::Gvisor) => (false, false, true),
         // Asked for particular tests: those, once.
-        None => (true, !flags.ci && args.is_empty()),
+        None => (true, every, every),
     };
+    let has_runsc =
+        crate::engine::Engine::connect().await?.runtimes().await?.iter().any(|r| r == crate::gvisor::RUNTIME);
+    if gvisor && !has_runsc {
+        let how = "`cargo xtask setup --tests` installs and registers it";
+        if flags.shape == Some(TestShape::Gvisor) {
+            anyhow::bail!("the engine has no runsc runtime: {how}");
+        }
+        eprintln!("WARNING: the gVisor pass does not run: the engine has no runsc runtime ({how})");
+    }
     let mut result = Ok(());
     if single {
         result = cmd!(sh, "cargo nextest run --workspace --profile {profile} {args...}")
@@ -58,12 +69,30 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
             .context("the network suites failed in sidecar mode");
         result = result.and(second);
     }
+    if gvisor && has_runsc {
+        eprintln!("the firewall's suites again, the agent's container under gVisor ({RUNTIME_ENV}=runsc)");
+        let _shape = sh.push_env(SHAPE_ENV, "sidecar");
+        let _runtime = sh.push_env(RUNTIME_ENV, crate::gvisor::RUNTIME);
+        let filter: Vec<&str> = if args.is_empty() { vec!["-E", GVISOR_SUITES] } else { vec![] };
+        let third = cmd!(sh, "cargo nextest run --workspace --profile {profile} {filter...} {args...}")
+            .run()
+            .context("the firewall's suites failed with the agent under gVisor");
+        result = result.and(third);
+    }
     let junit = root.join("target/nextest").join(profile).join("junit.xml");
     if junit.exists() {
         eprintln!("JUnit report: {}", junit.display());
     }
     result
 }
+
+/// Tells the suites to run sidecar mode's agent containers under this runtime (`runsc`).
+pub const RUNTIME_ENV: &str = "AGENT_SANDBOX_TEST_RUNTIME";
+
+/// The suites run with the agent under gVisor: what the firewall proves from the agent's side
+/// (names::'s gigabyte and thousand connections, and the launcher's, run under gVisor by hand;
+/// docs/sidecar.md).
+pub const GVISOR_SUITES: &str = "package(sandbox-tests) & (test(/^firewall::/) | test(/^keys::/) | test(/^attacks::network::/) | test(/^attacks::sidecar::/))";
 
 /// Tells the suites to start every sandbox with NET_ADMIN as sidecar mode's pair.
 pub const SHAPE_ENV: &str = "AGENT_SANDBOX_TEST_SHAPE";

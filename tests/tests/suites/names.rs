@@ -307,7 +307,9 @@ async fn a_connection_outlives_its_address_in_the_set() -> anyhow::Result<()> {
     }
     let held = held.await??;
     assert_eq!(held.outcome(), "held", "{:?}", held.fields);
-    assert!(held.number("pings") >= 30.0, "{:?}", held.fields);
+    // A ping every 100 ms or so; gVisor's round trips take longer.
+    let pings = if sb.under_gvisor() { 20.0 } else { 30.0 };
+    assert!(held.number("pings") >= pings, "{:?}", held.fields);
     // The control: the address is really gone from the sets.
     let refused = sb.probe(&["tcp", &address, "80"]).await?;
     assert_eq!(refused.outcome(), "refused", "{:?}", refused.fields);

@@ -28,7 +28,7 @@ async fn sandbox_exec_runs_its_command_with_no_capability() -> anyhow::Result<()
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
         .collect();
-    assert_unprivileged(&ProcStatus { pid: "exec".into(), name: "cat".into(), fields });
+    assert_unprivileged(&ProcStatus { pid: "exec".into(), name: "cat".into(), fields, gvisor: false });
     let pwd = sb.as_agent(&["sh", "-c", "echo $HOME $USER; pwd"]).await?;
     assert_eq!(pwd.stdout, "/home/agent agent\n/workspace\n");
     Ok(())
