@@ -187,24 +187,37 @@ async fn main() -> anyhow::Result<()> {
     });
     let (base, init, big) = (median(base), median(init), median(big));
 
-    eprintln!("measuring sidecar mode's start against one container's, {runs} runs each, interleaved");
-    let (mut single, mut pair) = (Vec::new(), Vec::new());
+    let gvisor = docker.info().await?.runtimes.is_some_and(|r| r.contains_key("runsc"));
+    eprintln!(
+        "measuring sidecar mode's start against one container's{}, {runs} runs each, interleaved",
+        if gvisor { " and the pair's with the agent under gVisor" } else { "" }
+    );
+    let (mut single, mut pair, mut under) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
-        for (sidecar, samples) in [(false, &mut single), (true, &mut pair)] {
+        let shapes: [(&str, &mut Vec<Duration>); 3] =
+            [("single", &mut single), ("pair", &mut pair), ("runsc", &mut under)];
+        for (shape, samples) in shapes {
             let mut spec = SandboxSpec::of(image.clone())
                 .net_admin()
                 .on(&net)
                 .drop_in("bench.txt", "api.allowed.test\n");
-            if sidecar {
-                spec = spec.sidecar();
-            }
+            spec = match shape {
+                "pair" => spec.sidecar(),
+                "runsc" if gvisor => spec.under("runsc"),
+                "runsc" => continue,
+                _ => spec,
+            };
             let started = Instant::now();
             let sb = spec.start().await?;
             samples.push(started.elapsed());
             drop(sb);
         }
     }
-    let shapes = serde_json::json!({ "single_ms": stats_ms(&single), "sidecar_ms": stats_ms(&pair) });
+    let shapes = serde_json::json!({
+        "single_ms": stats_ms(&single), "sidecar_ms": stats_ms(&pair),
+        "sidecar_runsc_ms": if under.is_empty() { serde_json::Value::Null } else { stats_ms(&under) },
+    });
+    let under = (!under.is_empty()).then(|| median(under));
     let (single, pair) = (median(single), median(pair));
 
     eprintln!("measuring the DNS gate");
@@ -280,6 +293,15 @@ async fn main() -> anyhow::Result<()> {
         ms(pair),
         ms(pair) - ms(single)
     );
+    match under {
+        Some(under) => println!(
+            "  the pair, the agent under gVisor {:>11.1} ms {:>11.1} ms {:>7.1} ms",
+            ms(single),
+            ms(under),
+            ms(under) - ms(single)
+        ),
+        None => println!("  the pair under gVisor: not measured, the engine has no runsc runtime"),
+    }
     println!();
     println!("DNS, A query, median latency     upstream      gate     added   target");
     let row = |what: &str, direct: &str, gate: &str, target: &str| {
