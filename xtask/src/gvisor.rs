@@ -59,6 +59,9 @@ pub fn install(sh: &Shell, sudo: bool, codename: &str) -> anyhow::Result<()> {
          Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
     )?;
     // Only trixie's list, in the temporary folder: the machine's sources and lists stay.
+    for sub in ["lists/partial", "cache/archives/partial"] {
+        std::fs::create_dir_all(dir.path().join(sub))?;
+    }
     let options = [
         "-q".to_string(),
         "-o".into(),
@@ -66,9 +69,9 @@ pub fn install(sh: &Shell, sudo: bool, codename: &str) -> anyhow::Result<()> {
         "-o".into(),
         format!("Dir::Etc::SourceParts={path}"),
         "-o".into(),
-        format!("Dir::State::Lists={path}"),
+        format!("Dir::State::Lists={path}/lists"),
         "-o".into(),
-        format!("Dir::Cache={path}"),
+        format!("Dir::Cache={path}/cache"),
         "-o".into(),
         "APT::Sandbox::User=root".into(),
     ];
