@@ -86,6 +86,14 @@ impl Engine {
         Ok(Engine { docker: sandbox_images::engine::connect().await? })
     }
 
+    /// The arguments the engine gives the runtime `name` (`runtimeArgs` in daemon.json); None
+    /// if it has no such runtime.
+    pub async fn runtime_args(&self, name: &str) -> Result<Option<Vec<String>>> {
+        let info = self.docker.info().await?;
+        let mut runtimes = info.runtimes.unwrap_or_default();
+        Ok(runtimes.remove(name).map(|runtime| runtime.runtime_args.unwrap_or_default()))
+    }
+
     /// Every container the launcher started, running or not.
     pub async fn sandboxes(&self) -> Result<Vec<Sandbox>> {
         let docker = &self.docker;
@@ -266,7 +274,7 @@ impl Sandbox {
     }
 
     /// Stops (SIGTERM, SIGKILL after `grace` seconds) and removes the container; in sidecar
-    /// mode the agent's first, then its gateway and their shared folder's volume.
+    /// mode the agent's first, then its gateway, the namespace's holder and their shared volume.
     pub async fn remove(&self, grace: i32) -> Result<()> {
         let docker = &self.docker;
         let stop = StopContainerOptionsBuilder::default().t(grace).build();
@@ -274,10 +282,12 @@ impl Sandbox {
         let _ = docker.stop_container(&self.id, Some(stop.clone())).await;
         docker.remove_container(&self.id, Some(force.clone())).await?;
         if !self.gateway.is_empty() {
-            let _ = docker.stop_container(&self.gateway, Some(stop)).await;
-            match docker.remove_container(&self.gateway, Some(force)).await {
-                Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
-                other => other?,
+            for container in [self.gateway.clone(), crate::identity::holder_name(&self.name)] {
+                let _ = docker.stop_container(&container, Some(stop.clone())).await;
+                match docker.remove_container(&container, Some(force.clone())).await {
+                    Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+                    other => other?,
+                }
             }
             let shared = crate::identity::shared_volume(&self.name);
             match docker.remove_volume(&shared, None::<bollard::query_parameters::RemoveVolumeOptions>).await

@@ -23,6 +23,12 @@ pub fn gateway_name(name: &str) -> String {
     format!("{name}.gateway")
 }
 
+/// Sidecar mode: the holder, which owns the network namespace the gateway and the agent's
+/// container `name` join, and runs nothing (a pod's pause container).
+pub fn holder_name(name: &str) -> String {
+    format!("{name}.net")
+}
+
 /// Sidecar mode: the volume of the folder the gateway shares with the agent's container `name`
 /// (read-only there). A dot keeps it apart from every state volume's name.
 pub fn shared_volume(name: &str) -> String {

@@ -46,6 +46,9 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
             failure
         })?;
     }
+    if let Some(runtime) = &flags.runtime {
+        check_runtime(runtime, engine.runtime_args(runtime).await?)?;
+    }
     let (reference, facts) = image(&engine, flags).await?;
     let logins =
         if flags.login_from_host { crate::host::login_files(&flags.agent, &facts)? } else { Vec::new() };
@@ -111,36 +114,42 @@ async fn make(engine: &Engine, spec: &SandboxSpec) -> Result<Sandbox> {
                 made.push(volume.clone());
             }
         }
-        if spec.gateway.is_some() {
-            let shared = crate::identity::shared_volume(&spec.found.name);
-            if engine.ensure_volume(&shared, spec.volume_labels.clone()).await? {
-                made.push(shared);
-            }
-        }
-        let sandbox = engine.create(spec.found.clone(), spec.body.clone()).await?;
-        created = Some(sandbox.clone());
-        let mut files = spec.secrets(&baked_policy(&sandbox.agent_side()).await?)?;
-        files.extend(spec.files.iter().cloned());
-        let Some(gateway) = &spec.gateway else {
+        let (Some(holder), Some(gateway)) = (&spec.holder, &spec.gateway) else {
+            let sandbox = engine.create(spec.found.clone(), spec.body.clone()).await?;
+            created = Some(sandbox.clone());
+            let mut files = spec.secrets(&baked_policy(&sandbox).await?)?;
+            files.extend(spec.files.iter().cloned());
             sandbox.put(&files).await?;
             sandbox.start().await?;
             wait_ready(&sandbox).await?;
             return Ok::<_, Failure>(sandbox);
         };
-        // Sidecar mode: the agent's container first, which holds the network namespace and
-        // waits for its gateway; then the gateway in it, with the policy and the keys.
+        // Sidecar mode: a fresh shared folder (a ready file left in an old one would be the
+        // last run's); the holder, which owns the network namespace; the agent's container and
+        // the gateway in it, the policy and the keys the gateway's alone.
+        let name = &spec.found.name;
+        let shared = crate::identity::shared_volume(name);
+        let _ = engine.remove_volume(&shared).await;
+        engine.ensure_volume(&shared, spec.volume_labels.clone()).await?;
+        made.push(shared);
+        let found = |name: String| crate::engine::Found { name, ..Default::default() };
+        let holder = engine.create(found(crate::identity::holder_name(name)), holder.clone()).await?;
+        let sandbox = engine.create(spec.found.clone(), spec.body.clone()).await?;
+        created = Some(sandbox.clone());
+        holder.start().await?;
+        let agent = sandbox.agent_side();
+        let mut files = spec.secrets(&baked_policy(&agent).await?)?;
+        files.extend(spec.files.iter().cloned());
         let (firewall_files, agent_files): (Vec<_>, Vec<_>) = files
             .into_iter()
             .partition(|f| f.path.starts_with("/etc/agent-sandbox") || f.path.starts_with(SECRETS_DIR));
-        let agent = sandbox.agent_side();
         agent.put(&agent_files).await?;
-        agent.start().await?;
         let mut gateway = gateway.clone();
-        resolver_for_gateway(&agent, &mut gateway).await?;
-        let found = crate::engine::Found { name: sandbox.gateway.clone(), ..Default::default() };
-        let gateway = engine.create(found, gateway).await?;
+        resolver_for_gateway(&holder, &mut gateway).await?;
+        let gateway = engine.create(found(sandbox.gateway.clone()), gateway).await?;
         gateway.put(&firewall_files).await?;
         gateway.start().await?;
+        agent.start().await?;
         wait_ready(&sandbox).await?;
         wait_ready(&agent).await?;
         Ok::<_, Failure>(sandbox)
@@ -150,6 +159,12 @@ async fn make(engine: &Engine, spec: &SandboxSpec) -> Result<Sandbox> {
         if let Some(sandbox) = created {
             let _ = sandbox.remove(0).await;
         }
+        if spec.holder.is_some() {
+            // Made before the agent's container, which needs it to exist.
+            let holder = crate::identity::holder_name(&spec.found.name);
+            let found = crate::engine::Found { id: holder.clone(), name: holder, ..Default::default() };
+            let _ = engine.sandbox(found).remove(0).await;
+        }
         for volume in &made {
             let _ = engine.remove_volume(volume).await;
         }
@@ -157,11 +172,11 @@ async fn make(engine: &Engine, spec: &SandboxSpec) -> Result<Sandbox> {
     started
 }
 
-/// Without `--dns`, the gateway takes the resolvers Docker gave the agent's container (the
+/// Without `--dns`, the gateway takes the resolvers Docker gave the namespace's holder (the
 /// default bridge's are the host's), read before the gateway points the file at its own gate; on
 /// a network whose only resolver is Docker's, it resolves the network's own names through it.
 async fn resolver_for_gateway(
-    agent: &Sandbox,
+    holder: &Sandbox,
     gateway: &mut bollard::models::ContainerCreateBody,
 ) -> Result<()> {
     let env = gateway.env.get_or_insert_with(Vec::new);
@@ -169,7 +184,7 @@ async fn resolver_for_gateway(
     if env.iter().any(|e| e.starts_with(&var)) {
         return Ok(());
     }
-    let conf = agent.get("/etc/resolv.conf").await?.into_iter().next().map(|(_, b)| b).unwrap_or_default();
+    let conf = holder.get("/etc/resolv.conf").await?.into_iter().next().map(|(_, b)| b).unwrap_or_default();
     let resolvers: Vec<String> = String::from_utf8_lossy(&conf)
         .lines()
         .filter_map(|l| l.trim().strip_prefix("nameserver"))
@@ -180,6 +195,32 @@ async fn resolver_for_gateway(
         env.push(format!("{var}{}", resolvers.join(",")));
     }
     Ok(())
+}
+
+/// `--runtime NAME` only where the agent's packets still cross the network namespace's
+/// netfilter, where the gateway's rules are: runsc registered with `--network=host`. Its own
+/// netstack, or a VM's network (Kata), would take them past it. `args`: how the engine runs it,
+/// None where it has no such runtime.
+pub fn check_runtime(runtime: &str, args: Option<Vec<String>>) -> Result<()> {
+    let bad = |why: String| Err(Failure::new(Code::BadArgument, format!("--runtime {runtime}: {why}")));
+    match args {
+        None => bad("the engine has no such runtime (`docker info` lists them; `cargo xtask setup --tests` \
+             registers runsc, gVisor)"
+            .into()),
+        Some(args) if runtime == "runsc" && args.iter().any(|a| a == "--network=host") => Ok(()),
+        Some(_) if runtime == "runsc" => {
+            bad("runsc is registered without `--network=host`: gVisor's own network stack would take the \
+             agent's packets past the gateway's rules; add it to the runtime's runtimeArgs in \
+             /etc/docker/daemon.json"
+                .into())
+        }
+        Some(_) => {
+            bad("only runsc with `--network=host` is known to keep the agent's packets in the namespace \
+             whose netfilter holds the gateway's rules; a runtime with a network of its own (a VM's) \
+             would take them past it"
+                .into())
+        }
+    }
 }
 
 /// The image's own policy, read out of the created container.
@@ -290,6 +331,20 @@ async fn wait_ready(sandbox: &Sandbox) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runtime_is_taken_only_where_the_agents_packets_cross_the_gateways_rules() {
+        assert!(check_runtime("runsc", Some(vec!["--network=host".into()])).is_ok());
+        for (runtime, args, says) in [
+            ("runsc", None, "no such runtime"),
+            ("runsc", Some(vec![]), "without `--network=host`"),
+            ("kata", Some(vec!["--network=host".into()]), "only runsc"),
+        ] {
+            let refused = check_runtime(runtime, args).unwrap_err();
+            assert_eq!(refused.code, Code::BadArgument);
+            assert!(refused.message.contains(says), "{refused}");
+        }
+    }
 
     #[test]
     fn the_images_lock_built_in_parses() {

@@ -35,7 +35,8 @@ pub struct SandboxSpec {
     pub volumes: Vec<String>,
     pub volume_labels: HashMap<String, String>,
     pub body: ContainerCreateBody,
-    /// Sidecar mode: the gateway, made after the agent's container, in its network namespace.
+    /// Sidecar mode: the holder, which owns the network namespace, and the gateway in it.
+    pub holder: Option<ContainerCreateBody>,
     pub gateway: Option<ContainerCreateBody>,
     /// Drop-ins (`--allow`, `--policy`) and the host's sign-in files; root's unless the agent's.
     pub files: Vec<Entry>,
@@ -115,9 +116,12 @@ impl SandboxSpec {
         }));
         let state = volumes.first().cloned().unwrap_or_default();
         container_labels.insert(labels::LAUNCHER_STATE.to_string(), state.clone());
-        if let Some(dns) =
-            flags.dns.filter(|dns| dns.is_loopback() || dns.is_unspecified() || dns.is_multicast())
-        {
+        // An IPv4-mapped address (`::ffff:127.0.0.1`) is the IPv4 address it maps.
+        let takeable = |dns: &std::net::IpAddr| {
+            let dns = dns.to_canonical();
+            dns.is_loopback() || dns.is_unspecified() || dns.is_multicast()
+        };
+        if let Some(dns) = flags.dns.filter(takeable) {
             return Err(Failure::new(
                 Code::BadArgument,
                 format!(
@@ -143,14 +147,38 @@ impl SandboxSpec {
         };
         let mut env = host.env.clone();
         let mut user = None;
-        let mut gateway = None;
+        let (mut holder, mut gateway) = (None, None);
         if flags.sidecar() {
             let shared = identity::shared_volume(&name);
             let gateway_name = identity::gateway_name(&name);
             container_labels.insert(labels::LAUNCHER_GATEWAY.to_string(), gateway_name.clone());
-            // The agent's container: the agent, without any capability, holding the network
-            // namespace (so that its gateway can restart into it); its run folder its own, the
-            // gateway's shared folder read-only.
+            let sidecar_labels = HashMap::from([
+                (labels::LAUNCHER_GATEWAY_OF.to_string(), name.clone()),
+                (labels::LAUNCHER_PROJECT.to_string(), project.clone()),
+            ]);
+            // The holder owns the network namespace and runs nothing, so that the gateway and
+            // the agent's container each restart into the one the gateway's table is in.
+            holder = Some(ContainerCreateBody {
+                image: Some(image.to_string()),
+                user: Some("65534:65534".into()),
+                entrypoint: Some(vec!["/usr/local/bin/sandbox-init".into(), "hold".into()]),
+                labels: Some(sidecar_labels.clone()),
+                host_config: Some(HostConfig {
+                    network_mode: host_config.network_mode.take(),
+                    dns: host_config.dns.take(),
+                    cap_drop: Some(vec!["ALL".into()]),
+                    security_opt: Some(vec!["no-new-privileges".into()]),
+                    readonly_rootfs: Some(true),
+                    pids_limit: Some(8),
+                    log_config: Some(log_config.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            let in_namespace = Some(format!("container:{}", identity::holder_name(&name)));
+            // The agent's container: the agent, without any capability, in the holder's
+            // namespace; its run folder its own, the gateway's shared folder read-only.
+            host_config.network_mode = in_namespace.clone();
             host_config.cap_add = None;
             host_config.runtime = flags.runtime.clone();
             host_config.cap_drop = Some(vec!["ALL".into()]);
@@ -174,10 +202,7 @@ impl SandboxSpec {
             gateway = Some(ContainerCreateBody {
                 image: Some(image.to_string()),
                 env: Some(gateway_env),
-                labels: Some(HashMap::from([
-                    (labels::LAUNCHER_GATEWAY_OF.to_string(), name.clone()),
-                    (labels::LAUNCHER_PROJECT.to_string(), project.clone()),
-                ])),
+                labels: Some(sidecar_labels),
                 host_config: Some(HostConfig {
                     mounts: Some(vec![Mount {
                         target: Some(SHARED_DIR.into()),
@@ -186,7 +211,7 @@ impl SandboxSpec {
                         ..Default::default()
                     }]),
                     cap_add: Some(vec!["NET_ADMIN".to_string()]),
-                    network_mode: Some(format!("container:{name}")),
+                    network_mode: in_namespace,
                     pids_limit: Some(GATEWAY_PIDS),
                     log_config: Some(log_config),
                     ..Default::default()
@@ -238,6 +263,7 @@ impl SandboxSpec {
             volumes,
             volume_labels: owner,
             body,
+            holder,
             gateway,
             files,
             agent: flags.agent.clone(),
@@ -432,7 +458,23 @@ mod tests {
         let gateway = spec.gateway.as_ref().unwrap();
         let host_config = gateway.host_config.as_ref().unwrap();
         assert_eq!(host_config.cap_add, Some(vec!["NET_ADMIN".to_string()]));
-        assert_eq!(host_config.network_mode, Some(format!("container:{}", spec.found.name)));
+        let in_namespace = Some(format!("container:{}", identity::holder_name(&spec.found.name)));
+        assert_eq!(host_config.network_mode, in_namespace, "the gateway joins the holder's namespace");
+        assert_eq!(agent.network_mode, in_namespace, "so does the agent's container");
+        assert_eq!(agent.dns, None, "a joined container takes no resolver of its own");
+        let holder = spec.holder.as_ref().unwrap();
+        let holder_host = holder.host_config.as_ref().unwrap();
+        assert_eq!(holder_host.network_mode, None, "the holder is on the engine's default bridge");
+        assert_eq!(holder_host.dns, Some(vec!["10.0.0.53".to_string()]));
+        assert_eq!(
+            (holder_host.cap_drop.clone(), holder_host.readonly_rootfs),
+            (Some(vec!["ALL".to_string()]), Some(true))
+        );
+        assert_eq!(
+            holder.entrypoint,
+            Some(vec!["/usr/local/bin/sandbox-init".to_string(), "hold".to_string()])
+        );
+        assert!(!holder.labels.as_ref().unwrap().contains_key(labels::LAUNCHER_AGENT));
         let gateway_env = gateway.env.clone().unwrap();
         assert!(gateway_env.contains(&"SANDBOX_ROLE=gateway".to_string()), "{gateway_env:?}");
         assert!(gateway_env.contains(&"SANDBOX_DNS=10.0.0.53".to_string()), "{gateway_env:?}");
@@ -469,7 +511,7 @@ mod tests {
 
     #[test]
     fn a_resolver_the_agent_could_take_over_is_refused() {
-        for dns in ["127.0.0.53", "::1", "0.0.0.0"] {
+        for dns in ["127.0.0.53", "::1", "0.0.0.0", "::ffff:127.0.0.1"] {
             let refused =
                 SandboxSpec::new(&flags(&["shell", "--dns", dns]), &host(), "i", &claude(), None, vec![])
                     .unwrap_err();

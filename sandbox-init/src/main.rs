@@ -24,6 +24,9 @@ Usage:
                                without FILE, the container's own policy and drop-ins
   sandbox-exec [--] CMD [ARG…] run CMD as the agent, without capabilities (docker exec C …)
   sandbox-attach [SESSION]     attach to the agent's tmux session (docker exec -it C …)
+  sandbox-init hold            sidecar mode's network holder: do nothing until SIGTERM or
+                               SIGINT, owning the network namespace the gateway and the
+                               agent's container join
   sandbox-status [--json]      the policy in force, allowed addresses, recent denials and
                                connections, connections and bytes per name
 
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         "pane" => session::pane(),
         "probe" => sandbox_init::verify::probe(rest.first().map_or("", String::as_str)),
         "probe-checked" => sandbox_init::verify::probe_checked(rest.first().map_or("", String::as_str)),
+        "hold" => hold(),
         "checker" => sandbox_init::net::checker::run(),
         "forwarder" => sandbox_init::net::forwarder::run(),
         "--version" | "-V" | "version" => {
@@ -90,6 +94,23 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(code)
+}
+
+/// Sidecar mode's holder: PID 1 of a container that owns the network namespace and runs nothing
+/// (a pod's pause container), so that the gateway and the agent's container can each restart into
+/// the same namespace, the one the gateway's table is in. Ends on SIGTERM or SIGINT.
+fn hold() -> u8 {
+    // SAFETY: a signal set on the stack, built and waited on with plain libc calls.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let mut signal = 0;
+        libc::sigwait(&set, &mut signal);
+    }
+    0
 }
 
 fn tool_name(arg: &str) -> String {

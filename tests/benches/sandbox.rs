@@ -261,6 +261,13 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("measuring the name check");
     let names = NameCheckFigures::measure(&image, &net).await?;
 
+    let runsc = if gvisor {
+        eprintln!("measuring the name check with the agent under gVisor against runc, both sidecar pairs");
+        Some(GvisorFigures::measure(&image, &net).await?)
+    } else {
+        None
+    };
+
     eprintln!("measuring the key forwarder");
     let (direct_api, forwarded_api) = forwarder_first_byte(&image, &net).await?;
 
@@ -323,6 +330,11 @@ async fn main() -> anyhow::Result<()> {
     );
     println!();
     names.print();
+    println!();
+    match &runsc {
+        Some(figures) => figures.print(),
+        None => println!("the name check under gVisor: not measured, the engine has no runsc runtime"),
+    }
     println!();
     println!("key forwarder, streamed answer, connect to first byte   direct  forwarded     added   target");
     for (what, key) in [("median", "median_us"), ("p99", "p99_us")] {
@@ -619,6 +631,56 @@ struct NameCheckFigures {
 }
 
 const BULK: &str = "/bytes/1000000000";
+
+/// Sidecar mode's pair with the agent under gVisor against the same pair on runc: the name
+/// check's first byte over HTTP and TLS, and a gigabyte over HTTP. (runc, runsc) each.
+struct GvisorFigures {
+    http: (String, String),
+    tls: (String, String),
+    bulk: (String, String),
+}
+
+impl GvisorFigures {
+    async fn measure(image: &str, net: &TestNet) -> anyhow::Result<GvisorFigures> {
+        let spec = SandboxSpec::of(image.to_string()).on(net).drop_in("n.txt", "api.allowed.test\n");
+        let runc = spec.clone().sidecar().start().await?;
+        let runsc = spec.under("runsc").start().await?;
+        let both = |args: Vec<&'static str>| {
+            let (runc, runsc) = (&runc, &runsc);
+            async move {
+                let mut out = Vec::new();
+                for sb in [runc, runsc] {
+                    let report = sb.probe(&args).await?;
+                    anyhow::ensure!(
+                        report.fields.get("failed").is_none_or(|f| f == "0")
+                            && report.fields.get("outcome").is_none_or(|o| o == "fetched"),
+                        "{args:?}: {:?}",
+                        report.fields
+                    );
+                    out.push(report.fields.iter().map(|(k, v)| format!("{k}={v}\n")).collect::<String>());
+                }
+                Ok::<_, anyhow::Error>((out[0].clone(), out[1].clone()))
+            }
+        };
+        both(vec!["first-byte", "api.allowed.test", "80", "20"]).await?; // warm-up
+        let http = both(vec!["first-byte", "api.allowed.test", "80", "300"]).await?;
+        let tls = both(vec!["first-byte", "api.allowed.test", "443", "200", "--tls"]).await?;
+        let bulk = both(vec!["fetch", "api.allowed.test", "80", BULK]).await?;
+        Ok(GvisorFigures { http, tls, bulk })
+    }
+
+    fn print(&self) {
+        println!("sidecar mode, the agent under gVisor        runc     runsc     ratio");
+        for (what, (runc, runsc)) in
+            [("HTTP first byte, median", &self.http), ("TLS first byte, median", &self.tls)]
+        {
+            let (a, b) = (field(runc, "median_us"), field(runsc, "median_us"));
+            println!("  {what:<38} {a:>7.0} µs {b:>7.0} µs   {:.2}", b / a);
+        }
+        let (a, b) = (field(&self.bulk.0, "mbytes_per_s"), field(&self.bulk.1, "mbytes_per_s"));
+        println!("  1 GB over HTTP                         {a:>6.0} MB/s {b:>5.0} MB/s   {:.2}", b / a);
+    }
+}
 
 impl NameCheckFigures {
     async fn measure(image: &str, net: &TestNet) -> anyhow::Result<NameCheckFigures> {

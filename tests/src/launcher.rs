@@ -119,10 +119,14 @@ impl Project {
     }
 
     /// The one sandbox the launcher made for this project: (id, name); in sidecar mode, the
-    /// agent's container (its gateway is part of it).
+    /// agent's container (its gateway and the namespace's holder are part of it).
     pub async fn sandbox(&self) -> anyhow::Result<(String, String)> {
-        let containers: Vec<_> =
-            self.containers().await?.into_iter().filter(|(_, name)| !name.ends_with(".gateway")).collect();
+        let containers: Vec<_> = self
+            .containers()
+            .await?
+            .into_iter()
+            .filter(|(_, name)| !name.ends_with(".gateway") && !name.ends_with(".net"))
+            .collect();
         anyhow::ensure!(
             containers.len() == 1,
             "expected one sandbox for {}, found {containers:?}",

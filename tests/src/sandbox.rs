@@ -22,6 +22,8 @@ pub struct Sandbox {
     gateway: Option<String>,
     /// Sidecar mode: the agent's container's runtime, where it is not the engine's default.
     runtime: Option<String>,
+    /// Sidecar mode: the holder, whose network namespace the other two join (its addresses).
+    holder: Option<String>,
     _owner: Owner,
     drop_ins: tempfile::TempDir,
 }
@@ -30,24 +32,28 @@ pub struct Sandbox {
 pub(crate) enum Owner {
     Testcontainers(#[allow(dead_code)] Box<ContainerAsync<GenericImage>>),
     Engine(#[allow(dead_code)] RemoveOnDrop),
-    /// Sidecar mode: the agent's container, the gateway and their shared folder's volume.
-    Pair(#[allow(dead_code)] RemoveOnDrop, #[allow(dead_code)] RemoveOnDrop, #[allow(dead_code)] TestVolume),
+    /// Sidecar mode: the gateway, the agent's container, the holder and their shared volume.
+    Pair(
+        #[allow(dead_code)] RemoveOnDrop,
+        #[allow(dead_code)] RemoveOnDrop,
+        #[allow(dead_code)] RemoveOnDrop,
+        #[allow(dead_code)] TestVolume,
+    ),
 }
 
 impl Sandbox {
     pub(crate) fn new(id: String, owner: Owner, drop_ins: tempfile::TempDir) -> Sandbox {
-        Sandbox { id, gateway: None, runtime: None, _owner: owner, drop_ins }
+        Sandbox { id, gateway: None, runtime: None, holder: None, _owner: owner, drop_ins }
     }
 
     /// Sidecar mode's pair: the agent's container `id` behind `gateway`.
     pub(crate) fn pair(
-        id: String,
-        gateway: String,
+        [id, gateway, holder]: [String; 3],
         runtime: Option<String>,
         owner: Owner,
         drop_ins: tempfile::TempDir,
     ) -> Sandbox {
-        Sandbox { id, gateway: Some(gateway), runtime, _owner: owner, drop_ins }
+        Sandbox { id, gateway: Some(gateway), runtime, holder: Some(holder), _owner: owner, drop_ins }
     }
 
     /// Whether the agent runs under gVisor (sidecar mode, `runsc`): its kernel is gVisor's, whose
@@ -75,6 +81,7 @@ impl Sandbox {
         // Sidecar mode: the agent's container names its gateway, where the firewall is.
         let labels = docker().await?.inspect_container(id, None).await?.config.and_then(|c| c.labels);
         let gateway = labels.and_then(|mut l| l.remove(xtask::labels::LAUNCHER_GATEWAY));
+        let holder = gateway.as_ref().map(|g| format!("{}.net", g.trim_end_matches(".gateway")));
         if let Some(gateway) = &gateway {
             crate::docker::copy_in(gateway, PROBE, &probe, 0o755).await?;
         }
@@ -82,6 +89,7 @@ impl Sandbox {
             id: id.to_string(),
             gateway,
             runtime: None,
+            holder,
             _owner: Owner::Engine(RemoveOnDrop(id.to_string())),
             drop_ins: tempfile::tempdir()?,
         })
@@ -167,7 +175,9 @@ impl Sandbox {
 
     /// The sandbox's addresses on `net`: (IPv4, IPv6).
     pub async fn addresses(&self, net: &TestNet) -> anyhow::Result<(IpAddr, IpAddr)> {
-        let inspect = docker().await?.inspect_container(self.id(), None).await?;
+        // Sidecar mode: the namespace's addresses are its holder's.
+        let inspect =
+            docker().await?.inspect_container(self.holder.as_deref().unwrap_or(self.id()), None).await?;
         let settings = inspect
             .network_settings
             .and_then(|n| n.networks)

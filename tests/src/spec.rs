@@ -272,20 +272,52 @@ impl SandboxSpec {
         Ok(sandbox)
     }
 
-    /// Sidecar mode: the agent's container first (it holds the network namespace, so that the
-    /// gateway can restart into it), as the agent, without any capability, its run folder a
-    /// tmpfs of its own and the shared folder read-only; then the gateway in its namespace with
-    /// NET_ADMIN, the policy, the secrets and the shared folder. Ready when both say so.
+    /// Sidecar mode, as the launcher makes it: a holder that owns the network namespace and runs
+    /// nothing (a pod's pause container), so that the gateway and the agent's container each
+    /// restart into it; the gateway in it with NET_ADMIN, the policy, the secrets and the shared
+    /// folder; the agent's container in it as the agent, without any capability, its run folder
+    /// a tmpfs of its own and the shared folder read-only. Ready when both say so.
     async fn start_pair(self) -> anyhow::Result<Sandbox> {
         let drop_ins = self.write_drop_ins()?;
         let docker = docker().await?;
         let shared = crate::docker::TestVolume::create("shared").await?;
         let probe = probe_binary()?;
-        let (secrets, mounts): (Vec<_>, Vec<_>) =
+        let (secrets, rest): (Vec<_>, Vec<_>) =
             self.mounts.iter().cloned().partition(|(_, target)| target.starts_with("/run/secrets"));
+        // A resolv.conf of the test's is the namespace's, and so the holder's.
+        let (resolv, mounts): (Vec<_>, Vec<_>) =
+            rest.into_iter().partition(|(_, target)| target == "/etc/resolv.conf");
         let label = Some(HashMap::from([(TEST_LABEL.to_string(), "sandbox".to_string())]));
         let create =
             |body| docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body);
+        let start = |id: String| {
+            let docker = docker.clone();
+            async move {
+                docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+                anyhow::Ok(())
+            }
+        };
+        let holder = create(ContainerCreateBody {
+            image: Some(self.image.clone()),
+            user: Some("65534:65534".into()),
+            entrypoint: Some(vec!["/usr/local/bin/sandbox-init".into(), "hold".into()]),
+            labels: label.clone(),
+            host_config: Some(HostConfig {
+                binds: Some(resolv.iter().map(|(source, target)| format!("{source}:{target}:ro")).collect()),
+                network_mode: self.network.clone(),
+                dns: self.dns.map(|dns| vec![dns.to_string()]),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                readonly_rootfs: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?
+        .id;
+        let holder_guard = RemoveOnDrop(holder.clone());
+        start(holder.clone()).await?;
+        let in_namespace = Some(format!("container:{holder}"));
         let mut agent_host = HostConfig {
             binds: Some(
                 [format!("{}:{PROBE}:ro", probe.display()), format!("{}:{SHARED_DIR}:ro", shared.name)]
@@ -294,10 +326,9 @@ impl SandboxSpec {
                     .collect(),
             ),
             tmpfs: Some(HashMap::from([(RUN_DIR.to_string(), "uid=1000,gid=1000,mode=0755".to_string())])),
-            network_mode: self.network.clone(),
+            network_mode: in_namespace.clone(),
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
-            dns: self.dns.map(|dns| vec![dns.to_string()]),
             runtime: self.runtime.clone().or_else(agent_runtime),
             ..Default::default()
         };
@@ -323,7 +354,6 @@ impl SandboxSpec {
         .await?
         .id;
         let agent_guard = RemoveOnDrop(agent.clone());
-        docker.start_container(&agent, None::<bollard::query_parameters::StartContainerOptions>).await?;
         let gateway_host = HostConfig {
             binds: Some(
                 [
@@ -335,7 +365,7 @@ impl SandboxSpec {
                 .chain(secrets.iter().map(|(source, target)| format!("{source}:{target}:rw")))
                 .collect(),
             ),
-            network_mode: Some(format!("container:{agent}")),
+            network_mode: in_namespace,
             cap_add: Some(vec!["NET_ADMIN".into()]),
             ..Default::default()
         };
@@ -343,9 +373,9 @@ impl SandboxSpec {
         gateway_env.push("SANDBOX_ROLE=gateway".into());
         match self.dns {
             Some(dns) => gateway_env.push(format!("SANDBOX_DNS={dns}")),
-            // The default bridge: the resolvers Docker gave the agent's container.
+            // The default bridge: the resolvers Docker gave the namespace.
             None => {
-                let conf = crate::docker::exec(&agent, &["cat", "/etc/resolv.conf"], None).await?.stdout;
+                let conf = crate::docker::exec(&holder, &["cat", "/etc/resolv.conf"], None).await?.stdout;
                 let resolvers: Vec<&str> = conf
                     .lines()
                     .filter_map(|l| l.strip_prefix("nameserver "))
@@ -367,13 +397,13 @@ impl SandboxSpec {
         .await?
         .id;
         let sandbox = Sandbox::pair(
-            agent.clone(),
-            gateway.clone(),
+            [agent.clone(), gateway.clone(), holder],
             runtime,
-            Owner::Pair(RemoveOnDrop(gateway.clone()), agent_guard, shared),
+            Owner::Pair(RemoveOnDrop(gateway.clone()), agent_guard, holder_guard, shared),
             drop_ins,
         );
-        docker.start_container(&gateway, None::<bollard::query_parameters::StartContainerOptions>).await?;
+        start(gateway).await?;
+        start(agent.clone()).await?;
         sandbox.wait_for_stdout("sandbox ready", 1).await?;
         for _ in 0..200 {
             if container_logs(&agent).await?.0.contains("sandbox ready") {

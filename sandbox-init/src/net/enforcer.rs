@@ -295,7 +295,8 @@ pub fn choose_upstreams(
         Some(list) if !list.is_empty() => {
             let mut upstreams = Vec::new();
             for item in list.split(',').map(str::trim) {
-                match item.parse::<IpAddr>() {
+                // An IPv4-mapped address (`::ffff:127.0.0.1`) is the IPv4 address it maps.
+                match item.parse::<IpAddr>().map(|addr| addr.to_canonical()) {
                     Ok(addr) if addr.is_loopback() || addr.is_unspecified() || addr.is_multicast() => {
                         return refuse(
                             Refusal::BadSetting,
@@ -406,6 +407,7 @@ mod tests {
             (Some("127.0.0.1"), Shape::Single, Refusal::BadSetting, "127.0.0.1 is not a resolver outside"),
             (Some("::1"), Shape::Single, Refusal::BadSetting, "::1 is not"),
             (Some("0.0.0.0"), Shape::Single, Refusal::BadSetting, "0.0.0.0 is not"),
+            (Some("::ffff:127.0.0.1"), Shape::Sidecar, Refusal::BadSetting, "127.0.0.1 is not"),
             (
                 Some("10.0.0.2,resolver"),
                 Shape::Single,

@@ -60,7 +60,9 @@ impl Network {
 /// the agent's to bind (Docker lets any user bind any port). Docker's embedded DNS, 127.0.0.11,
 /// is the exception: its port 53 is Docker's DNAT, and nothing but root sends from port 53.
 pub fn impersonable_resolver(addr: &IpAddr) -> bool {
-    addr.is_loopback() && *addr != IpAddr::V4(crate::net::firewall::DOCKER_DNS)
+    // An IPv4-mapped address (`::ffff:127.0.0.1`) is the IPv4 address it maps.
+    let addr = addr.to_canonical();
+    addr.is_loopback() && addr != IpAddr::V4(crate::net::firewall::DOCKER_DNS)
 }
 
 /// /proc/net/if_inet6 lines: address, index, prefix length, scope, flags, device. Scope 00 is
@@ -148,6 +150,7 @@ mod tests {
             ("127.0.0.1", true),
             ("::1", true),
             ("127.0.0.11", false),
+            ("::ffff:127.0.0.53", true),
             ("10.0.0.2", false),
         ] {
             assert_eq!(impersonable_resolver(&addr.parse().unwrap()), impersonable, "{addr}");

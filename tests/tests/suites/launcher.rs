@@ -538,11 +538,12 @@ async fn net_admin_allow_opens_a_refused_name_live_pending_lists_it_and_deny_clo
     Ok(())
 }
 
-/// `run --sidecar`: one sandbox in `ls`, two containers in the engine (the agent's, with no
-/// capability, and its gateway), `status` and `allow` reach the gateway, and `stop` removes both
-/// and their shared volume, keeping the state.
+/// `run --sidecar`: one sandbox in `ls`, three containers in the engine (the agent's, with no
+/// capability, its gateway, and the holder of their network namespace), `status` and `allow`
+/// reach the gateway, and `stop` removes all three and their shared volume, keeping the state.
 #[tokio::test]
-async fn net_admin_a_sidecar_sandbox_is_listed_once_and_stop_removes_both_containers() -> anyhow::Result<()> {
+async fn net_admin_a_sidecar_sandbox_is_listed_once_and_stop_removes_its_three_containers()
+-> anyhow::Result<()> {
     let shell = image("shell").await?;
     let net = TestNet::create("launcher-sidecar").await?;
     let _peer = Peer::start(&net, &["docs.sidecar.test"]).await?;
@@ -562,7 +563,9 @@ async fn net_admin_a_sidecar_sandbox_is_listed_once_and_stop_removes_both_contai
         .await?;
     let (id, name) = project.sandbox().await?;
     let all = project.containers().await?;
-    assert!(all.iter().any(|(_, n)| *n == format!("{name}.gateway")), "{all:?}");
+    for part in [format!("{name}.gateway"), format!("{name}.net")] {
+        assert!(all.iter().any(|(_, n)| *n == part), "no {part}: {all:?}");
+    }
     let rows = ls(&launcher.ok(&["ls", "--json"]).await?.stdout)?;
     assert_eq!(rows.iter().filter(|r| r["project"] == project.path.as_str()).count(), 1, "{rows:?}");
     // The agent's container: the agent, no capability in any set, PID 1 included.

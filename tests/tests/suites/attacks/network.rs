@@ -74,9 +74,10 @@ async fn forged_upstream_answer_opens_nothing() -> anyhow::Result<()> {
             &forged,
         ])
         .await?;
-    if sb.under_gvisor() {
-        // gVisor's kernel lets no unprivileged process bind a port below 1024: the attack ends
-        // at its first step. The control: the gate answers the allowed name with its address.
+    if sb.under_gvisor() && attack.outcome().starts_with("bind:") {
+        // gVisor may let no unprivileged process bind a port below 1024 (it has, and has not,
+        // here): then the attack ends at its first step. The control: the gate answers the
+        // allowed name with its address. Where the bind passes, the test goes on as on runc.
         assert_eq!(attack.outcome(), "bind:not-permitted", "{:?}", attack.fields);
         assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
         return Ok(());
@@ -137,10 +138,9 @@ async fn a_forged_answer_with_the_agents_query_id_opens_nothing() -> anyhow::Res
         .await;
     dns.unpause().await?;
     let attack = attack?;
-    if sb.under_gvisor() {
-        // As above: under gVisor the agent cannot bind port 53, and IP_FREEBIND is not there to
-        // take another host's address either.
-        assert!(attack.outcome().starts_with("bind:"), "{:?}", attack.fields);
+    if sb.under_gvisor() && attack.outcome().starts_with("bind:") {
+        // As above: under gVisor the agent may not bind port 53, and IP_FREEBIND is not there
+        // to take another host's address either.
         assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
         return Ok(());
     }
