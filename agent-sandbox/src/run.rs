@@ -189,7 +189,7 @@ async fn resolver_for_gateway(
         .lines()
         .filter_map(|l| l.trim().strip_prefix("nameserver"))
         .map(|a| a.trim().to_string())
-        .filter(|a| a.parse::<std::net::IpAddr>().is_ok_and(|ip| !ip.is_loopback()))
+        .filter(|a| a.parse::<std::net::IpAddr>().is_ok_and(|ip| sandbox_policy::resolver_outside(&ip)))
         .collect();
     if !resolvers.is_empty() {
         env.push(format!("{var}{}", resolvers.join(",")));

@@ -116,12 +116,7 @@ impl SandboxSpec {
         }));
         let state = volumes.first().cloned().unwrap_or_default();
         container_labels.insert(labels::LAUNCHER_STATE.to_string(), state.clone());
-        // An IPv4-mapped address (`::ffff:127.0.0.1`) is the IPv4 address it maps.
-        let takeable = |dns: &std::net::IpAddr| {
-            let dns = dns.to_canonical();
-            dns.is_loopback() || dns.is_unspecified() || dns.is_multicast()
-        };
-        if let Some(dns) = flags.dns.filter(takeable) {
+        if let Some(dns) = flags.dns.filter(|dns| !sandbox_policy::resolver_outside(dns)) {
             return Err(Failure::new(
                 Code::BadArgument,
                 format!(

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::os::unix::fs::{PermissionsExt as _, chown};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -151,8 +151,11 @@ pub fn run() -> Result<u8, Fatal> {
     let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     prepare_run_dir(&agent, role)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot prepare {RUN_DIR}: {e}")))?;
-    // Before PID 1 gives up CAP_CHOWN: mounted state volumes become the agent's.
-    crate::state::prepare_from_env(&agent.home, agent.uid, agent.gid);
+    // Before PID 1 gives up CAP_CHOWN: mounted state volumes become the agent's (the agent's
+    // container's, where the gateway has none).
+    if role != Role::Gateway {
+        crate::state::prepare_from_env(&agent.home, agent.uid, agent.gid);
+    }
     // Orphans of the session (the tmux server among them) must be ours to reap, also when
     // another init is PID 1 (`docker run --init`).
     // SAFETY: prctl with integer arguments.
@@ -213,7 +216,7 @@ pub fn run() -> Result<u8, Fatal> {
     };
     let verdicts = enforcement.as_ref().and_then(|e| e.verdicts.as_deref());
     // The forwarder asks the gate, where there is one, by its address: never a file.
-    let gate = enforcement.as_ref().map(|_| std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    let gate = enforcement.as_ref().map(|_| crate::net::dns::GATE_ADDR.ip());
     let forwarder = hold_keys(&agent, &policy, verdicts, gate)?;
     let upstreams = enforcement.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
@@ -226,7 +229,8 @@ pub fn run() -> Result<u8, Fatal> {
     let server = match role {
         Role::Gateway => None,
         _ => Some(
-            session::start(&agent, &sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?,
+            session::start(&agent, &crate::process::sandbox_init_exe())
+                .map_err(|e| Fatal::new(Refusal::SetupFailed, e))?,
         ),
     };
     // From here PID 1 only updates the firewall, signals the session and runs tmux as the agent.
@@ -236,21 +240,8 @@ pub fn run() -> Result<u8, Fatal> {
         }
         return Err(Fatal::new(Refusal::SetupFailed, format!("cannot drop PID 1's own capabilities: {e}")));
     }
-    // SAFETY: isatty on fd 0.
-    // Only an image that declares something to turn on has a prompt to wait at.
-    let declared = [crate::policy::layout::UNATTENDED_ARGS_ENV, crate::policy::layout::UNATTENDED_VARS_ENV]
-        .iter()
-        .any(|var| std::env::var(var).is_ok_and(|v| !v.trim().is_empty()));
-    if !unattended && declared && unsafe { libc::isatty(0) } != 1 {
-        let (command, _) = crate::session::agent_command(false);
-        let (with, _) = crate::session::agent_command(true);
-        let hint = if with == command { String::new() } else { format!(" (`{with}`)") };
-        console::err(format!(
-            "sandbox-init: no terminal and {} unset: `{command}` will wait at its first permission prompt \
-             until someone attaches (sandbox-attach); {}=1 starts it unattended{hint}",
-            crate::session::UNATTENDED_ENV,
-            crate::session::UNATTENDED_ENV
-        ));
+    if server.is_some() {
+        session::warn_of_a_prompt(unattended);
     }
     // The one line tests and users wait for: the firewall holds and the session runs.
     let gateway = if role == Role::Gateway { "gateway: " } else { "" };
@@ -272,7 +263,8 @@ pub fn run() -> Result<u8, Fatal> {
         // a tenth of a second, once, with a terminal only, to be read by the engine first (a
         // tmux client on this terminal used to discard it, seen under load).
         std::thread::sleep(TTY_READY_GRACE);
-        session::attach_terminal(&sandbox_init_exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+        session::attach_terminal(&crate::process::sandbox_init_exe())
+            .map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     }
     let supervised = Supervised { agent, server, mode, ipv6: network.ipv6, enforcement, forwarder, role };
     let code = runtime.block_on(supervise(supervised));
@@ -290,7 +282,7 @@ async fn enforce(
     settings: Settings,
     logs: &Logs,
 ) -> Result<(Enforcement, Option<String>), Fatal> {
-    let program = sandbox_init_exe();
+    let program = crate::process::sandbox_init_exe();
     let mut enforcement = Enforcement::start(policy, settings, logs).await?;
     let target = verify::blocked(policy, agent, &program)?;
     enforcement.start_name_check(policy, logs, &program)?;
@@ -362,7 +354,7 @@ fn hold_keys(
         })?;
     }
     let pid = forwarder
-        .start(&sandbox_init_exe())
+        .start(&crate::process::sandbox_init_exe())
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the key forwarder: {e}")))?;
     for route in &routes {
         console::err(route.start_line(pid));
@@ -397,11 +389,6 @@ fn prepare_run_dir(agent: &AgentPrivileges, role: Role) -> std::io::Result<()> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
     }
     session::prepare_status_file(agent.gid)
-}
-
-/// This binary, which the session's pane and the probe run as the agent.
-fn sandbox_init_exe() -> PathBuf {
-    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/sandbox-init"))
 }
 
 async fn supervise(supervised: Supervised) -> u8 {
@@ -481,7 +468,7 @@ fn restart_if_reaped(
     ));
     tokio::spawn(async move {
         tokio::time::sleep(SERVICE_RESTART).await;
-        match service.start(&sandbox_init_exe()) {
+        match service.start(&crate::process::sandbox_init_exe()) {
             Ok(pid) => console::err(format!("sandbox-init: {what} runs again (pid {pid})")),
             Err(e) => console::err(format!("sandbox-init: cannot start {what} again: {e}; {meanwhile}")),
         }

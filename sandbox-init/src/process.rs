@@ -11,6 +11,12 @@ use std::time::{Duration, Instant};
 
 static SPAWN_LOCK: Mutex<()> = Mutex::new(());
 
+/// This binary, which PID 1 starts again in other roles (the session's pane, the probe, the
+/// checker, the forwarder).
+pub fn sandbox_init_exe() -> std::path::PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| "/usr/local/bin/sandbox-init".into())
+}
+
 /// Runs a command to completion, feeding it `stdin`, and collects its output.
 pub fn output(command: &mut Command, stdin: Option<&[u8]>) -> std::io::Result<Output> {
     let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());

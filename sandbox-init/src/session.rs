@@ -44,6 +44,26 @@ pub fn assistant_cmd() -> String {
 /// arguments and variables (`SANDBOX_UNATTENDED_ARGS`, `SANDBOX_UNATTENDED_ENV`).
 pub use crate::policy::layout::UNATTENDED_ENV;
 
+/// Says so where the session's agent command will wait at its first permission prompt: no
+/// terminal, unattended mode not asked for, and an image that declares something to turn on
+/// (only such an image has a prompt to wait at).
+pub fn warn_of_a_prompt(unattended: bool) {
+    let declared = [crate::policy::layout::UNATTENDED_ARGS_ENV, crate::policy::layout::UNATTENDED_VARS_ENV]
+        .iter()
+        .any(|var| std::env::var(var).is_ok_and(|v| !v.trim().is_empty()));
+    // SAFETY: isatty on fd 0.
+    if unattended || !declared || unsafe { libc::isatty(0) } == 1 {
+        return;
+    }
+    let (command, _) = agent_command(false);
+    let (with, _) = agent_command(true);
+    let hint = if with == command { String::new() } else { format!(" (`{with}`)") };
+    crate::console::err(format!(
+        "sandbox-init: no terminal and {UNATTENDED_ENV} unset: `{command}` will wait at its first permission \
+         prompt until someone attaches (sandbox-attach); {UNATTENDED_ENV}=1 starts it unattended{hint}"
+    ));
+}
+
 /// Whether unattended mode is asked for: `1`/`on`/`true`, or `0`/`off`/`false`/unset.
 pub fn unattended() -> Result<bool, String> {
     parse_unattended(std::env::var(UNATTENDED_ENV).ok().as_deref())

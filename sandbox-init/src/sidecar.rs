@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::console;
 use crate::exit::{Fatal, Refusal};
-use crate::net::dns::GATE_PROBE_NAME;
+use crate::net::dns::{GATE_ADDR, GATE_PROBE_NAME};
 use crate::net::firewall::GATE_UID;
 use crate::policy::layout::{GATEWAY_READY, RUN_DIR, SHARED_DIR};
 use crate::privileges::{AGENT_USER, AgentPrivileges, Capabilities};
@@ -28,12 +28,12 @@ pub struct Started {
     pub server: i32,
 }
 
-/// Written by the gateway once its firewall holds: its ready line and the network namespace it
-/// holds it in, readable by all (the agent's container mounts the shared folder read-only).
+/// Written by the gateway once its firewall holds: its ready line, readable by all (the agent's
+/// container mounts the shared folder read-only).
 pub fn write_ready(line: &str) -> std::io::Result<()> {
     let tmp = format!("{GATEWAY_READY}.tmp");
     let mut file = std::fs::File::create(&tmp)?;
-    writeln!(file, "{line}\n{NETNS_PREFIX}{}", own_netns()?)?;
+    writeln!(file, "{line}")?;
     file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
     std::fs::rename(&tmp, GATEWAY_READY)
 }
@@ -41,13 +41,6 @@ pub fn write_ready(line: &str) -> std::io::Result<()> {
 /// The gateway, ending: its firewall no longer holds (its table stays, its gate does not).
 pub fn remove_ready() {
     let _ = std::fs::remove_file(GATEWAY_READY);
-}
-
-const NETNS_PREFIX: &str = "netns ";
-
-/// This process's network namespace, as the kernel names it (`net:[4026532331]`).
-fn own_netns() -> std::io::Result<String> {
-    Ok(std::fs::read_link("/proc/self/ns/net")?.to_string_lossy().into_owned())
 }
 
 /// What the agent's container checks before its session starts: the gateway's ready line, and
@@ -64,7 +57,7 @@ fn gateway_here(ready: &Path) -> Result<String, String> {
     let udp = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
     match gate_owner(&udp) {
         Some(uid) if uid != GATE_UID => {
-            return Err(format!("127.0.0.1:53 here is uid {uid}'s, not the gateway's gate"));
+            return Err(format!("{GATE_ADDR} here is uid {uid}'s, not the gateway's gate"));
         }
         _ => {}
     }
@@ -86,22 +79,23 @@ pub fn gate_owner(proc_net_udp: &str) -> Option<u32> {
     })
 }
 
-/// Whether something answers a DNS query on 127.0.0.1:53 within `wait`: a question for the
-/// gate's probe name, which it answers NXDOMAIN without a word in its log.
+/// Whether the gate answers a DNS query within `wait`: a question for its probe name, which it
+/// answers NXDOMAIN without a word in its log.
 fn gate_answers(wait: Duration) -> bool {
-    let Ok(socket) = std::net::UdpSocket::bind("127.0.0.1:0") else { return false };
+    use hickory_proto::op::{Message, Query};
+    use hickory_proto::rr::{Name, RecordType};
     let id = (std::process::id() as u16) ^ 0x5a5a;
-    let mut query = vec![(id >> 8) as u8, id as u8, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
-    for label in GATE_PROBE_NAME.split('.').filter(|l| !l.is_empty()) {
-        query.push(label.len() as u8);
-        query.extend_from_slice(label.as_bytes());
-    }
-    query.extend_from_slice(&[0, 0, 1, 0, 1]);
-    if socket.set_read_timeout(Some(wait)).is_err() || socket.send_to(&query, "127.0.0.1:53").is_err() {
+    let Ok(name) = Name::from_ascii(GATE_PROBE_NAME) else { return false };
+    let Ok(query) = Message::new().set_id(id).add_query(Query::query(name, RecordType::A)).to_vec() else {
+        return false;
+    };
+    let Ok(socket) = std::net::UdpSocket::bind("127.0.0.1:0") else { return false };
+    if socket.set_read_timeout(Some(wait)).is_err() || socket.send_to(&query, GATE_ADDR).is_err() {
         return false;
     }
     let mut answer = [0u8; 512];
-    matches!(socket.recv_from(&mut answer), Ok((n, from)) if n >= 12 && answer[..2] == query[..2] && from.port() == 53)
+    matches!(socket.recv_from(&mut answer), Ok((n, from))
+        if from == GATE_ADDR && Message::from_vec(&answer[..n]).is_ok_and(|m| m.id() == id))
 }
 
 /// Why this process may not be the agent's PID 1: it holds a capability in some set, or runs as
@@ -145,6 +139,7 @@ pub fn start_session() -> Result<Started, Fatal> {
     if let Some(why) = too_privileged(&caps, uid, agent.uid) {
         return Err(Fatal::new(Refusal::BadSetting, why));
     }
+    let unattended = session::unattended().map_err(|e| Fatal::new(Refusal::BadSetting, e))?;
     prepare_own_run_dir().map_err(|e| {
         Fatal::new(
             Refusal::SetupFailed,
@@ -156,7 +151,9 @@ pub fn start_session() -> Result<Started, Fatal> {
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let gateway = wait_for_gateway(Path::new(GATEWAY_READY), GATEWAY_WAIT)?;
-    let server = session::start(&agent, &exe()).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    let server = session::start(&agent, &crate::process::sandbox_init_exe())
+        .map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    session::warn_of_a_prompt(unattended);
     console::out(format!(
         "{}: agent container, behind the gateway ({}), {} ms",
         crate::policy::layout::READY,
@@ -208,10 +205,6 @@ fn prepare_own_run_dir() -> std::io::Result<()> {
     std::fs::File::create(&status)?.set_permissions(std::fs::Permissions::from_mode(0o600))
 }
 
-fn exe() -> std::path::PathBuf {
-    std::env::current_exe().unwrap_or_else(|_| "/usr/local/bin/sandbox-init".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,7 +233,7 @@ mod tests {
         let fatal = wait_for_gateway(&ready, Duration::from_millis(100)).unwrap_err();
         assert_eq!(fatal.refusal, Refusal::GatewayMissing);
         assert!(fatal.message.contains("gateway-ready is missing"), "{}", fatal.message);
-        std::fs::write(&ready, "sandbox ready: gateway: 3 domains\nnetns net:[1]\n").unwrap();
+        std::fs::write(&ready, "sandbox ready: gateway: 3 domains\n").unwrap();
         // Nothing answers on 127.0.0.1:53 where the unit tests run (or, as root on a host with a
         // resolver there, not the gate's uid).
         let fatal = wait_for_gateway(&ready, Duration::from_millis(100)).unwrap_err();

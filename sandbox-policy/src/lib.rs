@@ -334,6 +334,14 @@ impl Policy {
     }
 }
 
+/// Whether `addr` may be given as a resolver (`--dns`, `SANDBOX_DNS`): not on loopback, where the
+/// agent could bind it and answer for it, nor unspecified or multicast; an IPv4-mapped address
+/// (`::ffff:127.0.0.1`) as the IPv4 address it maps.
+pub fn resolver_outside(addr: &std::net::IpAddr) -> bool {
+    let addr = addr.to_canonical();
+    !(addr.is_loopback() || addr.is_unspecified() || addr.is_multicast())
+}
+
 /// Every variable that may hold a key, of every API and forwarded service (`GH_TOKEN`,
 /// `NPM_TOKEN`): none reaches a process sandbox-init or sandbox-exec starts.
 pub fn key_vars() -> impl Iterator<Item = &'static str> {

@@ -78,10 +78,13 @@ impl Sandbox {
     pub async fn adopt(id: &str) -> anyhow::Result<Sandbox> {
         let probe = std::fs::read(probe_binary()?)?;
         crate::docker::copy_in(id, PROBE, &probe, 0o755).await?;
-        // Sidecar mode: the agent's container names its gateway, where the firewall is.
-        let labels = docker().await?.inspect_container(id, None).await?.config.and_then(|c| c.labels);
+        // Sidecar mode: the agent's container names its gateway, where the firewall is, and is in
+        // its holder's network namespace.
+        let inspect = docker().await?.inspect_container(id, None).await?;
+        let labels = inspect.config.and_then(|c| c.labels);
         let gateway = labels.and_then(|mut l| l.remove(xtask::labels::LAUNCHER_GATEWAY));
-        let holder = gateway.as_ref().map(|g| format!("{}.net", g.trim_end_matches(".gateway")));
+        let network = inspect.host_config.and_then(|h| h.network_mode).unwrap_or_default();
+        let holder = gateway.as_ref().and(network.strip_prefix("container:")).map(str::to_string);
         if let Some(gateway) = &gateway {
             crate::docker::copy_in(gateway, PROBE, &probe, 0o755).await?;
         }

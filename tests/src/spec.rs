@@ -376,11 +376,10 @@ impl SandboxSpec {
             // The default bridge: the resolvers Docker gave the namespace.
             None => {
                 let conf = crate::docker::exec(&holder, &["cat", "/etc/resolv.conf"], None).await?.stdout;
-                let resolvers: Vec<&str> = conf
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("nameserver "))
-                    .map(str::trim)
-                    .filter(|a| !a.starts_with("127."))
+                let resolvers: Vec<String> = sandbox_init::net::dns::resolv_conf_upstreams(&conf)
+                    .iter()
+                    .filter(|a| !a.is_loopback())
+                    .map(ToString::to_string)
                     .collect();
                 if !resolvers.is_empty() {
                     gateway_env.push(format!("SANDBOX_DNS={}", resolvers.join(",")));

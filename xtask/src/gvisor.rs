@@ -110,7 +110,8 @@ pub fn register(sh: &Shell, sudo: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether this machine's codename is one whose runsc is too old (or absent), and which.
+/// This machine's Debian codename (`VERSION_CODENAME` in /etc/os-release): on bookworm, runsc
+/// comes from trixie.
 pub fn codename() -> String {
     std::fs::read_to_string("/etc/os-release")
         .unwrap_or_default()

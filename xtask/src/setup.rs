@@ -259,14 +259,15 @@ async fn look(root: &Path) -> Found {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect())
         .unwrap_or_default();
-    let runtimes = match crate::engine::Engine::connect().await {
-        Ok(engine) => engine.runtimes().await.unwrap_or_default(),
-        Err(_) => Vec::new(),
+    let engine = crate::engine::Engine::connect().await.ok();
+    let runtimes = match &engine {
+        Some(engine) => engine.runtimes().await.unwrap_or_default(),
+        None => Vec::new(),
     };
     Found {
         runsc: crate::gvisor::installed(),
         runsc_registered: runtimes.iter().any(|r| r == crate::gvisor::RUNTIME),
-        engine_answers: sandbox_images::engine::connect().await.is_ok(),
+        engine_answers: engine.is_some(),
         on_path: programs.into_iter().filter(|p| on_path(p)).collect(),
         nextest: std::process::Command::new("cargo")
             .args(["nextest", "--version"])

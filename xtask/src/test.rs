@@ -44,8 +44,14 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
         // Asked for particular tests: those, once.
         None => (true, every, every),
     };
-    let has_runsc =
-        crate::engine::Engine::connect().await?.runtimes().await?.iter().any(|r| r == crate::gvisor::RUNTIME);
+    // Asked of the engine only for a run that has a gVisor pass.
+    let has_runsc = gvisor
+        && crate::engine::Engine::connect()
+            .await?
+            .runtimes()
+            .await?
+            .iter()
+            .any(|r| r == crate::gvisor::RUNTIME);
     if gvisor && !has_runsc {
         let how = "`cargo xtask setup --tests` installs and registers it";
         if flags.shape == Some(TestShape::Gvisor) {

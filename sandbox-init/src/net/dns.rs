@@ -86,6 +86,10 @@ fn upstream_query(message: &Message, query: &Query) -> Option<Vec<u8>> {
     upstream.to_vec().ok()
 }
 
+/// Where the gate listens (UDP and TCP), and where resolv.conf, the forwarder and sidecar mode's
+/// agent container find it.
+pub const GATE_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 53);
+
 /// The name sidecar mode's agent container asks the gate for, to learn that one answers in its
 /// network namespace: answered NXDOMAIN, neither forwarded nor logged.
 pub const GATE_PROBE_NAME: &str = "gateway.agent-sandbox.invalid.";
@@ -264,14 +268,7 @@ impl DnsGate {
         sink: Arc<dyn AddressSink>,
         denials: Arc<DenialLog>,
     ) -> Arc<DnsGate> {
-        Arc::new(DnsGate {
-            upstreams,
-            sink,
-            denials,
-            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-            tcp_clients: Arc::new(Semaphore::new(MAX_TCP_CLIENTS)),
-            socket_uid: None,
-        })
+        DnsGate::owned_by(upstreams, sink, denials, None)
     }
 
     /// The gate of [`DnsGate::new`] whose sockets, listening and upstream, are `uid`'s.
@@ -279,11 +276,16 @@ impl DnsGate {
         upstreams: Vec<SocketAddr>,
         sink: Arc<dyn AddressSink>,
         denials: Arc<DenialLog>,
-        uid: Option<u32>,
+        socket_uid: Option<u32>,
     ) -> Arc<DnsGate> {
-        let mut gate = DnsGate::new(upstreams, sink, denials);
-        Arc::get_mut(&mut gate).expect("not shared yet").socket_uid = uid;
-        gate
+        Arc::new(DnsGate {
+            upstreams,
+            sink,
+            denials,
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            tcp_clients: Arc::new(Semaphore::new(MAX_TCP_CLIENTS)),
+            socket_uid,
+        })
     }
 
     /// Binds UDP and TCP on `addr` and serves until the runtime ends.

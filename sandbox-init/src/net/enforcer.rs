@@ -14,7 +14,7 @@ use crate::denials::DenialLog;
 use crate::exit::{Fatal, Refusal};
 use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, FORWARDER_PORT, PASS_PORT};
 use crate::net::conntrack;
-use crate::net::dns::{DnsGate, gate_resolv_conf, resolv_conf_upstreams};
+use crate::net::dns::{DnsGate, GATE_ADDR, gate_resolv_conf, resolv_conf_upstreams};
 use crate::net::firewall::{
     DOCKER_DNS, EGRESS_MARK, Element, FirewallError, GATE_UID, INBOUND_MARK, NameCheck, Nft, Ruleset, Shape,
     TABLE, verify_table,
@@ -26,7 +26,6 @@ use crate::policy::layout::DNS_ENV;
 use crate::policy::{Allowlist, Policy, Protocol};
 
 const RESOLV_CONF: &str = "/etc/resolv.conf";
-const GATE_ADDR: &str = "127.0.0.1:53";
 
 /// What loads an nft script as one transaction: the real `nft`, or a recording in tests.
 pub trait NftApply {
@@ -194,9 +193,7 @@ impl Enforcement {
         let upstream_addrs = upstreams.iter().map(|a| SocketAddr::new(*a, 53)).collect();
         let owner = (settings.shape == Shape::Sidecar).then_some(GATE_UID);
         let gate = DnsGate::owned_by(upstream_addrs, sink.clone(), logs.denials.clone(), owner);
-        gate.serve(GATE_ADDR.parse().expect("valid"))
-            .await
-            .map_err(|e| setup("cannot start the DNS gate on 127.0.0.1:53", &e))?;
+        gate.serve(GATE_ADDR).await.map_err(|e| setup("cannot start the DNS gate on 127.0.0.1:53", &e))?;
         // Written in place: Docker bind-mounts the file, so it cannot be replaced by a rename.
         std::fs::write(RESOLV_CONF, gate_resolv_conf(&original, &upstreams))
             .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
@@ -295,9 +292,8 @@ pub fn choose_upstreams(
         Some(list) if !list.is_empty() => {
             let mut upstreams = Vec::new();
             for item in list.split(',').map(str::trim) {
-                // An IPv4-mapped address (`::ffff:127.0.0.1`) is the IPv4 address it maps.
-                match item.parse::<IpAddr>().map(|addr| addr.to_canonical()) {
-                    Ok(addr) if addr.is_loopback() || addr.is_unspecified() || addr.is_multicast() => {
+                match item.parse::<IpAddr>() {
+                    Ok(addr) if !crate::policy::resolver_outside(&addr) => {
                         return refuse(
                             Refusal::BadSetting,
                             format!(
