@@ -261,6 +261,7 @@ pub struct Capabilities {
 }
 
 pub const CAP_NET_ADMIN: u32 = 12;
+const CAP_NET_BIND_SERVICE: u32 = 10;
 
 impl Capabilities {
     pub fn of(pid: &str) -> std::io::Result<Capabilities> {
@@ -302,6 +303,7 @@ fn capability_name(cap: u32) -> &'static str {
         CAP_SETUID => "CAP_SETUID",
         CAP_SETPCAP => "CAP_SETPCAP",
         CAP_NET_ADMIN => "CAP_NET_ADMIN",
+        CAP_NET_BIND_SERVICE => "CAP_NET_BIND_SERVICE",
         _ => "another capability",
     }
 }
@@ -331,5 +333,21 @@ mod tests {
         assert!(docker.missing(INIT_NEEDS).is_empty(), "{:?}", docker.missing(INIT_NEEDS));
         let reduced = Capabilities::parse("CapEff:\t00000000a80425da\n");
         assert_eq!(reduced.missing(INIT_NEEDS), ["CAP_CHOWN", "CAP_KILL"]);
+    }
+
+    /// The launcher and the Kubernetes pod give the gateway these capabilities and no others:
+    /// NET_ADMIN, NET_BIND_SERVICE for the gate's port, and what PID 1 needs.
+    #[test]
+    fn the_gateways_capabilities_are_net_admin_and_what_pid_1_needs() {
+        let mut needs: Vec<&str> = INIT_NEEDS
+            .iter()
+            .chain([&CAP_NET_ADMIN, &CAP_NET_BIND_SERVICE])
+            .map(|c| capability_name(*c))
+            .collect();
+        let mut given: Vec<String> =
+            crate::policy::layout::GATEWAY_CAPS.iter().map(|c| format!("CAP_{c}")).collect();
+        needs.sort_unstable();
+        given.sort_unstable();
+        assert_eq!(given, needs);
     }
 }

@@ -60,6 +60,13 @@ pub const NAME_CHECK_ENV: &str = "SANDBOX_NAME_CHECK";
 /// `gateway` or `agent` in sidecar mode (two containers, one network namespace); unset, the one
 /// container is both.
 pub const ROLE_ENV: &str = "SANDBOX_ROLE";
+/// The capabilities sidecar mode's gateway is given, and no other: NET_ADMIN for its table,
+/// NET_BIND_SERVICE for the gate's port 53 where the engine leaves unprivileged ports at 1024
+/// (podman, containerd's default before 2.0; Docker opens them all), and what PID 1 needs to start
+/// its processes under their own uids (sandbox-init's `INIT_NEEDS`). PID 1 keeps only what it
+/// still uses once the gate listens.
+pub const GATEWAY_CAPS: &[&str] =
+    &["NET_ADMIN", "NET_BIND_SERVICE", "CHOWN", "SETUID", "SETGID", "SETPCAP", "KILL"];
 /// The upstream resolvers, comma-separated (`run --dns`): instead of /etc/resolv.conf's. Required
 /// by the gateway, which must not trust a file the agent's container shares.
 pub const DNS_ENV: &str = "SANDBOX_DNS";

@@ -490,6 +490,14 @@ pub fn resolv_conf_upstreams(text: &str) -> Vec<IpAddr> {
 
 const RESOLV_MARKER: &str = "# agent-sandbox DNS gate; upstream: ";
 
+/// Whether a resolv.conf names the gate and no other resolver: what a Kubernetes pod's
+/// `dnsConfig` gives every container, in a file that may be read-only.
+pub fn names_only_the_gate(text: &str) -> bool {
+    let servers: Vec<&str> =
+        text.lines().filter_map(|l| l.trim().strip_prefix("nameserver")).map(str::trim).collect();
+    servers == [GATE_ADDR.ip().to_string()]
+}
+
 /// resolv.conf pointing at the gate; search and options lines are kept.
 pub fn gate_resolv_conf(original: &str, upstreams: &[IpAddr]) -> String {
     let list: Vec<String> = upstreams.iter().map(IpAddr::to_string).collect();

@@ -14,7 +14,7 @@ use crate::denials::DenialLog;
 use crate::exit::{Fatal, Refusal};
 use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, FORWARDER_PORT, PASS_PORT};
 use crate::net::conntrack;
-use crate::net::dns::{DnsGate, GATE_ADDR, gate_resolv_conf, resolv_conf_upstreams};
+use crate::net::dns::{DnsGate, GATE_ADDR, gate_resolv_conf, names_only_the_gate, resolv_conf_upstreams};
 use crate::net::firewall::{
     DOCKER_DNS, EGRESS_MARK, Element, FirewallError, GATE_UID, INBOUND_MARK, NameCheck, Nft, Ruleset, Shape,
     TABLE, verify_table,
@@ -194,9 +194,13 @@ impl Enforcement {
         let owner = (settings.shape == Shape::Sidecar).then_some(GATE_UID);
         let gate = DnsGate::owned_by(upstream_addrs, sink.clone(), logs.denials.clone(), owner);
         gate.serve(GATE_ADDR).await.map_err(|e| setup("cannot start the DNS gate on 127.0.0.1:53", &e))?;
-        // Written in place: Docker bind-mounts the file, so it cannot be replaced by a rename.
-        std::fs::write(RESOLV_CONF, gate_resolv_conf(&original, &upstreams))
-            .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
+        // Written in place: Docker bind-mounts the file, so it cannot be replaced by a rename. A
+        // file that names the gate alone (a Kubernetes pod's dnsConfig) is left as it is: it may
+        // be read-only, and it already says what this would write.
+        if !names_only_the_gate(&original) {
+            std::fs::write(RESOLV_CONF, gate_resolv_conf(&original, &upstreams))
+                .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
+        }
         Ok(Enforcement { nft, sink, upstreams, loaded, settings, checker: None, verdicts: None })
     }
 

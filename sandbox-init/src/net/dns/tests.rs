@@ -249,6 +249,20 @@ fn resolv_conf_is_pointed_at_the_gate_and_remembers_the_upstream() {
         "# agent-sandbox DNS gate; upstream: 127.0.0.11\nnameserver 127.0.0.1\nsearch corp.test\noptions ndots:0\n"
     );
     assert_eq!(resolv_conf_upstreams(&ours), upstreams, "after a restart the file is ours");
+    assert!(names_only_the_gate(&ours));
+    assert!(!names_only_the_gate(original));
+    // A pod's dnsConfig: the gate alone, and nothing else.
+    assert!(names_only_the_gate(
+        "nameserver 127.0.0.1
+search default.svc.cluster.local
+"
+    ));
+    assert!(!names_only_the_gate(
+        "nameserver 127.0.0.1
+nameserver 10.96.0.10
+"
+    ));
+    assert!(!names_only_the_gate(""));
 }
 
 /// Records what it was asked to allow, checking names against its allowlist as the real sink.
