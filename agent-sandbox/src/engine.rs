@@ -86,6 +86,13 @@ impl Engine {
         Ok(Engine { docker: sandbox_images::engine::connect().await? })
     }
 
+    /// Whether the engine is Podman behind its Docker-compatible API, which takes a few
+    /// settings otherwise (`SandboxSpec::for_podman`).
+    pub async fn is_podman(&self) -> Result<bool> {
+        let version = self.docker.version().await?;
+        Ok(version.components.unwrap_or_default().iter().any(|c| c.name.contains("Podman")))
+    }
+
     /// The arguments the engine gives the runtime `name` (`runtimeArgs` in daemon.json); None
     /// if it has no such runtime.
     pub async fn runtime_args(&self, name: &str) -> Result<Option<Vec<String>>> {
@@ -207,6 +214,25 @@ impl Engine {
         let options = CreateContainerOptionsBuilder::default().name(&found.name).build();
         found.id = self.docker.create_container(Some(options), body).await?.id;
         Ok(self.sandbox(found))
+    }
+
+    /// The file at `path` in the image `reference`, read from a container created for it (never
+    /// started) and removed again; None where the image has no such file.
+    pub async fn file_in_image(&self, reference: &str, path: &str) -> Result<Option<Vec<u8>>> {
+        let body = ContainerCreateBody {
+            image: Some(reference.to_string()),
+            network_disabled: Some(true),
+            ..Default::default()
+        };
+        let id = self
+            .docker
+            .create_container(None::<bollard::query_parameters::CreateContainerOptions>, body)
+            .await?
+            .id;
+        let reader = self.sandbox(Found { id: id.clone(), name: id, ..Default::default() });
+        let read = reader.get(path).await;
+        reader.remove(0).await?;
+        Ok(read?.into_iter().next().map(|(_, bytes)| bytes))
     }
 
     /// Removes a volume (one the launcher made and no container uses).

@@ -111,6 +111,68 @@ pub enum Command {
             agent-sandbox pending claude --dismiss"
     )]
     Pending(PendingFlags),
+    /// Print AGENT's sandbox as a Kubernetes Pod (or SandboxTemplate): the gateway a native sidecar
+    #[command(
+        long_about = "Print AGENT's sandbox as Kubernetes objects, for `kubectl apply -f -`: sidecar \
+            mode's shape as a Pod. The gateway is a native sidecar (an init container with \
+            restartPolicy: Always) holding NET_ADMIN and the keys, from a Secret; the agent's \
+            container meets the restricted Pod Security Standard (non-root, every capability \
+            dropped, seccomp RuntimeDefault, no privilege escalation). --template prints a \
+            kubernetes-sigs/agent-sandbox SandboxTemplate instead. --policy and --allow go into a \
+            ConfigMap printed before it.\n\n\
+            The output is validated against Kubernetes' published schema, and the Pod run by a \
+            stand-in for a kubelet on Docker; it has never run on a cluster. The pod's namespace must admit NET_ADMIN for the gateway (Pod Security \
+            `privileged`), which a restricted namespace does not. The image is read from the \
+            local engine for its state folders and the APIs whose keys it holds; the cluster must \
+            be able to pull the reference printed.",
+        after_help = "Examples:\n  \
+            agent-sandbox k8s claude --dns 10.96.0.10 | kubectl apply -f -\n  \
+            agent-sandbox k8s codex --dns 10.96.0.10 --policy team.yaml --template\n  \
+            agent-sandbox k8s shell --dns 10.96.0.10 --runtime-class kata\n\n\
+            The cluster's DNS service: kubectl -n kube-system get svc kube-dns -o jsonpath='{.spec.clusterIP}'"
+    )]
+    K8s(K8sFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct K8sFlags {
+    /// The agent: an image under images/ (claude, codex, gemini, opencode, qwen, copilot, aider, shell)
+    pub agent: String,
+    /// The resolver the gateway asks for allowed names: the cluster's DNS service, or one
+    /// outside. Every container of the pod resolves through the gateway's gate (127.0.0.1)
+    #[arg(long, value_name = "IP", required = true)]
+    pub dns: std::net::IpAddr,
+    /// Add a policy file (YAML, or a .txt list of domains) to the image's (repeatable)
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policy: Vec<PathBuf>,
+    /// Allow DOMAIN too (repeatable; `*.example.com` for subdomains, `:PORT` for other ports)
+    #[arg(long = "allow", value_name = "DOMAIN")]
+    pub allow: Vec<String>,
+    /// The image the cluster pulls (default: the digest images.lock pins, else the local tag)
+    #[arg(long, value_name = "REF")]
+    pub image: Option<String>,
+    /// The objects' name (default: agent-sandbox-AGENT)
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// A RuntimeClass for the pod: a VM runtime with a guest kernel (Kata). Not gVisor, which
+    /// runs the gateway in its own kernel too, where nftables does not exist
+    #[arg(long, value_name = "NAME")]
+    pub runtime_class: Option<String>,
+    /// A kubernetes-sigs/agent-sandbox SandboxTemplate instead of a Pod
+    #[arg(long)]
+    pub template: bool,
+    /// No Secret of keys (sign in inside the session instead)
+    #[arg(long)]
+    pub no_key: bool,
+    /// Let the agent act without asking (SANDBOX_UNATTENDED=1)
+    #[arg(long)]
+    pub unattended: bool,
+    /// Pass a variable to the agent (NAME=VALUE, or NAME from your environment); not for keys
+    #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
+    pub env: Vec<String>,
+    /// The agent container's memory limit (e.g. 4g, 512m; default 8g)
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
 }
 
 #[derive(Debug, Args)]

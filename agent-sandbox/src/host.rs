@@ -41,14 +41,7 @@ pub fn bad(message: impl Into<String>) -> Failure {
 impl Host {
     /// Checks every argument and reads what they name, before the engine is asked anything.
     pub fn check(flags: &RunFlags) -> Result<Host> {
-        if flags.agent.is_empty()
-            || !flags.agent.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        {
-            return Err(bad(format!(
-                "agent `{}`: an image name under images/, such as claude or shell",
-                flags.agent
-            )));
-        }
+        check_agent(&flags.agent)?;
         let project = std::fs::canonicalize(&flags.dir)
             .map_err(|e| bad(format!("project folder {}: {e}", flags.dir.display())))?;
         if !project.is_dir() {
@@ -60,39 +53,9 @@ impl Host {
                 "no terminal to attach to: add --detach, then `agent-sandbox attach` from a terminal",
             ));
         }
-        let mut policies = Vec::new();
-        for (index, file) in flags.policy.iter().enumerate() {
-            Policy::read(file).map_err(|e| Failure::new(Code::BadPolicy, e.to_string()))?;
-            let bytes = std::fs::read(file)
-                .map_err(|e| Failure::new(Code::BadPolicy, format!("{}: {e}", file.display())))?;
-            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            policies.push((format!("{}/run-{}-{name}", sandbox_policy::DROP_IN_DIR, index + 1), bytes));
-        }
+        let policies = read_policies(&flags.policy)?;
+        let env = variables(&flags.env, flags.unattended)?;
         let is_key = |name: &str| key_vars().any(|k| k == name);
-        let mut env = Vec::new();
-        for given in &flags.env {
-            let (name, value) = match given.split_once('=') {
-                Some((name, value)) => (name.to_string(), value.to_string()),
-                None => {
-                    let value = std::env::var(given)
-                        .map_err(|_| bad(format!("--env {given}: {given} is not set in your environment")))?;
-                    (given.clone(), value)
-                }
-            };
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(bad(format!("--env {given}: `{name}` is not a variable name")));
-            }
-            if is_key(&name) {
-                return Err(bad(format!(
-                    "--env {name}: a key goes in as a secret file, not a variable the engine shows to anyone \
-                 who inspects the container; export {name} (the launcher hands it over) or use --key-file {name}=FILE"
-                )));
-            }
-            env.push(format!("{name}={value}"));
-        }
-        if flags.unattended {
-            env.push(format!("{}=1", sandbox_policy::layout::UNATTENDED_ENV));
-        }
         let mut key_files = HashMap::new();
         for given in &flags.key_files {
             let (var, file) = given.split_once('=').ok_or_else(|| {
@@ -117,9 +80,7 @@ impl Host {
             }
             key_files.insert(var.to_string(), key);
         }
-        let size = flags.memory.as_deref().unwrap_or(DEFAULT_MEMORY);
-        let memory = parse_size(size)
-            .ok_or_else(|| bad(format!("--memory {size}: write a size such as 4g or 512m")))?;
+        let memory = memory_limit(flags.memory.as_deref())?;
         let keys_in_env = key_vars()
             .filter_map(|var| {
                 Some((var.to_string(), std::env::var(var).ok().filter(|v| !v.trim().is_empty())?))
@@ -134,6 +95,65 @@ fn expand_home(path: &str) -> PathBuf {
         (Some(rest), Some(home)) => Path::new(&home).join(rest),
         _ => PathBuf::from(path),
     }
+}
+
+/// An agent's name: an image's folder under images/.
+pub fn check_agent(agent: &str) -> Result<()> {
+    if agent.is_empty() || !agent.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+        return Err(bad(format!("agent `{agent}`: an image name under images/, such as claude or shell")));
+    }
+    Ok(())
+}
+
+/// The `--policy` files, each checked as sandbox-init will read it: (path of the drop-in in the
+/// sandbox, contents).
+pub fn read_policies(files: &[PathBuf]) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut policies = Vec::new();
+    for (index, file) in files.iter().enumerate() {
+        Policy::read(file).map_err(|e| Failure::new(Code::BadPolicy, e.to_string()))?;
+        let bytes = std::fs::read(file)
+            .map_err(|e| Failure::new(Code::BadPolicy, format!("{}: {e}", file.display())))?;
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        policies.push((format!("{}/run-{}-{name}", sandbox_policy::DROP_IN_DIR, index + 1), bytes));
+    }
+    Ok(policies)
+}
+
+/// The agent's variables, as `NAME=VALUE`: `--env` (a key variable refused: keys go in as
+/// secret files) and `SANDBOX_UNATTENDED` with `--unattended`.
+pub fn variables(given_env: &[String], unattended: bool) -> Result<Vec<String>> {
+    let is_key = |name: &str| key_vars().any(|k| k == name);
+    let mut env = Vec::new();
+    for given in given_env {
+        let (name, value) = match given.split_once('=') {
+            Some((name, value)) => (name.to_string(), value.to_string()),
+            None => {
+                let value = std::env::var(given)
+                    .map_err(|_| bad(format!("--env {given}: {given} is not set in your environment")))?;
+                (given.clone(), value)
+            }
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(bad(format!("--env {given}: `{name}` is not a variable name")));
+        }
+        if is_key(&name) {
+            return Err(bad(format!(
+                "--env {name}: a key goes in as a secret file, not a variable the engine shows to anyone \
+                 who inspects the container; export {name} (the launcher hands it over) or use --key-file {name}=FILE"
+            )));
+        }
+        env.push(format!("{name}={value}"));
+    }
+    if unattended {
+        env.push(format!("{}=1", sandbox_policy::layout::UNATTENDED_ENV));
+    }
+    Ok(env)
+}
+
+/// `--memory`, else the default, in bytes.
+pub fn memory_limit(given: Option<&str>) -> Result<i64> {
+    let size = given.unwrap_or(DEFAULT_MEMORY);
+    parse_size(size).ok_or_else(|| bad(format!("--memory {size}: write a size such as 4g or 512m")))
 }
 
 /// `4g`, `512m`, `1024k` or bytes.

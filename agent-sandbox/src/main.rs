@@ -14,6 +14,7 @@ mod flags;
 mod gitguard;
 mod host;
 mod identity;
+mod k8s;
 mod logs;
 mod ls;
 mod pending;
@@ -60,6 +61,7 @@ async fn dispatch(command: Command) -> Result<i32> {
         Command::Allow(flags) => allow::run(&flags).await,
         Command::Deny(flags) => deny::run(&flags).await,
         Command::Pending(flags) => pending::run(&flags).await,
+        Command::K8s(flags) => k8s::run(&flags).await,
     }
 }
 

@@ -49,7 +49,7 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
     if let Some(runtime) = &flags.runtime {
         check_runtime(runtime, engine.runtime_args(runtime).await?)?;
     }
-    let (reference, facts) = image(&engine, flags).await?;
+    let (reference, facts) = image(&engine, &flags.agent, flags.image.as_deref()).await?;
     let logins =
         if flags.login_from_host { crate::host::login_files(&flags.agent, &facts)? } else { Vec::new() };
     let git = if flags.writable_git_config {
@@ -64,7 +64,10 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
             .map_err(|e| bad(format!("cannot guard {project}'s git files: {e}")))?;
         Some(plan)
     };
-    let spec = SandboxSpec::new(flags, &host, &reference, &facts, git, logins)?;
+    let mut spec = SandboxSpec::new(flags, &host, &reference, &facts, git, logins)?;
+    if engine.is_podman().await? {
+        spec.for_podman();
+    }
     let sandbox = make(&engine, &spec).await?;
     let (name, state) = (&spec.found.name, &spec.found.state);
     eprintln!(
@@ -235,11 +238,11 @@ async fn baked_policy(sandbox: &Sandbox) -> Result<Policy> {
 
 /// `--image`, else `<prefix>/agent-<agent>:<version>` if the engine has it, else the digest
 /// images.lock pins (pulled).
-async fn image(engine: &Engine, flags: &RunFlags) -> Result<(String, ImageFacts)> {
-    let build = format!("cargo xtask build {}", flags.agent);
-    if let Some(reference) = &flags.image {
+pub async fn image(engine: &Engine, agent: &str, given: Option<&str>) -> Result<(String, ImageFacts)> {
+    let build = format!("cargo xtask build {agent}");
+    if let Some(reference) = given {
         return match engine.image(reference).await? {
-            Some(facts) => Ok((reference.clone(), facts)),
+            Some(facts) => Ok((reference.to_string(), facts)),
             None => Err(Failure::new(
                 Code::NoImage,
                 format!(
@@ -250,15 +253,12 @@ async fn image(engine: &Engine, flags: &RunFlags) -> Result<(String, ImageFacts)
     }
     let prefix = std::env::var(sandbox_images::naming::PREFIX_ENV)
         .unwrap_or_else(|_| sandbox_images::naming::DEFAULT_PREFIX.into());
-    let local = format!(
-        "{}:{}",
-        sandbox_images::naming::repository(&prefix, &flags.agent),
-        sandbox_images::naming::VERSION
-    );
+    let local =
+        format!("{}:{}", sandbox_images::naming::repository(&prefix, agent), sandbox_images::naming::VERSION);
     if let Some(facts) = engine.image(&local).await? {
         return Ok((local, facts));
     }
-    if let Some(pinned) = pinned(&flags.agent)? {
+    if let Some(pinned) = pinned(agent)? {
         eprintln!("agent-sandbox: {local} is not built here; pulling {pinned}");
         engine.pull(&pinned).await?;
         if let Some(facts) = engine.image(&pinned).await? {
@@ -268,16 +268,15 @@ async fn image(engine: &Engine, flags: &RunFlags) -> Result<(String, ImageFacts)
     Err(Failure::new(
         Code::NoImage,
         format!(
-            "no image for `{}`: {local} is not in the engine and images.lock pins no published digest for it. \
-             Build it with `{build}` in a checkout of agent-sandbox, or pass --image REF",
-            flags.agent
+            "no image for `{agent}`: {local} is not in the engine and images.lock pins no published digest for it. \
+             Build it with `{build}` in a checkout of agent-sandbox, or pass --image REF"
         ),
     ))
 }
 
 /// The digest the lock pins for `agent`: $AGENT_SANDBOX_IMAGES_LOCK's lock if set (a missing or
 /// invalid file fails, naming it), else the one built in.
-fn pinned(agent: &str) -> Result<Option<String>> {
+pub fn pinned(agent: &str) -> Result<Option<String>> {
     let lock = match std::env::var_os(IMAGES_LOCK_ENV) {
         Some(path) => {
             let path = PathBuf::from(path);

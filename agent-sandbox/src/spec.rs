@@ -11,7 +11,7 @@ use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Moun
 use sandbox_images::labels;
 use sandbox_policy::apis::APIS;
 use sandbox_policy::layout::{
-    AGENT_HOME, AGENT_UID, DNS_ENV, ROLE_ENV, RUN_DIR, SECRETS_DIR, SHARED_DIR, STATE_DIRS_ENV,
+    AGENT_HOME, AGENT_UID, DNS_ENV, GATEWAY_CAPS, ROLE_ENV, RUN_DIR, SECRETS_DIR, SHARED_DIR, STATE_DIRS_ENV,
 };
 use sandbox_policy::{Allowlist, Policy};
 
@@ -205,7 +205,9 @@ impl SandboxSpec {
                         typ: Some(MountType::VOLUME),
                         ..Default::default()
                     }]),
-                    cap_add: Some(vec!["NET_ADMIN".to_string()]),
+                    cap_drop: Some(vec!["ALL".into()]),
+                    cap_add: Some(GATEWAY_CAPS.iter().map(|c| c.to_string()).collect()),
+                    security_opt: Some(vec!["no-new-privileges".into()]),
                     network_mode: in_namespace,
                     pids_limit: Some(GATEWAY_PIDS),
                     log_config: Some(log_config),
@@ -268,6 +270,17 @@ impl SandboxSpec {
         })
     }
 
+    /// What Podman (4.3, through its Docker-compatible API) takes otherwise: a tmpfs chowned
+    /// with its own `U` option, as it refuses `uid=`.
+    pub fn for_podman(&mut self) {
+        let bodies = [Some(&mut self.body), self.holder.as_mut(), self.gateway.as_mut()];
+        for host in bodies.into_iter().flatten().filter_map(|b| b.host_config.as_mut()) {
+            for options in host.tmpfs.iter_mut().flat_map(|t| t.values_mut()) {
+                *options = options.replace(&format!("uid={AGENT_UID},gid={AGENT_UID},"), "U,");
+            }
+        }
+    }
+
     /// The keys of the APIs `baked` (the image's policy) reaches, as root-only secret files;
     /// without one, a failure saying how to give it, unless the sandbox may start keyless.
     pub fn secrets(&self, baked: &Policy) -> Result<Vec<Entry>> {
@@ -302,10 +315,9 @@ impl SandboxSpec {
 /// The keys the APIs `baked` allows take, from those given (`--key-file` over the environment):
 /// (variable, key); and every variable those APIs take.
 fn keys_for(baked: &Policy, given: &HashMap<String, String>) -> (Vec<(String, String)>, Vec<&'static str>) {
-    let allowlist = Allowlist::new(baked);
     let mut keys = Vec::new();
     let mut wanted = Vec::new();
-    for api in APIS.iter().filter(|api| allowlist.matches(api.host).is_some()) {
+    for api in apis_reached(baked) {
         for key in api.keys {
             wanted.push(key.var);
             if let Some(value) = given.get(key.var) {
@@ -314,6 +326,12 @@ fn keys_for(baked: &Policy, given: &HashMap<String, String>) -> (Vec<(String, St
         }
     }
     (keys, wanted)
+}
+
+/// The model APIs the policy `baked` (an image's) reaches, whose keys sandbox-init holds.
+pub fn apis_reached(baked: &Policy) -> Vec<&'static sandbox_policy::apis::Api> {
+    let allowlist = Allowlist::new(baked);
+    APIS.iter().filter(|api| allowlist.matches(api.host).is_some()).collect()
 }
 
 /// The tokens of the built-in forwarded services (GitHub, npm) `baked` names, of those given:
@@ -452,7 +470,11 @@ mod tests {
         assert_eq!(spec.found.gateway, identity::gateway_name(&spec.found.name), "run makes it by that name");
         let gateway = spec.gateway.as_ref().unwrap();
         let host_config = gateway.host_config.as_ref().unwrap();
-        assert_eq!(host_config.cap_add, Some(vec!["NET_ADMIN".to_string()]));
+        // NET_ADMIN and what PID 1 needs, no other capability, and no gaining any.
+        assert_eq!(host_config.cap_drop, Some(vec!["ALL".to_string()]));
+        let caps = host_config.cap_add.clone().unwrap();
+        assert!(caps.contains(&"NET_ADMIN".to_string()) && caps.len() == GATEWAY_CAPS.len(), "{caps:?}");
+        assert_eq!(host_config.security_opt, Some(vec!["no-new-privileges".to_string()]));
         let in_namespace = Some(format!("container:{}", identity::holder_name(&spec.found.name)));
         assert_eq!(host_config.network_mode, in_namespace, "the gateway joins the holder's namespace");
         assert_eq!(agent.network_mode, in_namespace, "so does the agent's container");

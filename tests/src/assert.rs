@@ -14,15 +14,28 @@ pub struct ProcStatus {
     pub gvisor: bool,
 }
 
+const STATUSES: &str =
+    r#"for s in /proc/[0-9]*/status; do echo "== ${s#/proc/}"; cat "$s" 2>/dev/null; done"#;
+
 /// Every process of the sandbox, from /proc (read as root).
 pub async fn processes(sb: &Sandbox) -> anyhow::Result<Vec<ProcStatus>> {
-    let script = r#"for s in /proc/[0-9]*/status; do echo "== ${s#/proc/}"; cat "$s" 2>/dev/null; done"#;
-    let mut out = sb.exec(&["sh", "-c", script]).await?.stdout;
+    let mut out = sb.exec(&["sh", "-c", STATUSES]).await?.stdout;
     // Sidecar mode: the agent's container's too, its pids marked as its own.
     if sb.is_sidecar() {
-        let theirs = sb.exec_agent_side(&["sh", "-c", &script.replace("== ", "== agent:")]).await?.stdout;
+        let theirs = sb.exec_agent_side(&["sh", "-c", &STATUSES.replace("== ", "== agent:")]).await?.stdout;
         out.push_str(&theirs);
     }
+    Ok(parse_statuses(&out, |pid| sb.under_gvisor() && pid.starts_with("agent:")))
+}
+
+/// Every process of a container that is not a sandbox's handle (a compose service, a pod's
+/// container), read as the container's own user.
+pub async fn processes_of(container: &str) -> anyhow::Result<Vec<ProcStatus>> {
+    let out = crate::docker::exec(container, &["sh", "-c", STATUSES], None).await?.stdout;
+    Ok(parse_statuses(&out, |_| false))
+}
+
+fn parse_statuses(out: &str, gvisor: impl Fn(&str) -> bool) -> Vec<ProcStatus> {
     let mut list = Vec::new();
     for block in out.split("== ").filter(|b| !b.trim().is_empty()) {
         let mut lines = block.lines();
@@ -36,10 +49,10 @@ pub async fn processes(sb: &Sandbox) -> anyhow::Result<Vec<ProcStatus>> {
             continue;
         }
         let name = fields.get("Name").cloned().unwrap_or_default();
-        let gvisor = sb.under_gvisor() && pid.starts_with("agent:");
+        let gvisor = gvisor(&pid);
         list.push(ProcStatus { pid, name, fields, gvisor });
     }
-    Ok(list)
+    list
 }
 
 /// uid and gid 1000, every capability set empty, no_new_privs, no supplementary group.

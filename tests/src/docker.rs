@@ -139,6 +139,29 @@ impl TestVolume {
     }
 }
 
+impl TestVolume {
+    /// A volume in memory (a tmpfs, mounted with `options`), empty whenever it is first mounted.
+    pub async fn create_tmpfs(test: &str, options: &str) -> anyhow::Result<TestVolume> {
+        let n = CREATED.fetch_add(1, Ordering::SeqCst);
+        let name = format!("agent-sandbox-test-{test}-{}-{n}", std::process::id());
+        docker()
+            .await?
+            .create_volume(bollard::models::VolumeCreateRequest {
+                name: Some(name.clone()),
+                driver_opts: Some(HashMap::from([
+                    ("type".to_string(), "tmpfs".to_string()),
+                    ("device".to_string(), "tmpfs".to_string()),
+                    ("o".to_string(), options.to_string()),
+                ])),
+                labels: Some(HashMap::from([(TEST_LABEL.to_string(), test.to_string())])),
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("cannot create the volume {name}"))?;
+        Ok(TestVolume { name })
+    }
+}
+
 impl Drop for TestVolume {
     fn drop(&mut self) {
         let name = self.name.clone();

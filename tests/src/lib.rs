@@ -3,15 +3,18 @@
 //! certificates for peers), `probe` (the probe binary and its reports), `images` (what the suites run), `peers` (servers and the DNS peer on
 //! the test networks), `sandbox` (a running sandbox's handle), `spec` (a sandbox from its spec, one
 //! translation for every way of starting it), `assert` (what must hold of a
-//! sandbox), `contract` (what every image keeps); `registry` (a registry on loopback) and `launcher` (the
+//! sandbox), `contract` (what every image keeps); `kubelet` (a Pod `agent-sandbox k8s` prints, run on
+//! the engine as a kubelet would), `podman` (a rootful Podman service of the test's own); `registry` (a registry on loopback) and `launcher` (the
 //! `agent-sandbox` binary, on projects that clean up after it) stand apart.
 
 pub mod assert;
 pub mod contract;
 pub mod docker;
 pub mod images;
+pub mod kubelet;
 pub mod launcher;
 pub mod peers;
+pub mod podman;
 pub mod probe;
 pub mod registry;
 pub mod sandbox;

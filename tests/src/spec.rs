@@ -366,7 +366,10 @@ impl SandboxSpec {
                 .collect(),
             ),
             network_mode: in_namespace,
-            cap_add: Some(vec!["NET_ADMIN".into()]),
+            // As the launcher gives them: NET_ADMIN and what PID 1 needs, nothing else.
+            cap_drop: Some(vec!["ALL".into()]),
+            cap_add: Some(sandbox_init::policy::layout::GATEWAY_CAPS.iter().map(|c| c.to_string()).collect()),
+            security_opt: Some(vec!["no-new-privileges".into()]),
             ..Default::default()
         };
         let mut gateway_env = self.env_list();

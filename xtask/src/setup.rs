@@ -1,7 +1,7 @@
 //! `cargo xtask setup`: everything a fresh machine lacks before the quick start's second command
 //! (`agent-sandbox run AGENT DIR`) or the test command (`cargo xtask ci`), done once, in order:
-//! the distribution's packages (the engine, mmdebstrap; with `--tests` the registry and Node.js
-//! the suites use, and gVisor's runsc registered with the engine), the engine started where none
+//! the distribution's packages (the engine, mmdebstrap; with `--tests` the registry, Node.js,
+//! docker-compose and Podman the suites use, and gVisor's runsc registered with the engine), the engine started where none
 //! answers, the Rust tools (`--tests`:
 //! cargo-nextest, rustfmt, clippy, the pinned Dev Containers CLI), and for each AGENT named its
 //! image built and the launcher installed. It asks before installing anything on a terminal,
@@ -27,6 +27,12 @@ pub const DEVCONTAINER_VERSION: &str = "0.89.0";
 /// Where setup (and .ci/run) installs it, under the workspace: the examples suite looks here
 /// when `AGENT_SANDBOX_DEVCONTAINER_CLI` is not set.
 pub const DEVCONTAINER_DIR: &str = "target/ci-tools/devcontainers";
+/// The Kubernetes schema validator the k8s suite checks `agent-sandbox k8s`'s objects with, pinned:
+/// PyPI's kubernetes-validate, which carries the published OpenAPI schemas of each release.
+pub const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
+/// Where setup installs it (a Python virtual environment), under the workspace: the k8s suite
+/// looks here when `AGENT_SANDBOX_KUBERNETES_VALIDATE` is not set.
+pub const KUBERNETES_VALIDATE_DIR: &str = "target/ci-tools/kubernetes-validate";
 /// How long a started engine may take to answer.
 const ENGINE_WAIT: Duration = Duration::from_secs(60);
 
@@ -41,6 +47,7 @@ pub struct Missing {
     /// rustup components.
     pub components: Vec<&'static str>,
     pub devcontainer: bool,
+    pub kubernetes_validate: bool,
     /// gVisor's runsc, for sidecar mode's agent containers (gvisor.rs): to install, and to
     /// register with the engine.
     pub runsc: bool,
@@ -55,6 +62,9 @@ pub struct Found {
     pub nextest: bool,
     pub components: Vec<String>,
     pub devcontainer: bool,
+    pub kubernetes_validate: bool,
+    /// Python's `venv` works (Debian puts it in python3-venv).
+    pub python_venv: bool,
     /// Debian proper, whose archive keyring mmdebstrap has; Ubuntu needs Debian's.
     pub debian: bool,
     /// runsc is installed, and the engine has it registered.
@@ -85,12 +95,23 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
         if !has("git") {
             m.packages.push("git");
         }
+        // The sidecar compose example runs under the real docker-compose; the launcher is
+        // checked against Podman too.
+        for program in ["docker-compose", "podman"] {
+            if !has(program) {
+                m.packages.push(program);
+            }
+        }
+        if !found.kubernetes_validate && !found.python_venv {
+            m.packages.push("python3-venv");
+        }
         m.nextest = !found.nextest;
         m.components = ["rustfmt", "clippy"]
             .into_iter()
             .filter(|c| !found.components.iter().any(|f| f.starts_with(c)))
             .collect();
         m.devcontainer = !found.devcontainer;
+        m.kubernetes_validate = !found.kubernetes_validate;
         m.runsc = !found.runsc;
         m.register_runsc = !found.runsc_registered;
     }
@@ -123,6 +144,11 @@ impl SetupFlags {
             .chain(
                 need.devcontainer
                     .then(|| format!("@devcontainers/cli@{DEVCONTAINER_VERSION} (npm, under target/)")),
+            )
+            .chain(
+                need.kubernetes_validate.then(|| {
+                    format!("kubernetes-validate {KUBERNETES_VALIDATE_VERSION} (PyPI, under target/)")
+                }),
             )
             .chain(need.runsc.then(|| "runsc (gVisor, Debian trixie's)".to_string()))
             .chain(need.register_runsc.then(|| format!("runsc registered in {}", crate::gvisor::DAEMON_JSON)))
@@ -217,6 +243,14 @@ impl SetupFlags {
                 .run()?;
             done.push(format!("installed the Dev Containers CLI {DEVCONTAINER_VERSION}"));
         }
+        if need.kubernetes_validate {
+            let venv = root.join(KUBERNETES_VALIDATE_DIR);
+            let package = format!("kubernetes-validate=={KUBERNETES_VALIDATE_VERSION}");
+            eprintln!("==> pip install {package} under {KUBERNETES_VALIDATE_DIR}");
+            cmd!(sh, "python3 -m venv {venv}").quiet().run()?;
+            cmd!(sh, "{venv}/bin/pip install --quiet {package}").quiet().run()?;
+            done.push(format!("installed kubernetes-validate {KUBERNETES_VALIDATE_VERSION}"));
+        }
         if !self.agents.is_empty() {
             let mut opts = BuildOptions::new(root);
             self.common.apply(&mut opts);
@@ -252,7 +286,7 @@ impl SetupFlags {
 
 /// What the machine has now.
 async fn look(root: &Path) -> Found {
-    let programs = ["dockerd", "mmdebstrap", "docker-registry", "npm", "git"];
+    let programs = ["dockerd", "mmdebstrap", "docker-registry", "npm", "git", "docker-compose", "podman"];
     let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
     let components = std::process::Command::new("rustup")
         .args(["component", "list", "--installed"])
@@ -275,6 +309,11 @@ async fn look(root: &Path) -> Found {
             .is_ok_and(|o| o.status.success()),
         components,
         devcontainer: root.join(DEVCONTAINER_DIR).join("node_modules/.bin/devcontainer").is_file(),
+        kubernetes_validate: root.join(KUBERNETES_VALIDATE_DIR).join("bin/kubernetes-validate").is_file(),
+        python_venv: std::process::Command::new("python3")
+            .args(["-c", "import ensurepip, venv"])
+            .output()
+            .is_ok_and(|o| o.status.success()),
         debian: os_release.lines().any(|l| l == "ID=debian"),
     }
 }
@@ -379,9 +418,26 @@ mod tests {
         assert_eq!(quick.packages, ["docker.io", "mmdebstrap"]);
         assert!(quick.engine && !quick.nextest && !quick.devcontainer);
         let tests = missing(&bare, true);
-        assert_eq!(tests.packages, ["docker.io", "mmdebstrap", "docker-registry", "nodejs", "npm", "git"]);
+        assert_eq!(
+            tests.packages,
+            [
+                "docker.io",
+                "mmdebstrap",
+                "docker-registry",
+                "nodejs",
+                "npm",
+                "git",
+                "docker-compose",
+                "podman",
+                "python3-venv"
+            ]
+        );
         assert_eq!(tests.components, ["rustfmt", "clippy"]);
         assert!(tests.nextest && tests.devcontainer && tests.runsc && tests.register_runsc);
+        assert!(tests.kubernetes_validate && !quick.kubernetes_validate);
+        // Python's venv there already: only the validator.
+        let with_venv = missing(&Found { python_venv: true, ..bare.clone() }, true);
+        assert!(!with_venv.packages.contains(&"python3-venv") && with_venv.kubernetes_validate);
         assert!(!quick.runsc && !quick.register_runsc, "gVisor is the suites' need, not the quick start's");
     }
 
@@ -389,13 +445,15 @@ mod tests {
     fn what_is_there_is_not_installed_again() {
         let ready = Found {
             engine_answers: true,
-            on_path: vec!["mmdebstrap", "docker-registry", "npm", "git"],
+            on_path: vec!["mmdebstrap", "docker-registry", "npm", "git", "docker-compose", "podman"],
             nextest: true,
             components: vec![
                 "rustfmt-x86_64-unknown-linux-gnu".into(),
                 "clippy-x86_64-unknown-linux-gnu".into(),
             ],
             devcontainer: true,
+            kubernetes_validate: true,
+            python_venv: true,
             debian: true,
             runsc: true,
             runsc_registered: true,

@@ -350,3 +350,136 @@ tr '\0' '\n' < /proc/$pane/environ | grep '^ANTHROPIC_' | sort"#;
     assert!(denials.stdout.contains("\"name\":\"example.com\""), "the gate refused it: {denials:?}");
     Ok(())
 }
+
+/// The sidecar compose example, brought up by the real docker-compose (Debian's; `cargo xtask
+/// setup --tests` installs it), its namespace's holder on a private network whose DNS peer is
+/// the gateway's resolver. Taken down with its volumes when dropped.
+struct ComposeRun {
+    project: String,
+    files: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl ComposeRun {
+    fn compose(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
+        let mut cmd = std::process::Command::new("docker-compose");
+        cmd.args(["--ansi", "never", "-p", &self.project]);
+        for file in &self.files {
+            cmd.args(["-f", file]);
+        }
+        cmd.args(args).envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd.output().map_err(|e| {
+            anyhow::anyhow!("cannot run docker-compose ({e}): `cargo xtask setup --tests` installs Debian's")
+        })
+    }
+
+    fn id(&self, service: &str) -> anyhow::Result<String> {
+        let out = self.compose(&["ps", "-q", service])?;
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        anyhow::ensure!(!id.is_empty(), "compose has no {service} container: {out:?}");
+        Ok(id)
+    }
+}
+
+impl Drop for ComposeRun {
+    fn drop(&mut self) {
+        let _ = self.compose(&["down", "--volumes", "--timeout", "1"]);
+    }
+}
+
+#[tokio::test]
+async fn net_admin_the_sidecar_compose_example_runs_with_docker_compose() -> anyhow::Result<()> {
+    use sandbox_tests::docker::{copy_in, exec};
+    use sandbox_tests::probe::{PROBE, probe_binary, spawn};
+
+    let claude = image("claude").await?;
+    let example = sandbox_tests::root().join("examples/compose-sidecar.yaml");
+    let file: Value = yaml_serde::from_str(&std::fs::read_to_string(&example)?)?;
+    for service in ["net", "gateway", "claude"] {
+        assert_eq!(file["services"][service]["image"], claude.as_str(), "the image the build tags");
+    }
+    // The gateway's capabilities are the launcher's, from the one definition.
+    let mut caps: Vec<&str> =
+        file["services"]["gateway"]["cap_add"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let mut launchers = sandbox_init::policy::layout::GATEWAY_CAPS.to_vec();
+    caps.sort_unstable();
+    launchers.sort_unstable();
+    assert_eq!(caps, launchers);
+
+    let world =
+        sandbox_tests::peers::ResolvedNet::start("compose", &["platform.claude.com", "example.com"]).await?;
+    let workspace = tempfile::tempdir()?;
+    std::fs::write(workspace.path().join("README.md"), "the user's project\n")?;
+    let overrides = tempfile::Builder::new().suffix(".yaml").tempfile()?;
+    std::fs::write(
+        overrides.path(),
+        format!("networks:\n  default:\n    external: true\n    name: {}\n", world.net.name),
+    )?;
+    let run = ComposeRun {
+        project: format!("agentsandboxtestcompose{}", std::process::id()),
+        files: vec![example.display().to_string(), overrides.path().display().to_string()],
+        env: vec![
+            ("WORKSPACE".into(), workspace.path().display().to_string()),
+            ("SANDBOX_DNS".into(), world.dns.ipv4.to_string()),
+            ("ANTHROPIC_API_KEY".into(), KEY.into()),
+        ],
+    };
+    let up = run.compose(&["up", "-d"])?;
+    anyhow::ensure!(up.status.success(), "docker-compose up: {}", String::from_utf8_lossy(&up.stderr));
+    let (agent, gateway) = (run.id("claude")?, run.id("gateway")?);
+    let started = std::time::Instant::now();
+    loop {
+        let (out, err) = sandbox_tests::docker::container_logs(&agent).await?;
+        if format!("{out}{err}").contains("sandbox ready: agent container") {
+            break;
+        }
+        anyhow::ensure!(started.elapsed().as_secs() < 60, "the agent's session did not start: {out}{err}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    // Every process of the agent's container, its PID 1 and the session's included: uid 1000,
+    // no capability in any set, no privilege to gain.
+    let processes = sandbox_tests::assert::processes_of(&agent).await?;
+    assert!(processes.iter().any(|p| p.name == "tmux: server"), "{processes:?}");
+    processes.iter().for_each(sandbox_tests::assert::assert_unprivileged);
+    let readme = exec(&agent, &["sandbox-exec", "--", "cat", "/workspace/README.md"], None).await?;
+    assert_eq!(readme.stdout, "the user's project\n", "{readme:?}");
+
+    // The key: the gateway's; the session has the forwarder's address and a placeholder.
+    let pane = exec(
+        &agent,
+        &["sandbox-exec", "--", "tmux", "display-message", "-p", "-t", "agent", "#{pane_pid}"],
+        None,
+    )
+    .await?;
+    let environ = exec(&agent, &["cat", &format!("/proc/{}/environ", pane.stdout.trim())], None).await?;
+    assert!(environ.stdout.contains("ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
+    assert!(!environ.stdout.contains(KEY), "the agent's session has the key: {environ:?}");
+    let inspect =
+        exec(&agent, &["sh", "-c", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"], None).await?;
+    assert!(!inspect.stdout.contains(KEY), "a process of the agent's container has the key");
+
+    // Through the gateway: an allowed name is reached, any other is refused at the gate and
+    // never asked upstream.
+    copy_in(&agent, PROBE, &std::fs::read(probe_binary()?)?, 0o755).await?;
+    let allowed =
+        spawn(&agent, true, &["tcp", "platform.claude.com", "443", "--timeout-ms", "3000"]).await??;
+    assert_eq!(allowed.outcome(), "connected", "{:?}", allowed.fields);
+    let refused = spawn(&agent, true, &["tcp", "example.com", "443", "--timeout-ms", "3000"]).await??;
+    assert!(refused.outcome().starts_with("dns:"), "{:?}", refused.fields);
+    let asked = world.dns.dns_queries().await?;
+    assert!(asked.iter().any(|q| q.contains("platform.claude.com")), "{asked:?}");
+    assert!(
+        !asked.iter().any(|q| q.contains("example.com")),
+        "the gate asked upstream for a refused name: {asked:?}"
+    );
+    let denials = exec(&gateway, &["cat", "/run/agent-sandbox/denials.jsonl"], None).await?;
+    assert!(denials.stdout.contains("example.com"), "the gateway logs the refusal: {denials:?}");
+
+    // `down` takes every container it made.
+    let down = run.compose(&["down", "--volumes", "--timeout", "1"])?;
+    anyhow::ensure!(down.status.success(), "docker-compose down: {}", String::from_utf8_lossy(&down.stderr));
+    let left = run.compose(&["ps", "-q"])?;
+    assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "{left:?}");
+    Ok(())
+}
