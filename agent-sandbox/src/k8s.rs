@@ -2,8 +2,9 @@
 //! The gateway is a native sidecar (an init container with `restartPolicy: Always`, Kubernetes
 //! 1.29 and later) with NET_ADMIN and the keys; the agent's container meets the restricted Pod
 //! Security Standard; the two share the pod's network namespace, as the launcher's pair shares
-//! its holder's. `--template` wraps the same pod in a kubernetes-sigs/agent-sandbox
-//! SandboxTemplate, with an egress NetworkPolicy under the gateway's names.
+//! its holder's, and a NetworkPolicy keeps the pod from private and link-local addresses under the
+//! gateway's names. `--template` wraps the same pod in a kubernetes-sigs/agent-sandbox
+//! SandboxTemplate, whose controller makes that policy from the template's rules.
 //!
 //! [`render`] is pure; [`run`] reads what it needs from the flags and from the image in the
 //! local engine: its state folders, and the APIs its policy reaches, whose keys the gateway holds.
@@ -167,7 +168,11 @@ fn config_key(path: &str) -> String {
 /// SandboxTemplate; comments first saying what the cluster needs.
 pub fn render(spec: &PodSpec) -> String {
     let name = &spec.name;
-    let labels = json!({ "app.kubernetes.io/name": "agent-sandbox", "agent-sandbox/agent": spec.agent });
+    let labels = json!({
+        "app.kubernetes.io/name": "agent-sandbox",
+        "agent-sandbox/agent": spec.agent,
+        "agent-sandbox/sandbox": name,
+    });
     let mut out = header(spec);
     if !spec.drop_ins.is_empty() {
         let data: serde_json::Map<String, Value> =
@@ -193,6 +198,20 @@ pub fn render(spec: &PodSpec) -> String {
             },
         })
     } else {
+        // The address layer under the gateway's names, as the SandboxTemplate's controller
+        // would make it: this pod's egress, and nothing in.
+        let policy = json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": { "name": name, "labels": labels },
+            "spec": {
+                "podSelector": { "matchLabels": { "agent-sandbox/sandbox": name } },
+                "policyTypes": ["Ingress", "Egress"],
+                "egress": egress(spec.dns),
+            },
+        });
+        out.push_str("---\n");
+        out.push_str(&yaml(&policy));
         json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -327,7 +346,7 @@ fn pod_spec(spec: &PodSpec) -> Value {
     pod
 }
 
-/// The SandboxTemplate's egress: DNS to the cluster's resolver (or the one given), and the
+/// The pod's egress (its NetworkPolicy, or the SandboxTemplate's): DNS to the cluster's resolver (or the one given), and the
 /// internet but private, shared and link-local ranges. Ingress is the controller's default: none.
 fn egress(dns: IpAddr) -> Value {
     let resolver = match dns {

@@ -36,6 +36,8 @@ fn bytes(size: &str) -> i64 {
 }
 
 const KEY: &str = "sk-ant-example-test-key-not-real";
+/// How both compose files take the project: from WORKSPACE, with no default.
+const WORKSPACE_SOURCE: &str = "${WORKSPACE:?set WORKSPACE to your project folder}";
 
 fn example(path: &str) -> anyhow::Result<String> {
     Ok(std::fs::read_to_string(sandbox_tests::root().join("examples").join(path))?)
@@ -91,7 +93,8 @@ fn compose_from(text: &str) -> anyhow::Result<Run> {
     }
     for volume in strings(&service["volumes"]) {
         let (source, target) = volume.rsplit_once(':').expect("source:target");
-        let source = if source == "${WORKSPACE:-.}" { "workspace" } else { source };
+        // Required: a default (`.`) would be the compose file's own folder, the agent's to rewrite.
+        let source = if source == WORKSPACE_SOURCE { "workspace" } else { source };
         if source != "workspace" {
             assert!(file["volumes"].get(source).is_some(), "{source} is a declared named volume");
         }

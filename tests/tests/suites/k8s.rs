@@ -89,11 +89,17 @@ async fn the_pod_and_the_sandbox_templates_pod_pass_kubernetes_schema_and_a_brok
 
     let pod = k8s(&launcher, &base).await?;
     let kinds: Vec<&str> = pod.iter().map(|d| d["kind"].as_str().unwrap_or_default()).collect();
-    assert_eq!(kinds, ["ConfigMap", "Pod"]);
+    assert_eq!(kinds, ["ConfigMap", "NetworkPolicy", "Pod"]);
+    // The policy selects this pod alone, lets nothing in, and keeps it from private addresses.
+    let policy = &pod[1]["spec"];
+    assert_eq!(policy["podSelector"]["matchLabels"]["agent-sandbox/sandbox"], pod[2]["metadata"]["name"]);
+    assert_eq!(pod[2]["metadata"]["labels"]["agent-sandbox/sandbox"], pod[2]["metadata"]["name"]);
+    assert_eq!(policy["policyTypes"], serde_json::json!(["Ingress", "Egress"]));
+    assert!(policy.get("ingress").is_none());
     validate(&pod)?.map_err(anyhow::Error::msg)?;
     // The key of the image's API in the gateway alone, from the Secret, as a file sandbox-init
     // takes (a subPath mount: not the link a Secret folder holds).
-    let spec = &pod[1]["spec"];
+    let spec = &pod[2]["spec"];
     let gateway = &spec["initContainers"][0];
     let key = gateway["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "keys");
     let key = key.expect("the gateway mounts claude's key");
@@ -103,14 +109,16 @@ async fn the_pod_and_the_sandbox_templates_pod_pass_kubernetes_schema_and_a_brok
 
     // The validator refuses what Kubernetes would: the control that it checks anything.
     let mut broken = pod.clone();
-    broken[1]["spec"]["initContainers"][0]["restartPolicyy"] = "Always".into();
+    broken[2]["spec"]["initContainers"][0]["restartPolicyy"] = "Always".into();
     let refused = validate(&broken)?.expect_err("a field Kubernetes does not know passed");
     assert!(refused.contains("restartPolicyy"), "{refused}");
     let mut broken = pod.clone();
-    broken[1]["spec"]["containers"][0]["securityContext"]["runAsUser"] = "agent".into();
+    broken[2]["spec"]["containers"][0]["securityContext"]["runAsUser"] = "agent".into();
     assert!(validate(&broken)?.is_err(), "a uid that is not a number passed");
 
     let template = k8s(&launcher, &[&base[..], &["--template"]].concat()).await?;
+    let kinds: Vec<&str> = template.iter().map(|d| d["kind"].as_str().unwrap_or_default()).collect();
+    assert_eq!(kinds, ["ConfigMap", "SandboxTemplate"], "the controller makes the template's policy");
     let sandbox_template = &template[1];
     assert_eq!(sandbox_template["apiVersion"], "extensions.agents.x-k8s.io/v1beta1");
     assert_eq!(sandbox_template["kind"], "SandboxTemplate");
@@ -160,8 +168,9 @@ async fn gvisor_a_loopback_resolver_and_a_bad_policy_are_refused_with_their_code
     let kata =
         k8s(&launcher, &["shell", "--image", &shell, "--dns", "10.96.0.10", "--runtime-class", "kata"])
             .await?;
-    assert_eq!(kata[0]["spec"]["runtimeClassName"], "kata");
-    assert!(!kata[0]["spec"]["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "keys"));
+    let kata_pod = kata.iter().find(|d| d["kind"] == "Pod").expect("a Pod");
+    assert_eq!(kata_pod["spec"]["runtimeClassName"], "kata");
+    assert!(!kata_pod["spec"]["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "keys"));
     validate(&kata)?.map_err(anyhow::Error::msg)?;
     Ok(())
 }
@@ -190,7 +199,9 @@ async fn net_admin_the_printed_pod_runs_its_gateway_as_a_sidecar_and_its_agent_w
     let dns = world.dns.ipv4.to_string();
     let objects =
         k8s(&launcher, &["claude", "--dns", &dns, "--image", &claude, "--allow", "docs.rs"]).await?;
-    let [config, pod] = &objects[..] else { anyhow::bail!("a ConfigMap and a Pod: {objects:?}") };
+    let [config, _policy, pod] = &objects[..] else {
+        anyhow::bail!("a ConfigMap, a NetworkPolicy and a Pod: {objects:?}")
+    };
     let data: HashMap<String, String> = serde_json::from_value(config["data"].clone())?;
     let config_maps = HashMap::from([(config["metadata"]["name"].as_str().unwrap().to_string(), data)]);
     let secrets = HashMap::from([(
@@ -212,12 +223,17 @@ async fn net_admin_the_printed_pod_runs_its_gateway_as_a_sidecar_and_its_agent_w
     let processes = processes_of(agent).await?;
     assert!(processes.iter().any(|p| p.name == "tmux: server"), "{processes:?}");
     processes.iter().for_each(assert_unprivileged);
-    // The gateway's PID 1 holds no capability beyond those the pod gives it.
+    // The gateway's container has exactly the capabilities the pod gives it (a process started
+    // in it shows the container's bounding set; PID 1 narrows its own further), and no way to
+    // gain more.
     let given: u64 = [12u32, 10, 0, 7, 6, 8, 5].iter().map(|c| 1u64 << c).sum();
+    let gateway_status = exec(gateway, &["cat", "/proc/self/status"], None).await?.stdout;
+    let field = |name: &str| gateway_status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    assert_eq!(u64::from_str_radix(field("CapBnd:").unwrap_or_default(), 16)?, given, "{gateway_status}");
+    assert_eq!(field("NoNewPrivs:"), Some("1"), "{gateway_status}");
     let pid1 = processes_of(gateway).await?.into_iter().find(|p| p.pid == "1").expect("the gateway's PID 1");
     let bounding = u64::from_str_radix(&pid1.fields["CapBnd"], 16)?;
-    assert_eq!(bounding & !given, 0, "the gateway holds more than the pod gives: {:?}", pid1.fields);
-    assert_eq!(pid1.fields["NoNewPrivs"], "1");
+    assert_eq!(bounding & !given, 0, "the gateway's PID 1 holds more than the pod gives: {:?}", pid1.fields);
 
     // The key: the gateway took it from the Secret's file; the session has a placeholder.
     let pane = exec(

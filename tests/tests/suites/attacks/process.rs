@@ -603,3 +603,52 @@ async fn the_agent_cannot_make_the_users_git_run_its_commands() -> anyhow::Resul
     assert!(users_git_status_runs_the_agents_command(&project)?, "the control: the attack works unguarded");
     Ok(())
 }
+
+/// The folder `docker-compose config` mounts at /workspace for `file`, with `env`; or its error.
+fn compose_workspace(file: &std::path::Path, env: &[(&str, &str)]) -> anyhow::Result<Result<String, String>> {
+    let out = std::process::Command::new("docker-compose")
+        .args(["--ansi", "never", "-p", "attack", "-f"])
+        .arg(file)
+        .arg("config")
+        .env_remove("WORKSPACE")
+        .env("SANDBOX_DNS", "192.0.2.53")
+        .envs(env.iter().copied())
+        .output()?;
+    if !out.status.success() {
+        return Ok(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    let config: serde_json::Value = yaml_serde::from_str(&String::from_utf8_lossy(&out.stdout))?;
+    // docker-compose 1.29 prints each as `SOURCE:TARGET:MODE`.
+    let volumes = config["services"]["claude"]["volumes"].as_array().cloned().unwrap_or_default();
+    let workspace = volumes
+        .iter()
+        .filter_map(|v| v.as_str())
+        .find_map(|v| v.strip_suffix(":/workspace:rw").map(str::to_string));
+    Ok(workspace.ok_or_else(|| format!("no /workspace in {config}")))
+}
+
+/// The agent writes what is mounted at /workspace. A compose file that defaulted the project to
+/// `.` would mount its own folder there when WORKSPACE is unset (the examples' folder, or the
+/// project a user copied it into), and the agent could add a privileged service that the next
+/// `up` runs as root on the host. The sidecar example (run by the real docker-compose here)
+/// refuses to start without WORKSPACE; the control is the same file with the old default.
+#[test]
+fn the_agent_never_gets_the_compose_files_own_folder() -> anyhow::Result<()> {
+    let example = sandbox_tests::root().join("examples/compose-sidecar.yaml");
+    let refused = compose_workspace(&example, &[])?.expect_err("the example started without WORKSPACE");
+    assert!(refused.contains("WORKSPACE"), "{refused}");
+    let project = tempfile::tempdir()?;
+    let given = project.path().to_str().unwrap();
+    assert_eq!(compose_workspace(&example, &[("WORKSPACE", given)])?, Ok(given.to_string()));
+
+    // The control: with a default of `.`, the file's own folder is the agent's.
+    let copy = tempfile::tempdir()?;
+    let text = std::fs::read_to_string(&example)?;
+    let required =
+        text.lines().find(|l| l.contains("${WORKSPACE:?")).expect("the example requires WORKSPACE");
+    let defaulted = required.split("${WORKSPACE").next().unwrap().to_string() + "${WORKSPACE:-.}:/workspace";
+    let file = copy.path().join("compose.yaml");
+    std::fs::write(&file, text.replace(required, &defaulted))?;
+    assert_eq!(compose_workspace(&file, &[])?, Ok(copy.path().to_str().unwrap().to_string()));
+    Ok(())
+}
