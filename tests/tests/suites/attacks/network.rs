@@ -277,9 +277,11 @@ async fn a_connection_to_a_removed_name_is_cut_at_reload() -> anyhow::Result<()>
     let entry = |name: &str| format!("  - domain: {name}\n    opaque: [{echo}]\n");
     let both = format!("version: 1\ndomains:\n{}{}", entry("kept.test"), entry("gone.test"));
     let sb = SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("r.yaml", &both).start().await?;
-    let gone = sb.probe_in_background(&["hold", "gone.test", &echo, "--ms", "6000"]);
-    let kept = sb.probe_in_background(&["hold", "kept.test", &echo, "--ms", "6000"]);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let gone = sb.probe_in_background(&["hold", "gone.test", &echo, "--ms", "9000"]);
+    let kept = sb.probe_in_background(&["hold", "kept.test", &echo, "--ms", "9000"]);
+    // Long enough for both to connect and ping: under gVisor with three other tests running, a
+    // probe's exec has taken over 1.2 s to start (it then connected just before the reload).
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     sb.write_drop_in("r.yaml", &format!("version: 1\ndomains:\n{}", entry("kept.test")))?;
     reload(&sb, 1).await?;
     let gone = gone.await??;
