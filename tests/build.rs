@@ -17,7 +17,7 @@ fn main() {
     names.sort();
     let modules: String = names
         .iter()
-        .map(|name| format!("mod {} {{ contract_tests!(\"{name}\"); }}\n", name.replace('-', "_")))
+        .map(|name| format!("mod {} {{ contract_tests!(\"{name}\"); }}\n", module(name)))
         .collect();
     let out_dir = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     std::fs::write(Path::new(&out_dir).join("contract_images.rs"), modules).expect("OUT_DIR is writable");
@@ -31,8 +31,22 @@ fn main() {
             let turn = std::fs::read_to_string(&path).ok()?;
             let refresh = turn.lines().any(|line| line.starts_with("refresh:"));
             let refresh = if refresh { format!(" refresh_tests!(\"{name}\");") } else { String::new() };
-            Some(format!("mod {} {{ agent_tests!(\"{name}\");{refresh} }}\n", name.replace('-', "_")))
+            Some(format!("mod {} {{ agent_tests!(\"{name}\");{refresh} }}\n", module(name)))
         })
         .collect();
     std::fs::write(Path::new(&out_dir).join("agent_turns.rs"), turns).expect("OUT_DIR is writable");
+}
+
+/// An image's module name: `-` becomes `_`, and a Rust keyword (an image named `continue`) is
+/// written raw: its tests are `contract::r#continue::…`.
+fn module(name: &str) -> String {
+    const KEYWORDS: &[&str] = &[
+        "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "do", "dyn",
+        "else", "enum", "extern", "false", "final", "fn", "for", "gen", "if", "impl", "in", "let", "loop",
+        "macro", "match", "mod", "move", "mut", "override", "priv", "pub", "ref", "return", "static",
+        "struct", "trait", "true", "try", "type", "typeof", "unsafe", "unsized", "use", "virtual", "where",
+        "while", "yield",
+    ];
+    let ident = name.replace('-', "_");
+    if KEYWORDS.contains(&ident.as_str()) { format!("r#{ident}") } else { ident }
 }

@@ -3,7 +3,8 @@
 //! CLI. The first request of a turn is answered with a tool call that writes [`FILE`] (in the
 //! shape of the tool the CLI offered: Claude Code's `Write`, Codex's `exec`, OpenCode's `write`
 //! (or its `apply_patch`, which it offers with a ChatGPT sign-in),
-//! Qwen's and Gemini's `write_file`, Copilot's `create`; for Aider, which offers none, a reply
+//! Qwen's and Gemini's `write_file`, Copilot's `create`, Continue's `Write` (over Chat
+//! Completions, with `filepath`); for Aider, which offers none, a reply
 //! in its whole-file edit format), the request carrying the tool's result with a final message.
 //! Streamed as the CLIs ask (SSE), each request logged by the caller with its credentials and
 //! the tools it offered. A sign-in's APIs too: ChatGPT's backend (Codex compresses what it sends
@@ -231,6 +232,9 @@ fn chat(done: bool, tools: &[String], streamed: bool) -> Answer {
         Some(("write_file", json!({"file_path": FILE, "content": CONTENT})))
     } else if tools.iter().any(|t| t == "create") {
         Some(("create", json!({"path": FILE, "file_text": CONTENT})))
+    } else if tools.iter().any(|t| t == "Write") {
+        // Continue's CLI (cn) over Chat Completions: its `Write` takes `filepath`.
+        Some(("Write", json!({"filepath": FILE, "content": CONTENT})))
     } else {
         None
     };
@@ -304,6 +308,10 @@ mod tests {
             "{}",
             answer.body
         );
+        let cn =
+            br#"{"stream":true,"tools":[{"type":"function","function":{"name":"Write"}}],"messages":[]}"#;
+        let answer = self::answer("POST", "/v1/chat/completions", cn).body;
+        assert!(answer.contains("\"Write\"") && answer.contains("filepath"), "{answer}");
         let qwen = br#"{"stream":true,"tools":[{"type":"function","function":{"name":"write_file"}}],"messages":[]}"#;
         assert!(self::answer("POST", "/v1/chat/completions", qwen).body.contains("\"write_file\""));
         let back = br#"{"stream":true,"tools":[{"type":"function","function":{"name":"write_file"}}],"messages":[{"role":"tool","content":"ok"}]}"#;
