@@ -11,6 +11,10 @@ use sha2::{Digest, Sha256};
 /// nothing. `turn.yaml`: the agent CLI's headless turn (the agents:: suite); `signin.yaml`: where
 /// its sign-in hosts are read out of the installed CLI (the contract suite).
 pub const TEST_ONLY: &[&str] = &["turn.yaml", "signin.yaml"];
+/// Endings of files no checkout has: insta's pending snapshots, left by a failed snapshot test
+/// in sandbox-init's sources (which are hashed the same way). Read, they made one machine's
+/// images.lock differ from a clean clone's.
+const NEVER_COMMITTED: &[&str] = &[".snap.new", ".pending-snap"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextFile {
@@ -25,7 +29,7 @@ pub struct BuildContext {
 }
 
 impl BuildContext {
-    /// Reads every file under `dir` but [`TEST_ONLY`]. Symbolic links are refused: the engine
+    /// Reads every file under `dir` but [`TEST_ONLY`] and insta's pending snapshots. Symbolic links are refused: the engine
     /// would not follow them, and the hash would not see what they point to.
     pub fn from_dir(dir: &Path) -> anyhow::Result<BuildContext> {
         let mut ctx = BuildContext::default();
@@ -43,7 +47,7 @@ impl BuildContext {
                 } else if meta.is_file() {
                     let rel = path.strip_prefix(dir).expect("walked from dir");
                     let rel = rel.to_string_lossy().replace('\\', "/");
-                    if TEST_ONLY.contains(&rel.as_str()) {
+                    if TEST_ONLY.contains(&rel.as_str()) || NEVER_COMMITTED.iter().any(|e| rel.ends_with(e)) {
                         continue;
                     }
                     let data =
@@ -130,6 +134,19 @@ mod tests {
 
     fn args(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn pending_snapshots_are_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("snapshots")).unwrap();
+        std::fs::write(dir.path().join("lib.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(dir.path().join("snapshots/a.snap"), "kept\n").unwrap();
+        std::fs::write(dir.path().join("snapshots/a.snap.new"), "pending\n").unwrap();
+        std::fs::write(dir.path().join("snapshots/.b.pending-snap"), "pending\n").unwrap();
+        let read = BuildContext::from_dir(dir.path()).unwrap();
+        let names: Vec<&String> = read.files.keys().collect();
+        assert_eq!(names, ["lib.rs", "snapshots/a.snap"]);
     }
 
     #[test]
