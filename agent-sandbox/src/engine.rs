@@ -184,6 +184,15 @@ impl ImageFacts {
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.iter().find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
     }
+
+    /// The image's state folders (`SANDBOX_STATE_DIRS`), those under the agent's home.
+    pub fn state_dirs(&self) -> Vec<String> {
+        let dirs = self.env_var(sandbox_policy::layout::STATE_DIRS_ENV).unwrap_or_default();
+        dirs.split(':')
+            .filter(|d| d.starts_with(sandbox_policy::layout::AGENT_HOME))
+            .map(str::to_string)
+            .collect()
+    }
 }
 
 impl Engine {

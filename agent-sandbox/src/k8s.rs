@@ -11,15 +11,14 @@
 
 use std::net::IpAddr;
 
-use sandbox_policy::Policy;
 use sandbox_policy::layout::{
     AGENT_UID, DNS_ENV, DROP_IN_DIR, GATEWAY_CAPS, GATEWAY_READY, ROLE_ENV, RUN_DIR, SECRETS_DIR, SHARED_DIR,
-    STATE_DIRS_ENV, WORKSPACE,
+    WORKSPACE,
 };
 use serde_json::{Value, json};
 
 use crate::engine::Engine;
-use crate::exit::{Code, Failure, Result};
+use crate::exit::Result;
 use crate::flags::K8sFlags;
 use crate::host::bad;
 
@@ -76,11 +75,7 @@ pub async fn run(flags: &K8sFlags) -> Result<i32> {
     let engine = Engine::connect().await?;
     let (local, facts) = crate::run::image(&engine, &flags.agent, flags.image.as_deref()).await?;
     let baked = engine.file_in_image(&local, sandbox_policy::BAKED_POLICY).await?.unwrap_or_default();
-    let baked = Policy::from_yaml(
-        std::path::Path::new(sandbox_policy::BAKED_POLICY),
-        &String::from_utf8_lossy(&baked),
-    )
-    .map_err(|e| Failure::new(Code::BadPolicy, format!("the image's policy: {e}")))?;
+    let baked = crate::run::parse_baked_policy(&baked)?;
     // The cluster pulls: the digest the lock pins unless an image was named.
     let image = match (&flags.image, crate::run::pinned(&flags.agent)?) {
         (None, Some(pinned)) => pinned,
@@ -108,13 +103,7 @@ pub async fn run(flags: &K8sFlags) -> Result<i32> {
         agent: flags.agent.clone(),
         image,
         dns: flags.dns,
-        state_dirs: facts
-            .env_var(STATE_DIRS_ENV)
-            .unwrap_or_default()
-            .split(':')
-            .filter(|d| d.starts_with(sandbox_policy::layout::AGENT_HOME))
-            .map(str::to_string)
-            .collect(),
+        state_dirs: facts.state_dirs(),
         keys,
         drop_ins,
         env,
@@ -371,6 +360,7 @@ fn egress(dns: IpAddr) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::Code;
 
     fn claude() -> PodSpec {
         PodSpec {

@@ -229,11 +229,13 @@ pub fn check_runtime(runtime: &str, args: Option<Vec<String>>) -> Result<()> {
 /// The image's own policy, read out of the created container.
 async fn baked_policy(sandbox: &Sandbox) -> Result<Policy> {
     let text = sandbox.get(sandbox_policy::BAKED_POLICY).await?.into_iter().next().map(|(_, b)| b);
-    Policy::from_yaml(
-        Path::new(sandbox_policy::BAKED_POLICY),
-        &String::from_utf8_lossy(&text.unwrap_or_default()),
-    )
-    .map_err(|e| Failure::new(Code::BadPolicy, format!("the image's policy: {e}")))
+    parse_baked_policy(&text.unwrap_or_default())
+}
+
+/// The image's own policy from its file's bytes (none: empty, which the parser refuses).
+pub fn parse_baked_policy(bytes: &[u8]) -> Result<Policy> {
+    Policy::from_yaml(Path::new(sandbox_policy::BAKED_POLICY), &String::from_utf8_lossy(bytes))
+        .map_err(|e| Failure::new(Code::BadPolicy, format!("the image's policy: {e}")))
 }
 
 /// `--image`, else `<prefix>/agent-<agent>:<version>` if the engine has it, else the digest

@@ -10,9 +10,7 @@ use std::path::Path;
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType};
 use sandbox_images::labels;
 use sandbox_policy::apis::APIS;
-use sandbox_policy::layout::{
-    AGENT_HOME, AGENT_UID, DNS_ENV, GATEWAY_CAPS, ROLE_ENV, RUN_DIR, SECRETS_DIR, SHARED_DIR, STATE_DIRS_ENV,
-};
+use sandbox_policy::layout::{AGENT_UID, DNS_ENV, GATEWAY_CAPS, ROLE_ENV, RUN_DIR, SECRETS_DIR, SHARED_DIR};
 use sandbox_policy::{Allowlist, Policy};
 
 use crate::approve::{self, RUNTIME_DROP_IN};
@@ -24,6 +22,8 @@ use crate::host::Host;
 use crate::identity;
 
 const DEFAULT_PIDS: i64 = 2048;
+/// The mode of sidecar mode's run-folder tmpfs in the agent's container (the agent's own).
+const RUN_DIR_MODE: &str = "mode=0755";
 /// The gateway's processes: PID 1, the name check, the forwarder, nft and the probes it starts.
 const GATEWAY_PIDS: i64 = 256;
 
@@ -73,13 +73,7 @@ impl SandboxSpec {
     ) -> Result<SandboxSpec> {
         let project = host.project.to_string_lossy().into_owned();
         let name = identity::container_name(&flags.agent, &host.project);
-        let state_dirs: Vec<String> = facts
-            .env_var(STATE_DIRS_ENV)
-            .unwrap_or_default()
-            .split(':')
-            .filter(|d| d.starts_with(AGENT_HOME))
-            .map(str::to_string)
-            .collect();
+        let state_dirs = facts.state_dirs();
         let base = flags.state.clone().unwrap_or_else(|| name.clone());
         let volumes: Vec<String> = state_dirs
             .iter()
@@ -180,7 +174,7 @@ impl SandboxSpec {
             host_config.security_opt = Some(vec!["no-new-privileges".into()]);
             host_config.tmpfs = Some(HashMap::from([(
                 RUN_DIR.to_string(),
-                format!("uid={AGENT_UID},gid={AGENT_UID},mode=0755"),
+                format!("uid={AGENT_UID},gid={AGENT_UID},{RUN_DIR_MODE}"),
             )]));
             host_config.mounts.get_or_insert_with(Vec::new).push(Mount {
                 target: Some(SHARED_DIR.into()),
@@ -270,14 +264,12 @@ impl SandboxSpec {
         })
     }
 
-    /// What Podman (4.3, through its Docker-compatible API) takes otherwise: a tmpfs chowned
-    /// with its own `U` option, as it refuses `uid=`.
+    /// What Podman (4.3, through its Docker-compatible API) takes otherwise: the agent's run
+    /// folder as a tmpfs given to the container's user by Podman's own `U` option, as it refuses
+    /// `uid=`. Only sidecar mode's agent container has that tmpfs.
     pub fn for_podman(&mut self) {
-        let bodies = [Some(&mut self.body), self.holder.as_mut(), self.gateway.as_mut()];
-        for host in bodies.into_iter().flatten().filter_map(|b| b.host_config.as_mut()) {
-            for options in host.tmpfs.iter_mut().flat_map(|t| t.values_mut()) {
-                *options = options.replace(&format!("uid={AGENT_UID},gid={AGENT_UID},"), "U,");
-            }
+        if let Some(tmpfs) = self.body.host_config.as_mut().and_then(|h| h.tmpfs.as_mut()) {
+            tmpfs.insert(RUN_DIR.to_string(), format!("U,{RUN_DIR_MODE}"));
         }
     }
 
@@ -388,7 +380,10 @@ mod tests {
 
     fn claude() -> ImageFacts {
         ImageFacts {
-            env: vec![format!("{STATE_DIRS_ENV}=/home/agent/.claude:/home/agent/.config/claude:/tmp/x")],
+            env: vec![format!(
+                "{}=/home/agent/.claude:/home/agent/.config/claude:/tmp/x",
+                sandbox_policy::layout::STATE_DIRS_ENV
+            )],
             labels: HashMap::new(),
         }
     }

@@ -261,6 +261,28 @@ pub async fn container_logs(id: &str) -> anyhow::Result<(String, String)> {
     split_output(docker.logs(id, Some(options))).await
 }
 
+/// Waits up to `seconds` for the container's log (stdout or stderr) to contain `needle`.
+pub async fn wait_for_log(id: &str, needle: &str, seconds: u64) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let (out, err) = container_logs(id).await?;
+        if out.contains(needle) || err.contains(needle) {
+            return Ok(());
+        }
+        anyhow::ensure!(started.elapsed().as_secs() < seconds, "`{needle}` not in {id}'s log: {out}{err}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The environment of the process in the session's pane (the agent's command), read as the
+/// container's own user in the agent's container: `NAME=VALUE` entries, NUL-separated.
+pub async fn pane_environ(container: &str) -> anyhow::Result<String> {
+    let tmux = ["sandbox-exec", "--", "tmux", "display-message", "-p", "-t", "agent", "#{pane_pid}"];
+    let pane = exec(container, &tmux, None).await?;
+    anyhow::ensure!(pane.code == 0 && !pane.stdout.trim().is_empty(), "{pane:?}");
+    Ok(exec(container, &["cat", &format!("/proc/{}/environ", pane.stdout.trim())], None).await?.stdout)
+}
+
 /// An engine output stream as (stdout, stderr).
 pub async fn split_output(
     mut output: impl futures_util::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>>

@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
-use bollard::query_parameters::LogsOptionsBuilder;
-use futures_util::StreamExt as _;
 
 use crate::docker::{TEST_LABEL, TestNet, container_logs, docker, drop_async, exec, force_remove};
 use crate::images::{forge_peer_image, peer_image};
@@ -201,23 +199,8 @@ impl Peer {
         let ipv4: IpAddr = settings.ip_address.context("no IPv4 address")?.parse()?;
         let ipv6: IpAddr = settings.global_ipv6_address.context("no IPv6 address")?.parse()?;
         let peer = Peer { id: created.id, ipv4, ipv6, _certs: certs };
-        peer.wait_for_log("peer ready").await?;
+        crate::docker::wait_for_log(&peer.id, "peer ready", 5).await?;
         Ok(peer)
-    }
-
-    async fn wait_for_log(&self, line: &str) -> anyhow::Result<()> {
-        let docker = docker().await?;
-        for _ in 0..100 {
-            let options = LogsOptionsBuilder::default().stdout(true).build();
-            let mut logs = docker.logs(&self.id, Some(options));
-            while let Some(Ok(chunk)) = logs.next().await {
-                if chunk.to_string().contains(line) {
-                    return Ok(());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        anyhow::bail!("peer {} never said `{line}`", self.id)
     }
 
     /// Makes the DNS peer answer `name` with `addr` (A or AAAA by its family) and this TTL.

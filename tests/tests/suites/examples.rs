@@ -430,15 +430,7 @@ async fn net_admin_the_sidecar_compose_example_runs_with_docker_compose() -> any
     let up = run.compose(&["up", "-d"])?;
     anyhow::ensure!(up.status.success(), "docker-compose up: {}", String::from_utf8_lossy(&up.stderr));
     let (agent, gateway) = (run.id("claude")?, run.id("gateway")?);
-    let started = std::time::Instant::now();
-    loop {
-        let (out, err) = sandbox_tests::docker::container_logs(&agent).await?;
-        if format!("{out}{err}").contains("sandbox ready: agent container") {
-            break;
-        }
-        anyhow::ensure!(started.elapsed().as_secs() < 60, "the agent's session did not start: {out}{err}");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    sandbox_tests::docker::wait_for_log(&agent, "sandbox ready: agent container", 60).await?;
 
     // Every process of the agent's container, its PID 1 and the session's included: uid 1000,
     // no capability in any set, no privilege to gain.
@@ -449,15 +441,9 @@ async fn net_admin_the_sidecar_compose_example_runs_with_docker_compose() -> any
     assert_eq!(readme.stdout, "the user's project\n", "{readme:?}");
 
     // The key: the gateway's; the session has the forwarder's address and a placeholder.
-    let pane = exec(
-        &agent,
-        &["sandbox-exec", "--", "tmux", "display-message", "-p", "-t", "agent", "#{pane_pid}"],
-        None,
-    )
-    .await?;
-    let environ = exec(&agent, &["cat", &format!("/proc/{}/environ", pane.stdout.trim())], None).await?;
-    assert!(environ.stdout.contains("ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
-    assert!(!environ.stdout.contains(KEY), "the agent's session has the key: {environ:?}");
+    let environ = sandbox_tests::docker::pane_environ(&agent).await?;
+    assert!(environ.contains("ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
+    assert!(!environ.contains(KEY), "the agent's session has the key: {environ:?}");
     let inspect =
         exec(&agent, &["sh", "-c", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"], None).await?;
     assert!(!inspect.stdout.contains(KEY), "a process of the agent's container has the key");

@@ -210,15 +210,7 @@ async fn net_admin_the_printed_pod_runs_its_gateway_as_a_sidecar_and_its_agent_w
     )]);
     let pod = sandbox_tests::kubelet::Pod::run(pod, &world.net.name, &secrets, &config_maps).await?;
     let (gateway, agent) = (pod.id("gateway"), pod.id("agent"));
-    let started = std::time::Instant::now();
-    loop {
-        let (out, err) = sandbox_tests::docker::container_logs(agent).await?;
-        if format!("{out}{err}").contains("sandbox ready: agent container") {
-            break;
-        }
-        anyhow::ensure!(started.elapsed().as_secs() < 60, "the agent's session did not start: {out}{err}");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    sandbox_tests::docker::wait_for_log(agent, "sandbox ready: agent container", 60).await?;
 
     let processes = processes_of(agent).await?;
     assert!(processes.iter().any(|p| p.name == "tmux: server"), "{processes:?}");
@@ -236,14 +228,8 @@ async fn net_admin_the_printed_pod_runs_its_gateway_as_a_sidecar_and_its_agent_w
     assert_eq!(bounding & !given, 0, "the gateway's PID 1 holds more than the pod gives: {:?}", pid1.fields);
 
     // The key: the gateway took it from the Secret's file; the session has a placeholder.
-    let pane = exec(
-        agent,
-        &["sandbox-exec", "--", "tmux", "display-message", "-p", "-t", "agent", "#{pane_pid}"],
-        None,
-    )
-    .await?;
-    let environ = exec(agent, &["cat", &format!("/proc/{}/environ", pane.stdout.trim())], None).await?;
-    assert!(environ.stdout.contains("ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
+    let environ = sandbox_tests::docker::pane_environ(agent).await?;
+    assert!(environ.contains("ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
     let everything =
         exec(agent, &["sh", "-c", "cat /proc/*/environ 2>/dev/null; grep -rs . /run /home /tmp"], None)
             .await?;
