@@ -253,7 +253,10 @@ impl Sandbox {
 
     /// Waits until PID 1's stdout contains `needle` `count` times.
     pub async fn wait_for_stdout(&self, needle: &str, count: usize) -> anyhow::Result<String> {
-        for _ in 0..200 {
+        // A deadline, not a count of tries: on CI's loaded cores one read of the log can take
+        // seconds.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
             let (stdout, _) = self.logs().await?;
             if stdout.matches(needle).count() >= count {
                 return Ok(stdout);

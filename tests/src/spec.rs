@@ -13,6 +13,7 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::WaitContainerOptions;
 use futures_util::StreamExt as _;
 use testcontainers::core::WaitFor;
+use testcontainers::core::logs::LogFrame;
 use testcontainers::runners::AsyncRunner as _;
 use testcontainers::{GenericImage, ImageExt as _};
 
@@ -244,16 +245,30 @@ impl SandboxSpec {
         let drop_ins = self.write_drop_ins()?;
         let host = self.host_config(&probe_binary()?, drop_ins.path());
         let (name, tag) = self.image.rsplit_once(':').context("image without a tag")?;
+        // What the container printed, kept for the error: testcontainers removes a container
+        // that never gets ready, and its log with it.
+        let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = printed.clone();
         let mut request = GenericImage::new(name, tag)
             .with_wait_for(WaitFor::message_on_stdout("sandbox ready"))
             .with_label(TEST_LABEL, "sandbox")
-            .with_startup_timeout(Duration::from_secs(30))
+            // Ready takes well under a second alone; CI's two cores under the full suites once
+            // took over 30 s to start one.
+            .with_startup_timeout(Duration::from_secs(90))
+            .with_log_consumer(move |frame: &LogFrame| {
+                let bytes = match frame {
+                    LogFrame::StdOut(bytes) | LogFrame::StdErr(bytes) => bytes,
+                };
+                sink.lock().expect("log sink").push_str(&String::from_utf8_lossy(bytes));
+            })
             .with_host_config_modifier(move |hc| *hc = overlay(hc, &host));
         for (k, v) in &self.env {
             request = request.with_env_var(k, v);
         }
-        let container =
-            request.start().await.with_context(|| format!("{} did not reach `sandbox ready`", self.image))?;
+        let container = request.start().await.with_context(|| {
+            let printed = printed.lock().expect("log sink");
+            format!("{} did not reach `sandbox ready`; it printed:\n{printed}", self.image)
+        })?;
         Ok(Sandbox::new(container.id().to_string(), Owner::Testcontainers(Box::new(container)), drop_ins))
     }
 
