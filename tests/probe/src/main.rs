@@ -80,7 +80,7 @@ probes, as a well-behaved agent (probes.rs):
   icmp ADDR
   hold HOST PORT --ms N [--http]
   dns NAME [--type T] [--id N] [--server IP] [--timeout-ms MS]
-  dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K] [--for-ms N]
+  dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K] [--for-ms N] [--pace-us P]
   pattern-sha N
   openai-jwt EXP SIGNATURE
 attacks, as a hostile agent (attacks.rs, hello.rs):

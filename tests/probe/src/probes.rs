@@ -470,14 +470,16 @@ pub fn dns(args: &Args) {
     }
 }
 
-/// `dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K] [--for-ms N]`: COUNT A
-/// queries for NAME (or, with --distinct, for q<i>.NAME, each a new name), K at a time, or as
-/// many as N ms allow; prints the median and 90th percentile latency and the rate.
+/// `dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K] [--for-ms N] [--pace-us P]`:
+/// COUNT A queries for NAME (or, with --distinct, for q<i>.NAME, each a new name), K at a time,
+/// each of the K waiting P µs between its queries, or as many as N ms allow; prints the median
+/// and 90th percentile latency and the rate.
 pub fn dns_bench(args: &Args) {
     let name = args.arg(1);
     let count: usize = args.arg(2).parse().unwrap_or(100);
     let distinct = args.has("--distinct");
     let concurrency: usize = args.number("--concurrency", 1);
+    let pace = Duration::from_micros(args.number("--pace-us", 0));
     let server = match args.flag("--server").and_then(|s| s.parse().ok()).or_else(nameserver) {
         Some(server) => server,
         None => return report(&[("outcome", "dns:no-nameserver".into())]),
@@ -504,6 +506,7 @@ pub fn dns_bench(args: &Args) {
                         }
                         _ => failures += 1,
                     }
+                    std::thread::sleep(pace);
                 }
                 (latencies, failures)
             })

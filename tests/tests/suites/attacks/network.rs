@@ -233,8 +233,14 @@ async fn a_reload_race_leaves_no_element_of_a_removed_name() -> anyhow::Result<(
         "removed.test",
         "10000000",
         "--distinct",
+        // Two queries always in flight, each asker pausing a millisecond between them: answers
+        // still race every reload, and the flood no longer takes the cores the tests beside it
+        // need (unpaced, eight at a time, it once held an offline sandbox's start past 30 s, and
+        // took 203 s itself in sidecar mode).
         "--concurrency",
-        "8",
+        "2",
+        "--pace-us",
+        "1000",
         // Longer than the reloads take on a loaded machine (50 took 128 s once): the queries
         // must outlast them, and are stopped below.
         "--for-ms",
