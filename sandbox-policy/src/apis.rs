@@ -19,7 +19,7 @@ pub struct KeyVar {
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Api {
-    /// The name an image lists in `SANDBOX_APIS`.
+    /// The API's name: the key's secret file and `apis:` in a policy use it.
     pub name: &'static str,
     /// The only host the forwarder sends to (HTTPS, port 443).
     pub host: &'static str,
@@ -84,6 +84,24 @@ pub const APIS: &[Api] = &[
         // gemini image's system defaults select it (a user's own settings still win).
         session: &[("GEMINI_CLI_SYSTEM_DEFAULTS_PATH", "/etc/agent-sandbox/gemini-cli-defaults.json")],
     },
+    Api {
+        name: "mistral",
+        host: "api.mistral.ai",
+        port: 15104,
+        keys: &[KeyVar {
+            var: "MISTRAL_API_KEY",
+            header: "authorization",
+            prefix: "Bearer ",
+            placeholder: "held-by-agent-sandbox",
+        }],
+        // Mistral's SDKs take no base-URL variable. Mistral Vibe takes its providers from
+        // VIBE_PROVIDERS (JSON, over its defaults): its `mistral` provider, pointed here.
+        base_urls: &[],
+        session: &[(
+            "VIBE_PROVIDERS",
+            r#"[{"name":"mistral","api_base":"http://127.0.0.1:15104/v1","api_key_env_var":"MISTRAL_API_KEY","backend":"mistral"}]"#,
+        )],
+    },
 ];
 
 /// The API named `name`.
@@ -105,7 +123,14 @@ mod tests {
         for api in APIS {
             assert!(seen.insert(api.name) && seen.insert(api.host), "{api:?}");
             assert!(api.port > 15100 && api.port < 15200, "{api:?}");
-            assert!(!api.keys.is_empty() && !api.base_urls.is_empty(), "{api:?}");
+            // Something points a CLI at the forwarder: a base-URL variable, or a session
+            // variable naming the forwarder's own address.
+            let here = format!("http://127.0.0.1:{}/", api.port);
+            assert!(
+                !api.keys.is_empty()
+                    && (!api.base_urls.is_empty() || api.session.iter().any(|(_, v)| v.contains(&here))),
+                "{api:?}"
+            );
         }
         let vars: Vec<&str> = key_vars().collect();
         let unique: std::collections::HashSet<&&str> = vars.iter().collect();

@@ -75,7 +75,7 @@ fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<
         }
     }
     // Content given by its link: Anthropic's `{"type": "url", "url": …}` sources, OpenAI's
-    // `image_url` and `file_url`, Gemini's `fileData.fileUri`.
+    // `image_url` and `file_url`, Mistral's `document_url`, Gemini's `fileData.fileUri`.
     let link = |value: Option<&Value>| -> Option<String> {
         let value = value?;
         let url = value.as_str().or_else(|| value.get("url").and_then(Value::as_str))?;
@@ -87,6 +87,7 @@ fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<
             .flatten(),
         link(object.get("image_url")),
         link(object.get("file_url")),
+        link(object.get("document_url")),
         link(object.get("file_uri")),
         link(object.get("fileUri")),
     ];
@@ -169,6 +170,18 @@ mod tests {
             (
                 "openai",
                 r#"{"input":[{"content":[{"type":"input_file","file_url":"https://x.test/a.pdf"}]}]}"#,
+            ),
+            (
+                "mistral",
+                r#"{"messages":[{"role":"user","content":[{"type":"document_url","document_url":"https://x.test/a.pdf"}]}]}"#,
+            ),
+            (
+                "mistral",
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":"https://x.test/a.png"}]}]}"#,
+            ),
+            (
+                "mistral",
+                r#"{"inputs":[{"role":"user","content":[{"type":"document_url","document_url":"https://x.test/a.pdf"}]}]}"#,
             ),
             (
                 "gemini",

@@ -3,7 +3,7 @@
 //! CLI. The first request of a turn is answered with a tool call that writes [`FILE`] (in the
 //! shape of the tool the CLI offered: Claude Code's `Write`, Codex's `exec`, OpenCode's `write`
 //! (or its `apply_patch`, which it offers with a ChatGPT sign-in),
-//! Qwen's and Gemini's `write_file`, Copilot's `create`, Continue's `Write` (over Chat
+//! Qwen's and Gemini's `write_file` (or Mistral Vibe's, which takes `path`), Copilot's `create`, Continue's `Write` (over Chat
 //! Completions, with `filepath`); for Aider, which offers none, a reply
 //! in its whole-file edit format), the request carrying the tool's result with a final message.
 //! Streamed as the CLIs ask (SSE), each request logged by the caller with its credentials and
@@ -77,7 +77,7 @@ pub fn answer(method: &str, path: &str, body: &[u8]) -> Answer {
         }
         ("POST", "/v1/chat/completions") => {
             let streamed = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
-            chat(done, &tools, streamed)
+            chat(done, &tools, streamed, &required(&request, "write_file"))
         }
         ("POST", p) if p.starts_with("/v1beta/models/") && p.ends_with(":streamGenerateContent") => {
             gemini(done, offers("write_file"))
@@ -225,11 +225,37 @@ fn responses(done: bool, write: bool, exec: bool, apply_patch: bool) -> Answer {
     )
 }
 
-fn chat(done: bool, tools: &[String], streamed: bool) -> Answer {
+/// The parameters the request's tool `name` declares required (its JSON Schema's `required`,
+/// under `parameters`, `input_schema` or `parametersJsonSchema`), wherever the API nests it.
+fn required(value: &Value, name: &str) -> Vec<String> {
+    match value {
+        Value::Object(map) => {
+            if map.get("name").and_then(Value::as_str) == Some(name) {
+                let schema =
+                    ["parameters", "input_schema", "parametersJsonSchema"].iter().find_map(|k| map.get(*k));
+                if let Some(list) = schema.and_then(|s| s.get("required")).and_then(Value::as_array) {
+                    return list.iter().filter_map(Value::as_str).map(str::to_string).collect();
+                }
+            }
+            map.values()
+                .map(|child| required(child, name))
+                .find(|found| !found.is_empty())
+                .unwrap_or_default()
+        }
+        Value::Array(items) => {
+            items.iter().map(|item| required(item, name)).find(|found| !found.is_empty()).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn chat(done: bool, tools: &[String], streamed: bool, write_file_needs: &[String]) -> Answer {
     let call = if done {
         None
     } else if tools.iter().any(|t| t == "write_file") {
-        Some(("write_file", json!({"file_path": FILE, "content": CONTENT})))
+        // Qwen's `write_file` takes `file_path`; Mistral Vibe's, `path`: as its schema says.
+        let key = if write_file_needs.iter().any(|p| p == "path") { "path" } else { "file_path" };
+        Some(("write_file", json!({key: FILE, "content": CONTENT})))
     } else if tools.iter().any(|t| t == "create") {
         Some(("create", json!({"path": FILE, "file_text": CONTENT})))
     } else if tools.iter().any(|t| t == "Write") {

