@@ -1,7 +1,8 @@
 //! What in a model API request makes the provider's own servers contact a URL the request
 //! names: Anthropic's MCP connector (`mcp_servers`) and web fetch tool, OpenAI's remote MCP
-//! tool, Gemini's URL context, and content the provider fetches by its URL (an image, a
-//! document or a file given as a link rather than inline). With the user's key, such a request
+//! tool, Gemini's URL context, Mistral's connectors (a registered MCP server), and content the
+//! provider fetches by its URL (an image, a document or a file given as a link rather than
+//! inline). With the user's key, such a request
 //! carries whatever the agent put in it to any address, past the allowlist, from the
 //! provider's side. The key forwarder refuses such requests unless the policy says
 //! `remote_tools: allow` for the API. Pure.
@@ -73,6 +74,16 @@ fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<
         if tool.get("url_context").is_some() || tool.get("urlContext").is_some() {
             return Some("the `url_context` tool (the provider fetches the URLs in the prompt)".into());
         }
+    }
+    // A server the provider registers and contacts: Mistral's connectors (`POST /v1/connectors`
+    // with the MCP server's URL in `server`), which its conversations then call.
+    if let Some(url) = object.get("server").and_then(Value::as_str)
+        && elsewhere(url, own_host)
+    {
+        return Some(format!(
+            "a connector's `server` (the provider contacts {})",
+            url.chars().take(80).collect::<String>()
+        ));
     }
     // Content given by its link: Anthropic's `{"type": "url", "url": …}` sources, OpenAI's
     // `image_url` and `file_url`, Mistral's `document_url`, Gemini's `fileData.fileUri`.
@@ -179,6 +190,11 @@ mod tests {
                 "mistral",
                 r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":"https://x.test/a.png"}]}]}"#,
             ),
+            // Registering a connector: Mistral's servers contact its MCP server.
+            (
+                "mistral",
+                r#"{"name":"x","description":"d","server":"https://x.test/mcp?d=1","visibility":"private"}"#,
+            ),
             (
                 "mistral",
                 r#"{"inputs":[{"role":"user","content":[{"type":"document_url","document_url":"https://x.test/a.pdf"}]}]}"#,
@@ -206,6 +222,9 @@ mod tests {
                 r#"{"model":"m","tools":[{"name":"Bash","input_schema":{}},{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"mcp_servers url_context"}]}"#,
             ),
             ("anthropic", r#"{"model":"m","mcp_servers":[]}"#),
+            // A `server` that names no URL elsewhere: a region, the API's own host.
+            ("mistral", r#"{"model":"m","server":"eu-west","messages":[]}"#),
+            ("mistral", r#"{"name":"x","server":"https://api.example.com/v1/mcp"}"#),
             ("openai", r#"{"model":"m","tools":[{"type":"function","name":"shell"},{"type":"web_search"}]}"#),
             (
                 "gemini",

@@ -189,8 +189,9 @@ async fn the_apis_own_fetch_tools_are_refused_by_the_forwarder() -> anyhow::Resu
 /// request nested in a batch (Anthropic's Message Batches, on the same route and key), content
 /// the provider fetches by its link (an image or a document by URL), a batch's input file
 /// uploaded with one request per line, and JSON in another encoding than plain UTF-8 (a
-/// byte-order mark, which Python's JSON reader takes). Each is refused and the mock never sees
-/// it. The control: the plain request passes.
+/// byte-order mark, which Python's JSON reader takes), and a Mistral connector registered with
+/// the agent's MCP server. Each is refused and the mock never sees it. The control: the plain
+/// request passes.
 #[tokio::test]
 async fn fetches_nested_in_a_batch_a_link_or_an_upload_are_refused_too() -> anyhow::Result<()> {
     let (_net, mock, sb, _dir) = every_api("attack-fwd-nested", "version: 1\nallow: none\n").await?;
@@ -229,6 +230,13 @@ async fn fetches_nested_in_a_batch_a_link_or_an_upload_are_refused_too() -> anyh
             "15101",
             "/v1/messages",
             format!("\u{feff}{{\"model\":\"m\",\"mcp_servers\":[{{\"type\":\"url\",\"url\":\"{url}\"}}]}}"),
+        ),
+        // A Mistral connector registered with the agent's server: Mistral's servers contact it
+        // (and a conversation then calls its tools).
+        (
+            "15104",
+            "/v1/connectors",
+            format!(r#"{{"name":"x","description":"d","server":"{url}","visibility":"private"}}"#),
         ),
     ];
     for (port, path, body) in &attacks {
