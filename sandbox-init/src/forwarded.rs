@@ -280,15 +280,29 @@ impl crate::keys::HeldKey {
         }
         env.push((self.var.var.to_string(), self.var.placeholder.to_string()));
         env.extend(api.session.iter().map(|(var, value)| (var.to_string(), value.to_string())));
+        let refuse = policy.api_settings(api.name).remote_tools == RemoteTools::Refuse;
         ServiceRoute {
             host: api.forwarded_host(self.host.clone()),
             auth: Some((self.var.header.to_string(), format!("{}{}", self.var.prefix, self.key))),
             from: Some(self.from.clone()),
             strip: strip_list(api.keys.iter().map(|k| k.header)),
             path: self.base_path.clone(),
-            inspect: (policy.api_settings(api.name).remote_tools == RemoteTools::Refuse)
-                .then(|| api.name.to_string()),
-            rules: Rules::Any,
+            inspect: refuse.then(|| api.name.to_string()),
+            rules: if refuse && !api.paths.is_empty() {
+                Rules::Model {
+                    api: api.name.to_string(),
+                    allow: api
+                        .paths
+                        .iter()
+                        .map(|(method, path)| HttpRule {
+                            methods: vec![method.to_string()],
+                            path: path.to_string(),
+                        })
+                        .collect(),
+                }
+            } else {
+                Rules::Any
+            },
             env,
         }
     }

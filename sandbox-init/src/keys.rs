@@ -278,4 +278,36 @@ mod tests {
         assert!(env.contains(&("OPENAI_API_KEY".into(), "sk-held-by-agent-sandbox".into())), "{env:?}");
         assert!(!env.iter().any(|(_, v)| v.contains("sk-from-file")));
     }
+
+    #[test]
+    fn an_api_that_lists_its_requests_forwards_only_those_until_the_policy_allows_remote_tools() {
+        use crate::net::rules::{Request, Rules, Verdict};
+        let mistral = crate::apis::api("mistral").unwrap();
+        let key = HeldKey::new(mistral, &mistral.keys[0], "k".into(), "f".into());
+        let refuse =
+            crate::policy::Policy::from_yaml(Path::new("p.yaml"), "version: 1\nallow: none\n").unwrap();
+        let rules = key.route(&refuse).rules;
+        let judge = |rules: &Rules, method, path| rules.judge_head(&Request { method, path, query: "" });
+        assert_eq!(judge(&rules, "POST", "/v1/chat/completions"), Ok(Verdict::Pass));
+        assert_eq!(judge(&rules, "GET", "/v1/models/mistral-large-latest"), Ok(Verdict::Pass));
+        for (method, path) in [
+            ("POST", "/v1/connectors"),
+            ("POST", "/v1/connectors/x/tools/t/call"),
+            ("POST", "/v1/audio/transcriptions"),
+            ("POST", "/v1/fine_tuning/jobs"),
+            ("POST", "/v1/libraries/l/documents/ingest-from-blob-storage"),
+            ("GET", "/v1/chat/completions"),
+        ] {
+            let refused = judge(&rules, method, path).unwrap_err();
+            assert_eq!(refused.0, 403, "{method} {path}");
+            assert!(refused.1.contains("apis: {mistral: {remote_tools: allow}}"), "{}", refused.1);
+        }
+        let allow = "version: 1\ndomains: [example.com]\napis:\n  mistral:\n    remote_tools: allow\n";
+        let allow = crate::policy::Policy::from_yaml(Path::new("p.yaml"), allow).unwrap();
+        assert_eq!(key.route(&allow).rules, Rules::Any);
+        // The APIs that list nothing: any request, the body read for remote tools.
+        let openai = crate::apis::api("openai").unwrap();
+        let key = HeldKey::new(openai, &openai.keys[0], "k".into(), "f".into());
+        assert_eq!(key.route(&refuse).rules, Rules::Any);
+    }
 }

@@ -32,6 +32,11 @@ pub struct Api {
     /// More variables the agent's processes get while the key is held: what a CLI needs besides
     /// the base URL to use it.
     pub session: &'static [(&'static str, &'static str)],
+    /// The requests the forwarder sends on while the API's remote tools are refused (the
+    /// policy's default): (method, path glob; `*` one segment). Empty: any request, its body
+    /// read for remote tools. An API whose other endpoints take a URL in forms the body check
+    /// does not read (a form field, a registered server) lists what its CLIs use.
+    pub paths: &'static [(&'static str, &'static str)],
 }
 
 pub const APIS: &[Api] = &[
@@ -55,6 +60,7 @@ pub const APIS: &[Api] = &[
         ],
         base_urls: &[("ANTHROPIC_BASE_URL", "")],
         session: &[],
+        paths: &[],
     },
     Api {
         name: "openai",
@@ -68,6 +74,7 @@ pub const APIS: &[Api] = &[
         }],
         base_urls: &[("OPENAI_BASE_URL", "/v1"), ("OPENAI_API_BASE", "/v1")],
         session: &[],
+        paths: &[],
     },
     Api {
         name: "gemini",
@@ -83,6 +90,7 @@ pub const APIS: &[Api] = &[
         // Gemini CLI takes its base-URL variable only with the API-key sign-in selected: the
         // gemini image's system defaults select it (a user's own settings still win).
         session: &[("GEMINI_CLI_SYSTEM_DEFAULTS_PATH", "/etc/agent-sandbox/gemini-cli-defaults.json")],
+        paths: &[],
     },
     Api {
         name: "mistral",
@@ -101,6 +109,19 @@ pub const APIS: &[Api] = &[
             "VIBE_PROVIDERS",
             r#"[{"name":"mistral","api_base":"http://127.0.0.1:15104/v1","api_key_env_var":"MISTRAL_API_KEY","backend":"mistral"}]"#,
         )],
+        // What Mistral Vibe asks for: completions, the models, the account, and the connectors
+        // it may offer (read). Not Mistral's other endpoints: connectors are registered and
+        // called by their server's URL, audio is transcribed from a `file_url` form field,
+        // fine-tuning reports to integrations, libraries ingest from a signed URL; with the
+        // key, each would have Mistral's servers carry data to an address of the agent's.
+        paths: &[
+            ("POST", "/v1/chat/completions"),
+            ("POST", "/v1/fim/completions"),
+            ("GET", "/v1/models"),
+            ("GET", "/v1/models/*"),
+            ("GET", "/v1/users/me"),
+            ("GET", "/v1/connectors/bootstrap"),
+        ],
     },
 ];
 

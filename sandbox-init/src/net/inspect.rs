@@ -219,7 +219,17 @@ pub fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
             Err(e) if e.to_string().contains("twice in one object") => {
                 return Err(Refused(400, format!("a line of an uploaded file that is not strict JSON: {e}")));
             }
-            Err(_) => {}
+            // Not JSON to this reader, but perhaps to the provider's (NaN, nesting past this
+            // reader's limit; found by a red team): refused if it names what a fetch is named by.
+            Err(e) => {
+                let text = String::from_utf8_lossy(line);
+                if let Some(key) = crate::net::remote_tools::FETCH_KEYS.iter().find(|k| text.contains(*k)) {
+                    return Err(Refused(
+                        400,
+                        format!("a line of an uploaded file that is not strict JSON ({e}) names {key}"),
+                    ));
+                }
+            }
         }
     }
     Ok(None)
@@ -374,6 +384,18 @@ mod tests {
         assert!(tools(&format!("--b\r\n\r\n{cr}--b--")).unwrap().is_some());
         let twice = "--b\r\n\r\n{\"body\":{\"tools\":[{\"type\":\"mcp\"}],\"tools\":[]}}\n--b--";
         assert_eq!(tools(twice).unwrap_err().0, 400);
+        // Found by a third: lines Python reads as JSON and this reader does not (NaN, nesting
+        // past its limit), naming a fetch. The control: such a line naming none passes, as
+        // an uploaded source file's line beginning with `{` does.
+        let nan = "--b\r\n\r\n{\"body\":{\"temperature\":NaN,\"messages\":[{\"content\":[{\"type\":\"document_url\",\"document_url\":\"https://x.test\"}]}]}}\n--b--";
+        assert_eq!(tools(nan).unwrap_err().0, 400);
+        let deep = format!(
+            "--b\r\n\r\n{{\"body\":{}{{\"image_url\":\"https://x.test\"}}{}}}\n--b--",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert_eq!(tools(&deep).unwrap_err().0, 400);
+        assert_eq!(tools("--b\r\n\r\n{ int main() { return NaN; }\n--b--").unwrap(), None);
     }
 
     /// Bodies that cannot be read for remote tools, told by the head (found by a second red

@@ -17,6 +17,27 @@
 
 use serde_json::Value;
 
+/// The keys a fetch is named by, for a body this module cannot read as JSON: the provider's
+/// reader may read it all the same, and such a body naming one is refused.
+pub const FETCH_KEYS: &[&str] = &[
+    "mcp_servers",
+    "mcp",
+    "web_fetch",
+    "server_url",
+    "connector_id",
+    "url_context",
+    "urlContext",
+    "\"url\"",
+    "image_url",
+    "file_url",
+    "file_uri",
+    "fileUri",
+    "document_url",
+    "\"server\"",
+    "oauth2_server_metadata_url",
+    "signed_url",
+];
+
 /// The first thing in `body` that makes the provider contact a URL other than on `own_host`
 /// (the API's host): what it is, for the refusal. None if there is none.
 pub fn named(body: &Value, own_host: &str) -> Option<String> {
@@ -99,6 +120,9 @@ fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<
         link(object.get("image_url")),
         link(object.get("file_url")),
         link(object.get("document_url")),
+        // Where a provider fetches a connector's sign-in metadata, or a document to ingest.
+        link(object.get("oauth2_server_metadata_url")),
+        link(object.get("signed_url")),
         link(object.get("file_uri")),
         link(object.get("fileUri")),
     ];
@@ -117,7 +141,13 @@ fn elsewhere(url: &str, own_host: &str) -> bool {
     if url.contains('\\') {
         return true;
     }
-    let Some((scheme, rest)) = url.split_once(':') else { return false };
+    let Some((scheme, rest)) = url.split_once(':') else {
+        // No scheme: `//host/…`, or `host.tld/…`, which a server may complete with https://. A
+        // name without a dot (`files/abc`, a region) is not a host.
+        let authority = url.trim_start_matches('/').split(['/', '?', '#']).next().unwrap_or_default();
+        return (url.starts_with("//") || authority.contains('.'))
+            && !authority.eq_ignore_ascii_case(own_host);
+    };
     if scheme.eq_ignore_ascii_case("data") {
         return false;
     }
@@ -190,11 +220,23 @@ mod tests {
                 "mistral",
                 r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":"https://x.test/a.png"}]}]}"#,
             ),
-            // Registering a connector: Mistral's servers contact its MCP server.
+            // Registering a connector: Mistral's servers contact its MCP server, or its sign-in's
+            // metadata (found by a red team).
             (
                 "mistral",
                 r#"{"name":"x","description":"d","server":"https://x.test/mcp?d=1","visibility":"private"}"#,
             ),
+            (
+                "mistral",
+                r#"{"name":"x","server":"https://api.example.com/mcp","oauth2_server_metadata_url":"https://x.test/?d=1"}"#,
+            ),
+            ("mistral", r#"{"filename":"a.pdf","signed_url":"https://x.test/?d=1"}"#),
+            // A link without its scheme, which a server may complete (found by a red team).
+            (
+                "mistral",
+                r#"{"messages":[{"content":[{"type":"document_url","document_url":"x.test/a.pdf"}]}]}"#,
+            ),
+            ("mistral", r#"{"name":"x","server":"//x.test/mcp"}"#),
             (
                 "mistral",
                 r#"{"inputs":[{"role":"user","content":[{"type":"document_url","document_url":"https://x.test/a.pdf"}]}]}"#,
@@ -225,6 +267,7 @@ mod tests {
             // A `server` that names no URL elsewhere: a region, the API's own host.
             ("mistral", r#"{"model":"m","server":"eu-west","messages":[]}"#),
             ("mistral", r#"{"name":"x","server":"https://api.example.com/v1/mcp"}"#),
+            ("gemini", r#"{"contents":[{"parts":[{"fileData":{"fileUri":"files/abc-123"}}]}]}"#),
             ("openai", r#"{"model":"m","tools":[{"type":"function","name":"shell"},{"type":"web_search"}]}"#),
             (
                 "gemini",

@@ -21,6 +21,9 @@ pub enum Rules {
     Npm { publish: Vec<String> },
     /// A user-declared HTTPS API: only what one of the rules allows.
     Http { allow: Vec<HttpRule> },
+    /// A model API whose table lists the requests it forwards while remote tools are refused
+    /// (`sandbox_policy::apis::Api::paths`): only those.
+    Model { api: String, allow: Vec<HttpRule> },
 }
 
 /// Which of GitHub's hosts.
@@ -82,6 +85,7 @@ impl Rules {
             Rules::Github { part: GithubPart::Uploads, access } => uploads_head(access, req),
             Rules::Npm { publish } => npm_head(publish, req),
             Rules::Http { allow } => http_head(allow, req),
+            Rules::Model { api, allow } => model_head(api, allow, req),
         }
     }
 
@@ -544,6 +548,18 @@ fn http_head(allow: &[HttpRule], req: &Request) -> Result<Verdict, Refused> {
     Err(forbidden(format!(
         "`{method} {path}` is refused: none of the service's `allow` rules matches it; a rule such as `{{methods: [{method}], path: {path}}}` in the service's `allow` in a policy's `forward` allows it"
     )))
+}
+
+fn model_head(api: &str, allow: &[HttpRule], req: &Request) -> Result<Verdict, Refused> {
+    http_head(allow, req).map_err(|_| {
+        forbidden(format!(
+            "`{} {}` is not one of the requests the {api} key's forwarder sends on while the API's remote \
+             tools are refused: with the key it holds, the API's other endpoints could have the provider \
+             carry the request's data to an address of the agent's choosing. `apis: {{{api}: {{remote_tools: allow}}}}` \
+             in a policy forwards every request",
+            req.method, req.path
+        ))
+    })
 }
 
 /// Whether `path` matches the glob `pattern`, segment by segment, in time linear in each.

