@@ -52,9 +52,12 @@ impl CiFlags {
                 "the build changed images.lock: commit what `cargo xtask build` recorded with the change that caused it",
             )?,
             CiStep::Test | CiStep::TestCi => {
+                // The NET_ADMIN suites in every shape, then the rest once, without any
+                // capability: no test runs twice in one shape.
                 let flags = TestFlags {
                     ci: step == CiStep::TestCi,
                     shape: None,
+                    net_admin_only: step == CiStep::Test,
                     common: self.common.clone(),
                     nextest_args: Vec::new(),
                 };

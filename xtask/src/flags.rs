@@ -336,6 +336,10 @@ pub struct TestFlags {
     /// under gVisor where the engine has runsc
     #[arg(long, value_enum, conflicts_with = "ci")]
     pub shape: Option<TestShape>,
+    /// In the one-container pass, only what `--ci` leaves out (the suites that need NET_ADMIN),
+    /// then the other passes as always: with a `--ci` run, every test once (`cargo xtask ci`)
+    #[arg(long, conflicts_with = "ci")]
+    pub net_admin_only: bool,
     #[command(flatten)]
     pub common: CommonBuildFlags,
     /// Arguments passed on to `cargo nextest run`

@@ -61,7 +61,9 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     }
     let mut result = Ok(());
     if single {
-        result = cmd!(sh, "cargo nextest run --workspace --profile {profile} {args...}")
+        let only: Vec<String> =
+            if flags.net_admin_only { vec!["-E".into(), net_admin_suites(root)?] } else { Vec::new() };
+        result = cmd!(sh, "cargo nextest run --workspace --profile {profile} {only...} {args...}")
             .run()
             .with_context(|| format!("the {mode} suites failed"));
     }
@@ -92,6 +94,24 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     result
 }
 
+/// What `--ci` leaves out, as a nextest filterset: the `ci` profile's default-filter in
+/// .config/nextest.toml (`not (…)`, the one list of the suites that need NET_ADMIN), inverted.
+pub fn net_admin_suites(root: &Path) -> anyhow::Result<String> {
+    let path = root.join(".config/nextest.toml");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    inverted_ci_filter(&text).with_context(|| {
+        format!("{}: [profile.ci] has no `default-filter = \"not (…)\"` line", path.display())
+    })
+}
+
+fn inverted_ci_filter(nextest_toml: &str) -> Option<String> {
+    let ci = nextest_toml.split("\n[profile.ci]\n").nth(1)?;
+    let section = ci.split("\n[").next()?;
+    let line = section.lines().find_map(|l| l.trim().strip_prefix("default-filter = \""))?;
+    let filter = line.strip_suffix('"')?.strip_prefix("not (")?.strip_suffix(')')?;
+    Some(filter.to_string())
+}
+
 /// Tells the suites to run sidecar mode's agent containers under this runtime (`runsc`).
 pub const RUNTIME_ENV: &str = "AGENT_SANDBOX_TEST_RUNTIME";
 
@@ -106,3 +126,23 @@ pub const SHAPE_ENV: &str = "AGENT_SANDBOX_TEST_SHAPE";
 /// The suites run in both shapes: everything the firewall, the name check and the held keys
 /// prove from the agent's side, and the launcher's commands on a sandbox with a network. `attacks::sidecar::` starts its pairs itself, in the first pass.
 pub const SIDECAR_SUITES: &str = "package(sandbox-tests) & (test(/^firewall::/) | test(/^names::/) | test(/^keys::/) | test(/^attacks::network::/) | test(/^launcher::net_admin_/))";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_net_admin_suites_are_the_ci_profiles_filter_inverted() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let only = net_admin_suites(root).unwrap();
+        for suite in ["firewall::", "agents::", "attacks::(network", "podman::"] {
+            assert!(only.contains(suite), "{suite} not in {only}");
+        }
+        assert!(only.starts_with("package(sandbox-tests) & ("), "{only}");
+        assert_eq!(only.matches('(').count(), only.matches(')').count(), "{only}");
+        let toml = "[profile.default]\nx = 1\n\n[profile.ci]\nfail-fast = false\ndefault-filter = \"not (test(/^a::/))\"\n\n[profile.ci.junit]\n";
+        assert_eq!(inverted_ci_filter(toml).as_deref(), Some("test(/^a::/)"));
+        assert_eq!(inverted_ci_filter("[profile.ci]\ndefault-filter = \"test(a)\"\n"), None);
+        assert_eq!(inverted_ci_filter("[profile.default]\n"), None);
+    }
+}
