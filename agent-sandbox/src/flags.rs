@@ -136,7 +136,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct K8sFlags {
-    /// The agent: an image under images/ (claude, codex, gemini, opencode, kilo, continue, qwen, copilot, aider, shell)
+    /// The agent: an image under images/ (claude, codex, gemini, opencode, kilo, continue, qwen, copilot, aider, vibe, shell)
     pub agent: String,
     /// The resolver the gateway asks for allowed names: the cluster's DNS service, or one
     /// outside. Every container of the pod resolves through the gateway's gate (127.0.0.1)
@@ -177,7 +177,7 @@ pub struct K8sFlags {
 
 #[derive(Debug, Args)]
 pub struct RunFlags {
-    /// The agent: an image under images/ (claude, codex, gemini, opencode, kilo, continue, qwen, copilot, aider, shell)
+    /// The agent: an image under images/ (claude, codex, gemini, opencode, kilo, continue, qwen, copilot, aider, vibe, shell)
     pub agent: String,
     /// The project folder, mounted at /workspace
     #[arg(default_value = ".")]
