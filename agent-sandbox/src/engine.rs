@@ -86,6 +86,11 @@ impl Engine {
         Ok(Engine { docker: sandbox_images::engine::connect().await? })
     }
 
+    /// The engine's API itself, for what only `verify` does (networks, containers of any image).
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
     /// Whether the engine is Podman behind its Docker-compatible API, which takes a few
     /// settings otherwise (`SandboxSpec::for_podman`).
     pub async fn is_podman(&self) -> Result<bool> {
@@ -174,10 +179,11 @@ fn pick(all: Vec<Found>, which: &str) -> Result<Found> {
     }
 }
 
-/// What the launcher needs of an image: its environment and its labels.
+/// What the launcher needs of an image: its environment, its labels and its entrypoint.
 pub struct ImageFacts {
     pub env: Vec<String>,
     pub labels: HashMap<String, String>,
+    pub entrypoint: Vec<String>,
 }
 
 impl ImageFacts {
@@ -204,6 +210,7 @@ impl Engine {
                 Ok(Some(ImageFacts {
                     env: config.env.unwrap_or_default(),
                     labels: config.labels.unwrap_or_default(),
+                    entrypoint: config.entrypoint.unwrap_or_default(),
                 }))
             }
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
@@ -409,8 +416,14 @@ impl Sandbox {
 
     /// Runs `cmd` as root in the container and collects its output.
     pub async fn exec(&self, cmd: &[&str]) -> Result<Output> {
+        self.exec_as(None, cmd).await
+    }
+
+    /// Runs `cmd` in the container as `user` (the image's user when None) and collects its output.
+    pub async fn exec_as(&self, user: Option<&str>, cmd: &[&str]) -> Result<Output> {
         let (docker, id) = (&self.docker, self.firewall());
         let config = ExecConfig {
+            user: user.map(str::to_string),
             cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
             attach_stdout: Some(true),
             attach_stderr: Some(true),

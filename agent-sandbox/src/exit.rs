@@ -25,6 +25,8 @@ pub enum Code {
     NoLogin = 71,
     /// The project's git files changed while the agent ran: look before running git there.
     GitChanged = 72,
+    /// `verify`: a check failed.
+    Failed = 73,
 }
 
 /// A failure with what to do about it.

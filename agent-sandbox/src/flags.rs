@@ -21,7 +21,8 @@ const ROOT_AFTER_HELP: &str = "Examples:\n  \
     69  no container engine answers (start it, or set DOCKER_HOST)\n  \
     70  the sandbox did not start, or did not apply a change (sandbox-init's message is shown)\n  \
     71  a host sign-in file (--login-from-host) is missing or unreadable\n  \
-    72  the project's git files changed while the agent ran (stop, or the end of run, names them)";
+    72  the project's git files changed while the agent ran (stop, or the end of run, names them)
+    73  verify: a check failed (the scorecard says which, and what it means)";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -132,6 +133,41 @@ pub enum Command {
             The cluster's DNS service: kubectl -n kube-system get svc kube-dns -o jsonpath='{.spec.clusterIP}'"
     )]
     K8s(K8sFlags),
+    /// Check that an image and its policy hold: egress, DNS, names, privileges, the firewall
+    #[command(
+        long_about = "Check that IMAGE and its policy hold against an agent that tries to get out. \
+            verify builds a test world on a private internal network of the engine, from containers \
+            of IMAGE itself running the static probe (nothing is pulled): a peer under an allowed and \
+            a blocked name on one address, a listener under no name, and an upstream DNS server that \
+            logs every query. It starts IMAGE as a sandbox with NET_ADMIN, its policy (or --policy) \
+            plus the allowed name, runs each check as the agent, with a positive control, and reads \
+            the evidence where it lands. Then it removes the world, on Ctrl-C too.\n\n\
+            It prints a scorecard: each check PASS, FAIL or N/A, its evidence, and what a FAIL means. \
+            The exit status is 73 when a check fails. An image without sandbox-init runs too (its \
+            process replaced by the probe, the agent uid 1000), and fails what it fails.",
+        after_help = "Examples:\n  \
+            agent-sandbox verify localhost/agent-sandbox/agent-shell:0.1.0\n  \
+            agent-sandbox verify my-agent:dev --policy team.yaml --json\n  \
+            agent-sandbox verify debian:trixie-slim           what an image with no sandbox gives\n\n\
+            The probe: --probe FILE, AGENT_SANDBOX_PROBE, or sandbox-probe beside agent-sandbox. \
+            The JSON's schema: docs/verify.schema.json."
+    )]
+    Verify(VerifyFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyFlags {
+    /// The image to check, as the engine names it
+    pub image: String,
+    /// Check with this policy instead of the image's own (it replaces /etc/agent-sandbox/policy.yaml)
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<std::path::PathBuf>,
+    /// The scorecard as JSON (docs/verify.schema.json)
+    #[arg(long)]
+    pub json: bool,
+    /// The static probe binary (tests/probe's sandbox-probe)
+    #[arg(long, value_name = "FILE")]
+    pub probe: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

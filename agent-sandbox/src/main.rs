@@ -24,6 +24,7 @@ mod spec;
 mod status;
 mod stop;
 mod terminal;
+mod verify;
 
 use clap::Parser as _;
 
@@ -62,6 +63,7 @@ async fn dispatch(command: Command) -> Result<i32> {
         Command::Deny(flags) => deny::run(&flags).await,
         Command::Pending(flags) => pending::run(&flags).await,
         Command::K8s(flags) => k8s::run(&flags).await,
+        Command::Verify(flags) => verify::run(&flags).await,
     }
 }
 

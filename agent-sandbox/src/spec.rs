@@ -385,6 +385,7 @@ mod tests {
                 sandbox_policy::layout::STATE_DIRS_ENV
             )],
             labels: HashMap::new(),
+            entrypoint: vec!["/usr/local/bin/sandbox-init".into()],
         }
     }
 

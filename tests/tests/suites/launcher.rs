@@ -587,3 +587,190 @@ async fn net_admin_a_sidecar_sandbox_is_listed_once_and_stop_removes_its_three_c
     assert!(!volumes.iter().any(|v| v.ends_with(".shared")), "stop left the shared volume: {volumes:?}");
     Ok(())
 }
+
+/// `agent-sandbox verify IMAGE --json` with the suites' probe: the scorecard, parsed, and checked
+/// against docs/verify.schema.json by a JSON Schema validator (kubernetes-validate's Python has
+/// `jsonschema`; `cargo xtask setup --tests` installs it).
+async fn verify(image: &str, extra: &[&str]) -> anyhow::Result<(i32, serde_json::Value)> {
+    let probe = sandbox_tests::probe::probe_binary()?;
+    let mut args = vec!["verify", image, "--json", "--probe"];
+    let probe = probe.display().to_string();
+    args.push(&probe);
+    args.extend_from_slice(extra);
+    let out = Launcher::new()?.run(&args).await?;
+    let card: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| {
+        anyhow::anyhow!("verify printed no JSON ({e}), exit {}: {}{}", out.code, out.stdout, out.stderr)
+    })?;
+    let python = sandbox_tests::root().join(xtask::setup::KUBERNETES_VALIDATE_DIR).join("bin/python");
+    let schema = sandbox_tests::root().join("docs/verify.schema.json");
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("card.json");
+    std::fs::write(&file, &out.stdout)?;
+    let check = "import json, sys, jsonschema\n\
+        jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), \
+        cls=jsonschema.Draft202012Validator)";
+    let valid = std::process::Command::new(&python).args(["-c", check]).arg(&file).arg(&schema).output()?;
+    anyhow::ensure!(
+        valid.status.success(),
+        "the card breaks its schema: {}",
+        String::from_utf8_lossy(&valid.stderr)
+    );
+    // Nothing of the test world is left: no container, no network.
+    eprintln!("verify {image}: exit {}, {} s\n{}", out.code, card["seconds"], out.stderr);
+    let world = world_of(&out.stderr)?;
+    anyhow::ensure!(left_of(&world) == (0, 0), "the test world {world} is left behind");
+    Ok((out.code, card))
+}
+
+/// The test world's name, from verify's first line on stderr.
+fn world_of(stderr: &str) -> anyhow::Result<String> {
+    let name = stderr.split("(network ").nth(1).and_then(|rest| rest.split(')').next());
+    name.map(str::to_string).ok_or_else(|| anyhow::anyhow!("verify named no test world: {stderr}"))
+}
+
+/// How many containers and networks of the test world `world` the engine still has.
+fn left_of(world: &str) -> (usize, usize) {
+    let count = |args: &[&str]| {
+        let out = std::process::Command::new("docker").args(args).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).lines().count()).unwrap_or(usize::MAX)
+    };
+    let label = format!("label=io.github.agent-sandbox.verify={world}");
+    (count(&["ps", "-aq", "--filter", &label]), count(&["network", "ls", "-q", "--filter", &label]))
+}
+
+/// Each check's verdict, by id.
+fn verdicts(card: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    card["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                c["id"].as_str().unwrap_or_default().to_string(),
+                c["verdict"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn failed(card: &serde_json::Value) -> Vec<String> {
+    verdicts(card).into_iter().filter(|(_, v)| v == "FAIL").map(|(id, _)| id).collect()
+}
+
+/// The shell image holds: every check passes but the held key's, which is N/A (no key given),
+/// and the world is gone after.
+#[tokio::test]
+async fn verify_the_shell_image_passes_every_check() -> anyhow::Result<()> {
+    let (code, card) = verify(&image("shell").await?, &[]).await?;
+    let verdicts = verdicts(&card);
+    assert_eq!(verdicts.len(), 13, "{card:#}");
+    for (id, verdict) in &verdicts {
+        let expected = if id == "keys.held" { "N/A" } else { "PASS" };
+        assert_eq!(verdict, expected, "{id}: {card:#}");
+    }
+    assert_eq!(code, 0, "{card:#}");
+    Ok(())
+}
+
+/// A deliberately broken variant fails exactly what it should: a policy that allows the
+/// blocked name fails the checks that name it (reached by name, by Host, by SNI) and no other;
+/// the firewall left open (SANDBOX_FIREWALL=open in the image) fails every check of the network,
+/// and starts without NET_ADMIN, while the agent's privileges and the policy files hold.
+#[tokio::test]
+async fn verify_a_policy_allowing_the_blocked_name_or_an_open_firewall_fails_those_checks()
+-> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let dir = tempfile::tempdir()?;
+    let policy = dir.path().join("wide.yaml");
+    std::fs::write(&policy, "version: 1\ndomains:\n  - blocked.verify.test\n")?;
+    let (code, card) = verify(&shell, &["--policy", &policy.display().to_string()]).await?;
+    assert_eq!(code, 73, "{card:#}");
+    assert_eq!(failed(&card), ["egress.blocked-name", "names.host", "names.sni"], "{card:#}");
+    let open = with_env(&shell, "localhost/agent-sandbox-test/verify-open:1", "SANDBOX_FIREWALL=open")?;
+    let (code, card) = verify(&open.0, &[]).await?;
+    assert_eq!(code, 73, "{card:#}");
+    // Every check of the network fails; the agent's privileges and the policy files hold.
+    let expected = [
+        "dns.direct",
+        "dns.exfiltration",
+        "egress.address",
+        "egress.blocked-name",
+        "egress.fail-closed",
+        "egress.udp",
+        "firewall.tamper",
+        "names.host",
+        "names.sni",
+    ];
+    assert_eq!(failed(&card), expected, "{card:#}");
+    assert_eq!(verdicts(&card)["egress.allowed"], "PASS", "the control: {card:#}");
+    Ok(())
+}
+
+/// An image with no sandbox at all (the OS layer): verify runs, its probe as the process and the
+/// agent uid 1000, and fails the egress checks; the policy's check is N/A.
+#[tokio::test]
+async fn verify_a_plain_os_image_fails_the_egress_checks_and_does_not_crash() -> anyhow::Result<()> {
+    let (code, card) = verify(&image("os").await?, &[]).await?;
+    assert_eq!(code, 73, "{card:#}");
+    assert_eq!(card["sandbox_init"], false, "{card:#}");
+    let verdicts = verdicts(&card);
+    for id in ["egress.blocked-name", "egress.address", "dns.exfiltration", "egress.fail-closed"] {
+        assert_eq!(verdicts[id], "FAIL", "{id}: {card:#}");
+    }
+    assert_eq!(verdicts["egress.allowed"], "PASS", "the control: {card:#}");
+    assert_eq!(verdicts["policy.files"], "N/A", "{card:#}");
+    Ok(())
+}
+
+/// Ctrl-C while the world is up: verify removes it all and exits.
+#[tokio::test]
+async fn verify_interrupted_leaves_no_container_or_network() -> anyhow::Result<()> {
+    use tokio::io::AsyncBufReadExt as _;
+    let probe = sandbox_tests::probe::probe_binary()?.display().to_string();
+    let shell = image("shell").await?;
+    let mut child = tokio::process::Command::new(sandbox_tests::launcher::binary()?)
+        .args(["verify", &shell, "--probe", &probe])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("piped")).lines();
+    let first = lines.next_line().await?.unwrap_or_default();
+    let world = world_of(&first)?;
+    // Up: its peers exist.
+    let mut up = false;
+    for _ in 0..200 {
+        if left_of(&world).0 >= 3 {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(up, "the test world {world} never came up");
+    // SIGINT, as Ctrl-C sends it.
+    let pid = child.id().expect("running").to_string();
+    std::process::Command::new("kill").args(["-INT", &pid]).status()?;
+    let status = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait()).await??;
+    let mut rest = String::new();
+    while let Some(line) = lines.next_line().await? {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    assert!(!status.success(), "an interrupted verify exits non-zero: {status}");
+    assert!(rest.contains("interrupted"), "{rest}");
+    assert_eq!(left_of(&world), (0, 0), "containers and networks of {world} left behind");
+    Ok(())
+}
+
+/// `image` with one more variable in its config, tagged `tag` (removed when dropped).
+fn with_env(image: &str, tag: &str, env: &str) -> anyhow::Result<RemoveTagOnDrop> {
+    let docker = |args: &[&str]| -> anyhow::Result<String> {
+        let out = std::process::Command::new("docker").args(args).output()?;
+        anyhow::ensure!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let id = docker(&["create", image])?;
+    let committed = docker(&["commit", "--change", &format!("ENV {env}"), &id, tag]);
+    docker(&["rm", &id])?;
+    committed?;
+    Ok(RemoveTagOnDrop(tag.to_string()))
+}
