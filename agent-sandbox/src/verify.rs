@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, NetworkCreateRequest, NetworkingConfig,
+    ContainerCreateBody, EndpointSettings, HostConfig, Ipam, IpamConfig, NetworkCreateRequest,
+    NetworkingConfig,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, RemoveContainerOptionsBuilder, StartContainerOptions,
@@ -34,6 +35,8 @@ const UPSTREAM: &str = "upstream.verify.test";
 const PEER_LOG: &str = "/tmp/agent-sandbox-verify-peer.log";
 const ZONE: &str = "/tmp/agent-sandbox-verify-zone";
 const QUERIES: &str = "/tmp/agent-sandbox-verify-queries";
+/// The port of the listener the agent opens for the inbound check.
+const INBOUND: u16 = 8081;
 /// The drop-in that allows the world's allowed name, beside the image's own drop-ins.
 const DROP_IN: &str = "agent-sandbox-verify.yaml";
 /// Labels every container and the network of a world, with the world's name.
@@ -184,8 +187,20 @@ struct World {
     sandbox_init: bool,
     net: String,
     policy_dir: tempfile::TempDir,
+    nanos: u32,
     containers: std::sync::Mutex<Vec<String>>,
     addrs: std::sync::Mutex<HashMap<&'static str, IpAddr>>,
+}
+
+/// The key of a role's IPv6 address.
+fn v6_role(role: &str) -> &'static str {
+    match role {
+        "site" => "site6",
+        "outside" => "outside6",
+        "dns" => "dns6",
+        "sandbox" => "sandbox6",
+        _ => "other6",
+    }
 }
 
 impl World {
@@ -200,6 +215,7 @@ impl World {
             sandbox_init,
             net: format!("agent-sandbox-verify-{}-{nanos:08x}", std::process::id()),
             policy_dir: tempfile::tempdir().expect("a temporary folder"),
+            nanos,
             containers: Default::default(),
             addrs: Default::default(),
         }
@@ -207,6 +223,11 @@ impl World {
 
     fn addr(&self, role: &str) -> IpAddr {
         self.addrs.lock().expect("addresses")[role]
+    }
+
+    /// The peer's IPv6 address, where the network has IPv6.
+    fn addr6(&self, role: &str) -> Option<IpAddr> {
+        self.addrs.lock().expect("addresses").get(v6_role(role)).copied()
     }
 
     fn handle(&self, role: &str) -> Sandbox {
@@ -217,13 +238,28 @@ impl World {
     async fn build(&self, policy: Option<&str>) -> Result<()> {
         let docker = self.engine.docker();
         let labels = HashMap::from([(LABEL.to_string(), self.net.clone())]);
+        // IPv6 too where the engine gives a network one (a unique local /64 of the world's).
+        let subnet = format!("fd00:5e:{:x}:{:x}::/64", std::process::id() & 0xffff, self.nanos & 0xffff);
         let request = NetworkCreateRequest {
             name: self.net.clone(),
             internal: Some(true),
-            labels: Some(labels),
+            labels: Some(labels.clone()),
+            enable_ipv6: Some(true),
+            ipam: Some(Ipam {
+                config: Some(vec![IpamConfig { subnet: Some(subnet), ..Default::default() }]),
+                ..Default::default()
+            }),
             ..Default::default()
         };
-        docker.create_network(request).await?;
+        if docker.create_network(request).await.is_err() {
+            let request = NetworkCreateRequest {
+                name: self.net.clone(),
+                internal: Some(true),
+                labels: Some(labels),
+                ..Default::default()
+            };
+            docker.create_network(request).await?;
+        }
         let serve = ["serve", "--http", "80", "--echo", "443", "--udp", "9", "--log", PEER_LOG];
         self.start("site", &serve, &[ALLOWED, BLOCKED], None, true).await?;
         self.start("outside", &serve, &[], None, true).await?;
@@ -309,14 +345,19 @@ impl World {
         self.containers.lock().expect("containers").push(name.clone());
         docker.start_container(&name, None::<StartContainerOptions>).await?;
         let inspect = docker.inspect_container(&name, None).await?;
-        let addr = inspect
-            .network_settings
-            .and_then(|n| n.networks)
-            .and_then(|mut n| n.remove(&self.net))
-            .and_then(|e| e.ip_address)
-            .and_then(|a| a.parse().ok());
-        if let Some(addr) = addr {
-            self.addrs.lock().expect("addresses").insert(role, addr);
+        let endpoint =
+            inspect.network_settings.and_then(|n| n.networks).and_then(|mut n| n.remove(&self.net));
+        let parse = |a: Option<String>| a.and_then(|a| a.parse::<IpAddr>().ok());
+        let (v4, v6) = match endpoint {
+            Some(e) => (parse(e.ip_address), parse(e.global_ipv6_address)),
+            None => (None, None),
+        };
+        let mut addrs = self.addrs.lock().expect("addresses");
+        if let Some(v4) = v4 {
+            addrs.insert(role, v4);
+        }
+        if let Some(v6) = v6 {
+            addrs.insert(v6_role(role), v6);
         }
         Ok(())
     }
@@ -383,6 +424,12 @@ impl World {
             Ok(out) => format!("{}{}", out.stdout, out.stderr),
             Err(e) => format!("cannot run {}: {e}", cmd.first().unwrap_or(&"")),
         })
+    }
+
+    /// How many requests the listener under no name has logged: each check that reaches it adds
+    /// one.
+    async fn outside_requests(&self) -> Result<usize> {
+        Ok(self.read("outside", PEER_LOG).await?.lines().filter(|l| l.starts_with("http 80 ")).count())
     }
 
     /// A file of a peer's, read through the engine (no `cat` needed in the image).
@@ -466,8 +513,9 @@ impl World {
             meaning: "TLS to any site that shares an address with an allowed one is let through",
         });
 
+        let before = self.outside_requests().await?;
         let direct = self.probe(&["tcp", &outside, "80", "--http"]).await?;
-        let leaked = self.read("outside", PEER_LOG).await?.contains("http 80");
+        let leaked = self.outside_requests().await? > before;
         let (verdict, evidence) = control(
             !leaked,
             format!(
@@ -497,6 +545,47 @@ impl World {
             evidence,
             meaning: "datagrams leave to any address (QUIC, a tunnel)",
         });
+
+        let icmp = self.probe(&["icmp", &outside]).await?;
+        let (verdict, evidence) =
+            control(outcome(&icmp) != "reply", format!("an ICMP echo to {outside}: {}", outcome(&icmp)));
+        out.push(Outcome {
+            id: "egress.icmp",
+            check: "ICMP to an address outside the policy is refused",
+            verdict,
+            evidence,
+            meaning: "pings carry data to any address (an ICMP tunnel)",
+        });
+
+        let ipv6_meaning = "the agent leaves over IPv6, past a firewall that filters IPv4 alone";
+        out.push(match self.addr6("outside") {
+            Some(outside6) => {
+                let outside6 = outside6.to_string();
+                let before = self.outside_requests().await?;
+                let direct = self.probe(&["tcp", &outside6, "80", "--http"]).await?;
+                let leaked = self.outside_requests().await? > before;
+                let (verdict, evidence) = control(
+                    !leaked,
+                    format!("[{outside6}]:80: {}; the listener {}", outcome(&direct), logged(leaked)),
+                );
+                Outcome {
+                    id: "egress.address-ipv6",
+                    check: "an IPv6 address no allowed name resolves to is refused",
+                    verdict,
+                    evidence,
+                    meaning: ipv6_meaning,
+                }
+            }
+            None => Outcome {
+                id: "egress.address-ipv6",
+                check: "an IPv6 address no allowed name resolves to is refused",
+                verdict: Verdict::NotApplicable,
+                evidence: "the engine gave the test world's network no IPv6".into(),
+                meaning: ipv6_meaning,
+            },
+        });
+
+        out.push(self.inbound().await?);
 
         let marker = format!(
             "x{:x}",
@@ -558,6 +647,50 @@ impl World {
         Ok(out)
     }
 
+    /// A listener the agent opens is not reachable from the network: the control reaches it
+    /// from inside.
+    async fn inbound(&self) -> Result<Outcome> {
+        let meaning = "anything on the network reaches what the agent serves (a shell, a tunnel's far end)";
+        let port = INBOUND.to_string();
+        let start = format!(
+            "{PROBE} serve --tcp {port} --log /tmp/agent-sandbox-verify-inbound.log >/dev/null 2>&1 &"
+        );
+        self.as_agent("sandbox", &["sh", "-c", &start]).await?;
+        let mut inside = String::new();
+        for _ in 0..20 {
+            inside = self.as_agent("sandbox", &[PROBE, "tcp", "127.0.0.1", &port, "--raw"]).await?;
+            if inside.contains("outcome=connected") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !inside.contains("outcome=connected") {
+            return Ok(Outcome {
+                id: "ingress.listener",
+                check: "a listener of the agent's cannot be reached from the network",
+                verdict: Verdict::NotApplicable,
+                evidence: format!(
+                    "the agent's listener did not come up (sh and the probe as the agent): {}",
+                    first_line(&inside)
+                ),
+                meaning,
+            });
+        }
+        let sandbox = self.addr("sandbox").to_string();
+        let from = self.handle("outside").exec(&[PROBE, "tcp", &sandbox, &port, "--raw"]).await?;
+        let reached = from.stdout.contains("outcome=connected");
+        Ok(Outcome {
+            id: "ingress.listener",
+            check: "a listener of the agent's cannot be reached from the network",
+            verdict: if reached { Verdict::Fail } else { Verdict::Pass },
+            evidence: format!(
+                "{sandbox}:{port} from another container: {}; the control, from inside: connected",
+                from.stdout.lines().find_map(|l| l.strip_prefix("outcome=")).unwrap_or("(none)")
+            ),
+            meaning,
+        })
+    }
+
     async fn capabilities(&self) -> Result<Outcome> {
         let fields = self.probe(&["caps"]).await?;
         let zero = |k: &str| fields.get(k).is_some_and(|v| v.trim_start_matches('0').is_empty());
@@ -585,8 +718,9 @@ impl World {
 
     async fn tamper(&self, outside: &str, reached: bool) -> Result<Outcome> {
         let flushed = self.as_agent("sandbox", &["nft", "flush", "ruleset"]).await?;
+        let before = self.outside_requests().await?;
         let again = self.probe(&["tcp", outside, "80", "--http"]).await?;
-        let leaked = self.read("outside", PEER_LOG).await?.contains("http 80");
+        let leaked = self.outside_requests().await? > before;
         let said = flushed.lines().next().unwrap_or("no output").trim().to_string();
         Ok(Outcome {
             id: "firewall.tamper",
@@ -656,8 +790,9 @@ impl World {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let before = self.outside_requests().await?;
         let out = self.as_agent("closed", &[PROBE, "tcp", outside, "80", "--http"]).await?;
-        let leaked = self.read("outside", PEER_LOG).await?.contains("http 80");
+        let leaked = self.outside_requests().await? > before;
         Ok(Outcome {
             id: "egress.fail-closed",
             check: "without NET_ADMIN the sandbox does not start",
@@ -670,6 +805,10 @@ impl World {
             meaning,
         })
     }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("no output").trim()
 }
 
 fn logged(yes: bool) -> &'static str {

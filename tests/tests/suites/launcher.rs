@@ -663,7 +663,7 @@ fn failed(card: &serde_json::Value) -> Vec<String> {
 async fn verify_the_shell_image_passes_every_check() -> anyhow::Result<()> {
     let (code, card) = verify(&image("shell").await?, &[]).await?;
     let verdicts = verdicts(&card);
-    assert_eq!(verdicts.len(), 13, "{card:#}");
+    assert_eq!(verdicts.len(), 16, "{card:#}");
     for (id, verdict) in &verdicts {
         let expected = if id == "keys.held" { "N/A" } else { "PASS" };
         assert_eq!(verdict, expected, "{id}: {card:#}");
@@ -694,10 +694,13 @@ async fn verify_a_policy_allowing_the_blocked_name_or_an_open_firewall_fails_tho
         "dns.direct",
         "dns.exfiltration",
         "egress.address",
+        "egress.address-ipv6",
         "egress.blocked-name",
         "egress.fail-closed",
+        "egress.icmp",
         "egress.udp",
         "firewall.tamper",
+        "ingress.listener",
         "names.host",
         "names.sni",
     ];
@@ -714,7 +717,15 @@ async fn verify_a_plain_os_image_fails_the_egress_checks_and_does_not_crash() ->
     assert_eq!(code, 73, "{card:#}");
     assert_eq!(card["sandbox_init"], false, "{card:#}");
     let verdicts = verdicts(&card);
-    for id in ["egress.blocked-name", "egress.address", "dns.exfiltration", "egress.fail-closed"] {
+    for id in [
+        "egress.blocked-name",
+        "egress.address",
+        "egress.address-ipv6",
+        "egress.icmp",
+        "ingress.listener",
+        "dns.exfiltration",
+        "egress.fail-closed",
+    ] {
         assert_eq!(verdicts[id], "FAIL", "{id}: {card:#}");
     }
     assert_eq!(verdicts["egress.allowed"], "PASS", "the control: {card:#}");
