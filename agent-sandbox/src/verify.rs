@@ -438,7 +438,52 @@ impl World {
         Ok(files.into_iter().map(|(_, c)| String::from_utf8_lossy(&c).into_owned()).collect())
     }
 
+    /// The world's own controls, from the site peer as root: the listener under no name logs a
+    /// request (by IPv4, and IPv6 where there is one) and answers UDP and ICMP, and the resolver
+    /// answers a direct query. A world where one fails would make a refusal look like a PASS:
+    /// verify stops instead.
+    async fn controls(&self) -> Result<()> {
+        let site = self.handle("site");
+        let field = |out: &crate::engine::Output, key: &str| {
+            out.stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}=")))
+                .unwrap_or("(none)")
+                .to_string()
+        };
+        let outside = self.addr("outside").to_string();
+        let mut targets = vec![outside.clone()];
+        targets.extend(self.addr6("outside").map(|a| a.to_string()));
+        for target in targets {
+            let before = self.outside_requests().await?;
+            let out = site.exec(&[PROBE, "tcp", &target, "80", "--http"]).await?;
+            if self.outside_requests().await? <= before {
+                return Err(broken(format!(
+                    "the listener at {target}:80 logged no request ({})",
+                    field(&out, "outcome")
+                )));
+            }
+        }
+        let udp = site.exec(&[PROBE, "udp", &outside, "9"]).await?;
+        let icmp = site.exec(&[PROBE, "icmp", &outside]).await?;
+        if field(&udp, "outcome") != "echoed" || field(&icmp, "outcome") != "reply" {
+            return Err(broken(format!(
+                "the listener does not answer UDP ({}) or ICMP ({})",
+                field(&udp, "outcome"),
+                field(&icmp, "outcome")
+            )));
+        }
+        let dns = self.addr("dns").to_string();
+        let name = format!("control.{UPSTREAM}");
+        site.exec(&[PROBE, "dns", &name, "--server", &dns]).await?;
+        if !self.read("dns", QUERIES).await?.contains(&name) {
+            return Err(broken("the resolver logged no direct query".into()));
+        }
+        Ok(())
+    }
+
     async fn checks(&self) -> Result<Vec<Outcome>> {
+        self.controls().await?;
         let mut out = Vec::new();
         let outcome =
             |f: &HashMap<String, String>| f.get("outcome").cloned().unwrap_or_else(|| "(none)".into());
@@ -492,6 +537,30 @@ impl World {
             verdict,
             evidence,
             meaning: "any site that shares an address with an allowed one (a CDN) is reachable",
+        });
+
+        // Two requests on one connection, the second for the blocked name.
+        let hosts = |log: &str, name: &str| log.matches(&format!("host={name} ")).count();
+        let log = site_log().await?;
+        let (allowed_before, blocked_before) = (hosts(&log, ALLOWED), hosts(&log, BLOCKED));
+        let pipelined = self.probe(&["http-pipeline", ALLOWED, "80", ALLOWED, BLOCKED]).await?;
+        let log = site_log().await?;
+        let first = hosts(&log, ALLOWED) > allowed_before;
+        let leaked = hosts(&log, BLOCKED) > blocked_before;
+        out.push(Outcome {
+            id: "names.second-request",
+            check: "a second request on one connection, for another site, is refused",
+            verdict: match (first, leaked) {
+                (true, false) => Verdict::Pass,
+                _ => Verdict::Fail,
+            },
+            evidence: format!(
+                "GET for {ALLOWED}, then for {BLOCKED}, on one connection: {}; the peer logged the first {}, the second {}",
+                outcome(&pipelined),
+                if first { "(the control)" } else { "not at all (the control failed)" },
+                if leaked { "too" } else { "not" }
+            ),
+            meaning: "a site that shares an address with an allowed one is reached after a first allowed request",
         });
 
         let hello = self.probe(&["tls-hello", ALLOWED, "443"]).await?;
@@ -805,6 +874,13 @@ impl World {
             meaning,
         })
     }
+}
+
+fn broken(why: String) -> Failure {
+    Failure::new(
+        Code::Sandbox,
+        format!("the test world's own control failed, so no check could be trusted: {why}"),
+    )
 }
 
 fn first_line(text: &str) -> &str {

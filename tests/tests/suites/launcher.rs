@@ -663,7 +663,7 @@ fn failed(card: &serde_json::Value) -> Vec<String> {
 async fn verify_the_shell_image_passes_every_check() -> anyhow::Result<()> {
     let (code, card) = verify(&image("shell").await?, &[]).await?;
     let verdicts = verdicts(&card);
-    assert_eq!(verdicts.len(), 16, "{card:#}");
+    assert_eq!(verdicts.len(), 17, "{card:#}");
     for (id, verdict) in &verdicts {
         let expected = if id == "keys.held" { "N/A" } else { "PASS" };
         assert_eq!(verdict, expected, "{id}: {card:#}");
@@ -673,7 +673,8 @@ async fn verify_the_shell_image_passes_every_check() -> anyhow::Result<()> {
 }
 
 /// A deliberately broken variant fails exactly what it should: a policy that allows the
-/// blocked name fails the checks that name it (reached by name, by Host, by SNI) and no other;
+/// blocked name fails the checks that reach it (by name, by Host, by SNI) and no other (a second
+/// request on one connection stays refused: a connection keeps the one name it was opened for);
 /// the firewall left open (SANDBOX_FIREWALL=open in the image) fails every check of the network,
 /// and starts without NET_ADMIN, while the agent's privileges and the policy files hold.
 #[tokio::test]
@@ -702,6 +703,7 @@ async fn verify_a_policy_allowing_the_blocked_name_or_an_open_firewall_fails_tho
         "firewall.tamper",
         "ingress.listener",
         "names.host",
+        "names.second-request",
         "names.sni",
     ];
     assert_eq!(failed(&card), expected, "{card:#}");
