@@ -1,0 +1,412 @@
+//! The checks of `verify`, each run as the agent in the test world with a positive control, its
+//! evidence read where it lands: one `Outcome` each, in the scorecard's order.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::world::{ALLOWED, BLOCKED, INBOUND, PEER_LOG, PROBE, QUERIES, UPSTREAM, World, last_lines};
+use super::{Outcome, Verdict};
+use crate::exit::Result;
+
+impl World {
+    pub(super) async fn checks(&self) -> Result<Vec<Outcome>> {
+        self.controls().await?;
+        let mut out = Vec::new();
+        let outcome =
+            |f: &HashMap<String, String>| f.get("outcome").cloned().unwrap_or_else(|| "(none)".into());
+        let site_log = || self.read("site", PEER_LOG);
+        let outside = self.addr("outside").to_string();
+        let dns = self.addr("dns").to_string();
+
+        // The control of every egress check: the allowed name, reached.
+        let allowed = self.probe(&["tcp", ALLOWED, "80", "--http"]).await?;
+        let reached = site_log().await?.contains(&format!("host={ALLOWED}"));
+        out.push(Outcome {
+            id: "egress.allowed",
+            check: "an allowed name is reachable (the control of the egress checks)",
+            verdict: if reached { Verdict::Pass } else { Verdict::Fail },
+            evidence: format!("{ALLOWED}:80: {}; the peer {}", outcome(&allowed), logged(reached)),
+            meaning: "the allowlist lets nothing through: the agent cannot work, and the refusals below prove nothing",
+        });
+        let control = |refused: bool, evidence: String| {
+            if !reached {
+                (Verdict::Fail, format!("{evidence}; but the control (the allowed name) failed"))
+            } else {
+                (if refused { Verdict::Pass } else { Verdict::Fail }, evidence)
+            }
+        };
+
+        let blocked = self.probe(&["tcp", BLOCKED, "80", "--http"]).await?;
+        let leaked = site_log().await?.contains(&format!("host={BLOCKED}"));
+        let (verdict, evidence) =
+            control(!leaked, format!("{BLOCKED}:80: {}; the peer {}", outcome(&blocked), logged(leaked)));
+        out.push(Outcome {
+            id: "egress.blocked-name",
+            check: "a name the policy does not list is refused",
+            verdict,
+            evidence,
+            meaning: "the agent reaches names outside the allowlist",
+        });
+
+        let fronted = self.probe(&["tcp", ALLOWED, "80", "--http", "--host", BLOCKED]).await?;
+        let leaked = site_log().await?.contains(&format!("host={BLOCKED}"));
+        let (verdict, evidence) = control(
+            !leaked,
+            format!(
+                "Host: {BLOCKED} to {ALLOWED}'s address: {}; the peer {}",
+                outcome(&fronted),
+                logged(leaked)
+            ),
+        );
+        out.push(Outcome {
+            id: "names.host",
+            check: "another site's Host on an allowed address is refused",
+            verdict,
+            evidence,
+            meaning: "any site that shares an address with an allowed one (a CDN) is reachable",
+        });
+
+        // Two requests on one connection, the second for the blocked name.
+        let hosts = |log: &str, name: &str| log.matches(&format!("host={name} ")).count();
+        let log = site_log().await?;
+        let (allowed_before, blocked_before) = (hosts(&log, ALLOWED), hosts(&log, BLOCKED));
+        let pipelined = self.probe(&["http-pipeline", ALLOWED, "80", ALLOWED, BLOCKED]).await?;
+        let log = site_log().await?;
+        let first = hosts(&log, ALLOWED) > allowed_before;
+        let leaked = hosts(&log, BLOCKED) > blocked_before;
+        out.push(Outcome {
+            id: "names.second-request",
+            check: "a second request on one connection, for another site, is refused",
+            verdict: match (first, leaked) {
+                (true, false) => Verdict::Pass,
+                _ => Verdict::Fail,
+            },
+            evidence: format!(
+                "GET for {ALLOWED}, then for {BLOCKED}, on one connection: {}; the peer logged the first {}, the second {}",
+                outcome(&pipelined),
+                if first { "(the control)" } else { "not at all (the control failed)" },
+                if leaked { "too" } else { "not" }
+            ),
+            meaning: "a site that shares an address with an allowed one is reached after a first allowed request",
+        });
+
+        let hello = self.probe(&["tls-hello", ALLOWED, "443"]).await?;
+        let fronted = self.probe(&["tls-hello", ALLOWED, "443", "--sni", BLOCKED]).await?;
+        let sni_control = outcome(&hello).starts_with("answered");
+        let passed = outcome(&fronted).starts_with("answered");
+        out.push(Outcome {
+            id: "names.sni",
+            check: "another site's SNI on an allowed address is refused",
+            verdict: match (sni_control, passed) {
+                (true, false) => Verdict::Pass,
+                _ => Verdict::Fail,
+            },
+            evidence: format!(
+                "SNI {BLOCKED}: {}; the control, SNI {ALLOWED}: {} (the peer echoes what it receives)",
+                outcome(&fronted),
+                outcome(&hello)
+            ),
+            meaning: "TLS to any site that shares an address with an allowed one is let through",
+        });
+
+        let before = self.outside_requests().await?;
+        let direct = self.probe(&["tcp", &outside, "80", "--http"]).await?;
+        let leaked = self.outside_requests().await? > before;
+        let (verdict, evidence) = control(
+            !leaked,
+            format!(
+                "{outside}:80, an address under no allowed name: {}; the listener {}",
+                outcome(&direct),
+                logged(leaked)
+            ),
+        );
+        out.push(Outcome {
+            id: "egress.address",
+            check: "an address no allowed name resolves to is refused",
+            verdict,
+            evidence,
+            meaning: "the agent connects to any address by its number, past every name",
+        });
+
+        let udp = self.probe(&["udp", &outside, "9"]).await?;
+        let answered = outcome(&udp) == "echoed";
+        let (verdict, evidence) = control(
+            !answered,
+            format!("UDP to {outside}:9: {} (the listener echoes what it receives)", outcome(&udp)),
+        );
+        out.push(Outcome {
+            id: "egress.udp",
+            check: "UDP to an address outside the policy is refused",
+            verdict,
+            evidence,
+            meaning: "datagrams leave to any address (QUIC, a tunnel)",
+        });
+
+        let icmp = self.probe(&["icmp", &outside]).await?;
+        let (verdict, evidence) =
+            control(outcome(&icmp) != "reply", format!("an ICMP echo to {outside}: {}", outcome(&icmp)));
+        out.push(Outcome {
+            id: "egress.icmp",
+            check: "ICMP to an address outside the policy is refused",
+            verdict,
+            evidence,
+            meaning: "pings carry data to any address (an ICMP tunnel)",
+        });
+
+        let ipv6_meaning = "the agent leaves over IPv6, past a firewall that filters IPv4 alone";
+        out.push(match self.addr6("outside") {
+            Some(outside6) => {
+                let outside6 = outside6.to_string();
+                let before = self.outside_requests().await?;
+                let direct = self.probe(&["tcp", &outside6, "80", "--http"]).await?;
+                let leaked = self.outside_requests().await? > before;
+                let (verdict, evidence) = control(
+                    !leaked,
+                    format!("[{outside6}]:80: {}; the listener {}", outcome(&direct), logged(leaked)),
+                );
+                Outcome {
+                    id: "egress.address-ipv6",
+                    check: "an IPv6 address no allowed name resolves to is refused",
+                    verdict,
+                    evidence,
+                    meaning: ipv6_meaning,
+                }
+            }
+            None => Outcome {
+                id: "egress.address-ipv6",
+                check: "an IPv6 address no allowed name resolves to is refused",
+                verdict: Verdict::NotApplicable,
+                evidence: "the engine gave the test world's network no IPv6".into(),
+                meaning: ipv6_meaning,
+            },
+        });
+
+        out.push(self.inbound().await?);
+
+        let marker = format!(
+            "x{:x}",
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+        );
+        let exfil = format!("{marker}.{BLOCKED}");
+        let asked = self.probe(&["dns", &exfil]).await?;
+        let control_asked = self.probe(&["dns", UPSTREAM]).await?;
+        let queries = self.read("dns", QUERIES).await?;
+        let leaked = queries.contains(&marker);
+        let upstream_control = queries.contains(UPSTREAM);
+        out.push(Outcome {
+            id: "dns.exfiltration",
+            check: "a query for a name outside the policy never reaches the upstream resolver",
+            verdict: match (upstream_control, leaked) {
+                (true, false) => Verdict::Pass,
+                _ => Verdict::Fail,
+            },
+            evidence: format!(
+                "{exfil}: {}; the resolver {}; the control, {UPSTREAM} (allowed): {}, {}",
+                outcome(&asked),
+                if leaked { "logged it" } else { "never saw it" },
+                outcome(&control_asked),
+                if upstream_control { "asked upstream" } else { "never reached the resolver" }
+            ),
+            meaning: "the agent sends data out in DNS names, to whoever runs that domain's servers",
+        });
+
+        let direct_name = format!("d{marker}.{ALLOWED}");
+        let direct = self.probe(&["dns", &direct_name, "--server", &dns]).await?;
+        let leaked = self.read("dns", QUERIES).await?.contains(&format!("d{marker}"));
+        let (verdict, evidence) = control(
+            !leaked,
+            format!(
+                "{direct_name} asked of {dns}:53 directly: {}; the resolver {}",
+                outcome(&direct),
+                if leaked { "logged it" } else { "never saw it" }
+            ),
+        );
+        out.push(Outcome {
+            id: "dns.direct",
+            check: "the agent cannot query a resolver directly",
+            verdict,
+            evidence,
+            meaning: "any DNS server is the agent's: names resolve and data leaves past the gate",
+        });
+
+        out.push(self.capabilities().await?);
+        out.push(self.tamper(&outside, reached).await?);
+        out.push(self.policy_files().await?);
+        out.push(self.fail_closed(&outside).await?);
+        out.push(Outcome {
+            id: "keys.held",
+            check: "a held API key is invisible to the agent",
+            verdict: Verdict::NotApplicable,
+            evidence: "no key is given to verify: the forwarder is not in the test world".into(),
+            meaning: "the agent could read the user's API key",
+        });
+        Ok(out)
+    }
+
+    /// A listener the agent opens is not reachable from the network: the control reaches it
+    /// from inside.
+    async fn inbound(&self) -> Result<Outcome> {
+        let meaning = "anything on the network reaches what the agent serves (a shell, a tunnel's far end)";
+        let port = INBOUND.to_string();
+        let start = format!(
+            "{PROBE} serve --tcp {port} --log /tmp/agent-sandbox-verify-inbound.log >/dev/null 2>&1 &"
+        );
+        self.as_agent("sandbox", &["sh", "-c", &start]).await?;
+        let mut inside = String::new();
+        for _ in 0..20 {
+            inside = self.as_agent("sandbox", &[PROBE, "tcp", "127.0.0.1", &port, "--raw"]).await?;
+            if inside.contains("outcome=connected") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !inside.contains("outcome=connected") {
+            return Ok(Outcome {
+                id: "ingress.listener",
+                check: "a listener of the agent's cannot be reached from the network",
+                verdict: Verdict::NotApplicable,
+                evidence: format!(
+                    "the agent's listener did not come up (sh and the probe as the agent): {}",
+                    first_line(&inside)
+                ),
+                meaning,
+            });
+        }
+        let sandbox = self.addr("sandbox").to_string();
+        let from = self.handle("outside").exec(&[PROBE, "tcp", &sandbox, &port, "--raw"]).await?;
+        let reached = from.stdout.contains("outcome=connected");
+        Ok(Outcome {
+            id: "ingress.listener",
+            check: "a listener of the agent's cannot be reached from the network",
+            verdict: if reached { Verdict::Fail } else { Verdict::Pass },
+            evidence: format!(
+                "{sandbox}:{port} from another container: {}; the control, from inside: connected",
+                from.stdout.lines().find_map(|l| l.strip_prefix("outcome=")).unwrap_or("(none)")
+            ),
+            meaning,
+        })
+    }
+
+    async fn capabilities(&self) -> Result<Outcome> {
+        let fields = self.probe(&["caps"]).await?;
+        let zero = |k: &str| fields.get(k).is_some_and(|v| v.trim_start_matches('0').is_empty());
+        let uid = fields.get("Uid").and_then(|u| u.split_whitespace().next()).unwrap_or("?").to_string();
+        let no_new = fields.get("NoNewPrivs").map(String::as_str) == Some("1");
+        let sets = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"];
+        let held: Vec<&str> = sets.iter().copied().filter(|s| !zero(s)).collect();
+        let good = held.is_empty() && uid != "0" && uid != "?" && no_new;
+        Ok(Outcome {
+            id: "process.privileges",
+            check: "the agent is not root, holds no capability, and cannot gain one (NoNewPrivs)",
+            verdict: if good { Verdict::Pass } else { Verdict::Fail },
+            evidence: format!(
+                "uid {uid}; capability sets {}; NoNewPrivs {}",
+                if held.is_empty() {
+                    "all empty".to_string()
+                } else {
+                    format!("{} not empty", held.join(", "))
+                },
+                fields.get("NoNewPrivs").map_or("unknown", String::as_str)
+            ),
+            meaning: "the agent can change the firewall, or become root through a setuid program",
+        })
+    }
+
+    async fn tamper(&self, outside: &str, reached: bool) -> Result<Outcome> {
+        let flushed = self.as_agent("sandbox", &["nft", "flush", "ruleset"]).await?;
+        let before = self.outside_requests().await?;
+        let again = self.probe(&["tcp", outside, "80", "--http"]).await?;
+        let leaked = self.outside_requests().await? > before;
+        let said = flushed.lines().next().unwrap_or("no output").trim().to_string();
+        Ok(Outcome {
+            id: "firewall.tamper",
+            check: "the agent cannot change the firewall",
+            verdict: if !leaked && reached { Verdict::Pass } else { Verdict::Fail },
+            evidence: format!(
+                "`nft flush ruleset` as the agent: {said}; then {outside}:80: {}",
+                again.get("outcome").map_or("(none)", String::as_str)
+            ),
+            meaning: "the agent turns the firewall off",
+        })
+    }
+
+    async fn policy_files(&self) -> Result<Outcome> {
+        if !self.sandbox_init {
+            return Ok(Outcome {
+                id: "policy.files",
+                check: "the agent cannot change the policy",
+                verdict: Verdict::NotApplicable,
+                evidence: "the image has no sandbox-init, and so no policy files".into(),
+                meaning: "the agent widens its own allowlist",
+            });
+        }
+        let mut written = Vec::new();
+        for target in ["/etc/agent-sandbox/policy.yaml", "/etc/agent-sandbox/policy.d/agent.yaml"] {
+            let script = format!("echo 'domains: [example.com]' >> {target} && echo WROTE");
+            if self.as_agent("sandbox", &["sh", "-c", &script]).await?.contains("WROTE") {
+                written.push(target);
+            }
+        }
+        Ok(Outcome {
+            id: "policy.files",
+            check: "the agent cannot change the policy",
+            verdict: if written.is_empty() { Verdict::Pass } else { Verdict::Fail },
+            evidence: if written.is_empty() {
+                "appending to policy.yaml and writing a drop-in as the agent both failed".into()
+            } else {
+                format!("the agent wrote {}", written.join(" and "))
+            },
+            meaning: "the agent widens its own allowlist at the next reload or start",
+        })
+    }
+
+    /// The image without NET_ADMIN (the engine's default capabilities): it must not start an
+    /// agent with an open network.
+    async fn fail_closed(&self, outside: &str) -> Result<Outcome> {
+        let meaning =
+            "without the capability to program its firewall the sandbox runs the agent with an open network";
+        let (cmd, probe): (&[&str], bool) =
+            if self.sandbox_init { (&[], false) } else { (&["serve", "--udp", "7"], true) };
+        self.start("closed", cmd, &[], Some(self.addr("dns")), probe).await?;
+        let handle = self.handle("closed");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = handle.logs(None).await?;
+            if let Some(code) = handle.exited().await? {
+                return Ok(Outcome {
+                    id: "egress.fail-closed",
+                    check: "without NET_ADMIN the sandbox does not start",
+                    verdict: if code != 0 { Verdict::Pass } else { Verdict::Fail },
+                    evidence: format!("exited {code}: {}", last_lines(&log)),
+                    meaning,
+                });
+            }
+            if log.contains("sandbox ready") || log.contains("peer ready") || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let before = self.outside_requests().await?;
+        let out = self.as_agent("closed", &[PROBE, "tcp", outside, "80", "--http"]).await?;
+        let leaked = self.outside_requests().await? > before;
+        Ok(Outcome {
+            id: "egress.fail-closed",
+            check: "without NET_ADMIN the sandbox does not start",
+            verdict: Verdict::Fail,
+            evidence: format!(
+                "it runs without NET_ADMIN; {outside}:80 from it: {}{}",
+                out.lines().find_map(|l| l.strip_prefix("outcome=")).unwrap_or("(none)"),
+                if leaked { ", and the listener logged it" } else { "" }
+            ),
+            meaning,
+        })
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("no output").trim()
+}
+
+fn logged(yes: bool) -> &'static str {
+    if yes { "logged the request" } else { "logged nothing" }
+}
