@@ -447,6 +447,20 @@ impl Sandbox {
         Ok(Output { stdout, stderr, code })
     }
 
+    /// Starts `cmd` in the container as `user` and returns at once (`verify`'s listener).
+    pub async fn exec_detached(&self, user: Option<&str>, cmd: &[&str]) -> Result<()> {
+        let (docker, id) = (&self.docker, self.firewall());
+        let config = ExecConfig {
+            user: user.map(str::to_string),
+            cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        };
+        let created = docker.create_exec(id, config).await?;
+        let options = StartExecOptions { detach: true, ..Default::default() };
+        docker.start_exec(&created.id, Some(options)).await?;
+        Ok(())
+    }
+
     /// The container's log (stdout and stderr as they came), all of it or the last `tail` lines.
     pub async fn logs(&self, tail: Option<usize>) -> Result<String> {
         let (docker, id) = (&self.docker, self.firewall());

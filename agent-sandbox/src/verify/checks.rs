@@ -20,7 +20,7 @@ impl World {
 
         // The control of every egress check: the allowed name, reached.
         let allowed = self.probe(&["tcp", ALLOWED, "80", "--http"]).await?;
-        let reached = site_log().await?.contains(&format!("host={ALLOWED}"));
+        let reached = host_count(&site_log().await?, ALLOWED) > 0;
         out.push(Outcome {
             id: "egress.allowed",
             check: "an allowed name is reachable (the control of the egress checks)",
@@ -28,6 +28,8 @@ impl World {
             evidence: format!("{ALLOWED}:80: {}; the peer {}", outcome(&allowed), logged(reached)),
             meaning: "the allowlist lets nothing through: the agent cannot work, and the refusals below prove nothing",
         });
+        // A refusal counts when nothing arrived where the evidence lands and the probe saw a
+        // refusal it knows: anything else (a probe that did not run, an answer) is a FAIL.
         let control = |refused: bool, evidence: String| {
             if !reached {
                 (Verdict::Fail, format!("{evidence}; but the control (the allowed name) failed"))
@@ -37,9 +39,11 @@ impl World {
         };
 
         let blocked = self.probe(&["tcp", BLOCKED, "80", "--http"]).await?;
-        let leaked = site_log().await?.contains(&format!("host={BLOCKED}"));
-        let (verdict, evidence) =
-            control(!leaked, format!("{BLOCKED}:80: {}; the peer {}", outcome(&blocked), logged(leaked)));
+        let leaked = host_count(&site_log().await?, BLOCKED) > 0;
+        let (verdict, evidence) = control(
+            !leaked && refusal(&outcome(&blocked)),
+            format!("{BLOCKED}:80: {}; the peer {}", outcome(&blocked), logged(leaked)),
+        );
         out.push(Outcome {
             id: "egress.blocked-name",
             check: "a name the policy does not list is refused",
@@ -49,9 +53,9 @@ impl World {
         });
 
         let fronted = self.probe(&["tcp", ALLOWED, "80", "--http", "--host", BLOCKED]).await?;
-        let leaked = site_log().await?.contains(&format!("host={BLOCKED}"));
+        let leaked = host_count(&site_log().await?, BLOCKED) > 0;
         let (verdict, evidence) = control(
-            !leaked,
+            !leaked && refusal(&outcome(&fronted)),
             format!(
                 "Host: {BLOCKED} to {ALLOWED}'s address: {}; the peer {}",
                 outcome(&fronted),
@@ -67,13 +71,12 @@ impl World {
         });
 
         // Two requests on one connection, the second for the blocked name.
-        let hosts = |log: &str, name: &str| log.matches(&format!("host={name} ")).count();
         let log = site_log().await?;
-        let (allowed_before, blocked_before) = (hosts(&log, ALLOWED), hosts(&log, BLOCKED));
+        let (allowed_before, blocked_before) = (host_count(&log, ALLOWED), host_count(&log, BLOCKED));
         let pipelined = self.probe(&["http-pipeline", ALLOWED, "80", ALLOWED, BLOCKED]).await?;
         let log = site_log().await?;
-        let first = hosts(&log, ALLOWED) > allowed_before;
-        let leaked = hosts(&log, BLOCKED) > blocked_before;
+        let first = host_count(&log, ALLOWED) > allowed_before;
+        let leaked = host_count(&log, BLOCKED) > blocked_before;
         out.push(Outcome {
             id: "names.second-request",
             check: "a second request on one connection, for another site, is refused",
@@ -93,14 +96,11 @@ impl World {
         let hello = self.probe(&["tls-hello", ALLOWED, "443"]).await?;
         let fronted = self.probe(&["tls-hello", ALLOWED, "443", "--sni", BLOCKED]).await?;
         let sni_control = outcome(&hello).starts_with("answered");
-        let passed = outcome(&fronted).starts_with("answered");
+        let refused = refusal(&outcome(&fronted));
         out.push(Outcome {
             id: "names.sni",
             check: "another site's SNI on an allowed address is refused",
-            verdict: match (sni_control, passed) {
-                (true, false) => Verdict::Pass,
-                _ => Verdict::Fail,
-            },
+            verdict: if sni_control && refused { Verdict::Pass } else { Verdict::Fail },
             evidence: format!(
                 "SNI {BLOCKED}: {}; the control, SNI {ALLOWED}: {} (the peer echoes what it receives)",
                 outcome(&fronted),
@@ -113,7 +113,7 @@ impl World {
         let direct = self.probe(&["tcp", &outside, "80", "--http"]).await?;
         let leaked = self.outside_requests().await? > before;
         let (verdict, evidence) = control(
-            !leaked,
+            !leaked && refusal(&outcome(&direct)),
             format!(
                 "{outside}:80, an address under no allowed name: {}; the listener {}",
                 outcome(&direct),
@@ -129,9 +129,8 @@ impl World {
         });
 
         let udp = self.probe(&["udp", &outside, "9"]).await?;
-        let answered = outcome(&udp) == "echoed";
         let (verdict, evidence) = control(
-            !answered,
+            refusal(&outcome(&udp)),
             format!("UDP to {outside}:9: {} (the listener echoes what it receives)", outcome(&udp)),
         );
         out.push(Outcome {
@@ -144,7 +143,7 @@ impl World {
 
         let icmp = self.probe(&["icmp", &outside]).await?;
         let (verdict, evidence) =
-            control(outcome(&icmp) != "reply", format!("an ICMP echo to {outside}: {}", outcome(&icmp)));
+            control(refusal(&outcome(&icmp)), format!("an ICMP echo to {outside}: {}", outcome(&icmp)));
         out.push(Outcome {
             id: "egress.icmp",
             check: "ICMP to an address outside the policy is refused",
@@ -161,7 +160,7 @@ impl World {
                 let direct = self.probe(&["tcp", &outside6, "80", "--http"]).await?;
                 let leaked = self.outside_requests().await? > before;
                 let (verdict, evidence) = control(
-                    !leaked,
+                    !leaked && refusal(&outcome(&direct)),
                     format!("[{outside6}]:80: {}; the listener {}", outcome(&direct), logged(leaked)),
                 );
                 Outcome {
@@ -189,16 +188,22 @@ impl World {
         );
         let exfil = format!("{marker}.{BLOCKED}");
         let asked = self.probe(&["dns", &exfil]).await?;
+        // The control: the gate asks upstream for an allowed name now (one more query of it in
+        // the resolver's log) and brings back its answer.
+        let upstream_asked =
+            |log: &str| log.lines().filter(|l| l.starts_with(&format!("{UPSTREAM}. "))).count();
+        let before = upstream_asked(&self.read("dns", QUERIES).await?);
         let control_asked = self.probe(&["dns", UPSTREAM]).await?;
         let queries = self.read("dns", QUERIES).await?;
         let leaked = queries.contains(&marker);
-        let upstream_control = queries.contains(UPSTREAM);
+        let upstream_control = upstream_asked(&queries) > before && outcome(&control_asked) == "dns:noerror";
         out.push(Outcome {
             id: "dns.exfiltration",
             check: "a query for a name outside the policy never reaches the upstream resolver",
-            verdict: match (upstream_control, leaked) {
-                (true, false) => Verdict::Pass,
-                _ => Verdict::Fail,
+            verdict: if upstream_control && !leaked && refusal(&outcome(&asked)) {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
             },
             evidence: format!(
                 "{exfil}: {}; the resolver {}; the control, {UPSTREAM} (allowed): {}, {}",
@@ -214,7 +219,7 @@ impl World {
         let direct = self.probe(&["dns", &direct_name, "--server", &dns]).await?;
         let leaked = self.read("dns", QUERIES).await?.contains(&format!("d{marker}"));
         let (verdict, evidence) = control(
-            !leaked,
+            !leaked && refusal(&outcome(&direct)),
             format!(
                 "{direct_name} asked of {dns}:53 directly: {}; the resolver {}",
                 outcome(&direct),
@@ -240,7 +245,33 @@ impl World {
             evidence: "no key is given to verify: the forwarder is not in the test world".into(),
             meaning: "the agent could read the user's API key",
         });
+        self.late_arrivals(&mut out).await?;
         Ok(out)
+    }
+
+    /// A request held past its probe's timeout (by a proxy, say) would land after its check read
+    /// the log: the logs are read again a moment later, and a check whose log has grown since is
+    /// a FAIL.
+    async fn late_arrivals(&self, out: &mut [Outcome]) -> Result<()> {
+        let site = host_count(&self.read("site", PEER_LOG).await?, BLOCKED);
+        let outside = self.outside_requests().await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let late_site = host_count(&self.read("site", PEER_LOG).await?, BLOCKED) > site;
+        let late_outside = self.outside_requests().await? > outside;
+        for o in out.iter_mut().filter(|o| o.verdict == Verdict::Pass) {
+            let late = match o.id {
+                "egress.blocked-name" | "names.host" | "names.second-request" => late_site,
+                "egress.address" | "egress.address-ipv6" | "firewall.tamper" | "egress.fail-closed" => {
+                    late_outside
+                }
+                _ => false,
+            };
+            if late {
+                o.verdict = Verdict::Fail;
+                o.evidence.push_str("; but a request reached the peer after the check read its log");
+            }
+        }
+        Ok(())
     }
 
     /// A listener the agent opens is not reachable from the network: the control reaches it
@@ -248,10 +279,11 @@ impl World {
     async fn inbound(&self) -> Result<Outcome> {
         let meaning = "anything on the network reaches what the agent serves (a shell, a tunnel's far end)";
         let port = INBOUND.to_string();
-        let start = format!(
-            "{PROBE} serve --tcp {port} --log /tmp/agent-sandbox-verify-inbound.log >/dev/null 2>&1 &"
-        );
-        self.as_agent("sandbox", &["sh", "-c", &start]).await?;
+        self.as_agent_detached(
+            "sandbox",
+            &[PROBE, "serve", "--tcp", &port, "--log", "/tmp/agent-sandbox-verify-inbound.log"],
+        )
+        .await?;
         let mut inside = String::new();
         for _ in 0..20 {
             inside = self.as_agent("sandbox", &[PROBE, "tcp", "127.0.0.1", &port, "--raw"]).await?;
@@ -264,9 +296,9 @@ impl World {
             return Ok(Outcome {
                 id: "ingress.listener",
                 check: "a listener of the agent's cannot be reached from the network",
-                verdict: Verdict::NotApplicable,
+                verdict: Verdict::Fail,
                 evidence: format!(
-                    "the agent's listener did not come up (sh and the probe as the agent): {}",
+                    "could not check: the agent's listener did not come up (the probe as the agent): {}",
                     first_line(&inside)
                 ),
                 meaning,
@@ -274,11 +306,11 @@ impl World {
         }
         let sandbox = self.addr("sandbox").to_string();
         let from = self.handle("outside").exec(&[PROBE, "tcp", &sandbox, &port, "--raw"]).await?;
-        let reached = from.stdout.contains("outcome=connected");
+        let said = from.stdout.lines().find_map(|l| l.strip_prefix("outcome=")).unwrap_or("(none)");
         Ok(Outcome {
             id: "ingress.listener",
             check: "a listener of the agent's cannot be reached from the network",
-            verdict: if reached { Verdict::Fail } else { Verdict::Pass },
+            verdict: if refusal(said) { Verdict::Pass } else { Verdict::Fail },
             evidence: format!(
                 "{sandbox}:{port} from another container: {}; the control, from inside: connected",
                 from.stdout.lines().find_map(|l| l.strip_prefix("outcome=")).unwrap_or("(none)")
@@ -290,17 +322,26 @@ impl World {
     async fn capabilities(&self) -> Result<Outcome> {
         let fields = self.probe(&["caps"]).await?;
         let zero = |k: &str| fields.get(k).is_some_and(|v| v.trim_start_matches('0').is_empty());
-        let uid = fields.get("Uid").and_then(|u| u.split_whitespace().next()).unwrap_or("?").to_string();
+        // Real, effective, saved and filesystem ids, each not root's.
+        let ids = |k: &str| {
+            fields.get(k).map_or_else(String::new, |v| v.split_whitespace().collect::<Vec<_>>().join(","))
+        };
+        let not_root = |k: &str| {
+            let all: Vec<String> =
+                fields.get(k).map(|v| v.split_whitespace().map(str::to_string).collect()).unwrap_or_default();
+            all.len() == 4 && all.iter().all(|id| id != "0")
+        };
+        let (uid, gid) = (ids("Uid"), ids("Gid"));
         let no_new = fields.get("NoNewPrivs").map(String::as_str) == Some("1");
         let sets = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"];
         let held: Vec<&str> = sets.iter().copied().filter(|s| !zero(s)).collect();
-        let good = held.is_empty() && uid != "0" && uid != "?" && no_new;
+        let good = held.is_empty() && not_root("Uid") && not_root("Gid") && no_new;
         Ok(Outcome {
             id: "process.privileges",
             check: "the agent is not root, holds no capability, and cannot gain one (NoNewPrivs)",
             verdict: if good { Verdict::Pass } else { Verdict::Fail },
             evidence: format!(
-                "uid {uid}; capability sets {}; NoNewPrivs {}",
+                "uids {uid}; gids {gid}; capability sets {}; NoNewPrivs {}",
                 if held.is_empty() {
                     "all empty".to_string()
                 } else {
@@ -318,10 +359,13 @@ impl World {
         let again = self.probe(&["tcp", outside, "80", "--http"]).await?;
         let leaked = self.outside_requests().await? > before;
         let said = flushed.lines().next().unwrap_or("no output").trim().to_string();
+        // The flush ran and the kernel refused it, and the listener is still out of reach.
+        let refused_flush = flushed.contains("Operation not permitted");
+        let still = again.get("outcome").is_some_and(|o| refusal(o));
         Ok(Outcome {
             id: "firewall.tamper",
             check: "the agent cannot change the firewall",
-            verdict: if !leaked && reached { Verdict::Pass } else { Verdict::Fail },
+            verdict: if refused_flush && !leaked && still && reached { Verdict::Pass } else { Verdict::Fail },
             evidence: format!(
                 "`nft flush ruleset` as the agent: {said}; then {outside}:80: {}",
                 again.get("outcome").map_or("(none)", String::as_str)
@@ -340,23 +384,48 @@ impl World {
                 meaning: "the agent widens its own allowlist",
             });
         }
+        // New files of the agent's (never one verify mounted): beside the policy, and a
+        // drop-in. The control: the same write to /tmp works.
+        let meaning = "the agent widens its own allowlist at the next reload or start";
+        let name = format!("agent-sandbox-verify-{}.yaml", self.nanos);
+        let write = |dir: &str| format!("set -C; echo 'domains: [example.com]' > {dir}/{name} && echo WROTE");
+        let control = self.as_agent("sandbox", &["sh", "-c", &write("/tmp")]).await?;
+        if !control.contains("WROTE") {
+            return Ok(Outcome {
+                id: "policy.files",
+                check: "the agent cannot change the policy",
+                verdict: Verdict::Fail,
+                evidence: format!(
+                    "could not check: the control, a write to /tmp as the agent: {}",
+                    first_line(&control)
+                ),
+                meaning,
+            });
+        }
         let mut written = Vec::new();
-        for target in ["/etc/agent-sandbox/policy.yaml", "/etc/agent-sandbox/policy.d/agent.yaml"] {
-            let script = format!("echo 'domains: [example.com]' >> {target} && echo WROTE");
-            if self.as_agent("sandbox", &["sh", "-c", &script]).await?.contains("WROTE") {
-                written.push(target);
+        let mut said = Vec::new();
+        for dir in ["/etc/agent-sandbox", "/etc/agent-sandbox/policy.d"] {
+            let out = self.as_agent("sandbox", &["sh", "-c", &write(dir)]).await?;
+            let there = !self.handle("sandbox").get(&format!("{dir}/{name}")).await?.is_empty();
+            if out.contains("WROTE") || there {
+                written.push(dir);
+            } else if !(out.contains("Permission denied") || out.contains("Read-only file system")) {
+                said.push(format!("{dir}: {}", first_line(&out)));
             }
         }
+        let verdict = if written.is_empty() && said.is_empty() { Verdict::Pass } else { Verdict::Fail };
         Ok(Outcome {
             id: "policy.files",
             check: "the agent cannot change the policy",
-            verdict: if written.is_empty() { Verdict::Pass } else { Verdict::Fail },
-            evidence: if written.is_empty() {
-                "appending to policy.yaml and writing a drop-in as the agent both failed".into()
+            verdict,
+            evidence: if !written.is_empty() {
+                format!("the agent wrote a new file in {}", written.join(" and "))
+            } else if !said.is_empty() {
+                format!("could not check: {}", said.join("; "))
             } else {
-                format!("the agent wrote {}", written.join(" and "))
+                "a new file beside the policy and a new drop-in, as the agent: permission denied; the control, /tmp: written".into()
             },
-            meaning: "the agent widens its own allowlist at the next reload or start",
+            meaning,
         })
     }
 
@@ -373,10 +442,13 @@ impl World {
         loop {
             let log = handle.logs(None).await?;
             if let Some(code) = handle.exited().await? {
+                // sandbox-init's refusal (77: a capability it needs is missing) before the agent
+                // ever started; any other end proves nothing.
+                let refused = self.sandbox_init && code == 77 && !log.contains("sandbox ready");
                 return Ok(Outcome {
                     id: "egress.fail-closed",
                     check: "without NET_ADMIN the sandbox does not start",
-                    verdict: if code != 0 { Verdict::Pass } else { Verdict::Fail },
+                    verdict: if refused { Verdict::Pass } else { Verdict::Fail },
                     evidence: format!("exited {code}: {}", last_lines(&log)),
                     meaning,
                 });
@@ -403,10 +475,73 @@ impl World {
     }
 }
 
+/// A probe's outcome that is a refusal it knows: anything else (an answer, a probe that did not
+/// run, an error of its own) is not evidence of one.
+fn refusal(outcome: &str) -> bool {
+    let outcome = outcome.strip_prefix("dns:").unwrap_or(outcome);
+    matches!(
+        outcome,
+        "refused" | "reset" | "unreachable" | "not-permitted" | "timeout" | "nxdomain" | "servfail"
+    )
+}
+
+/// Requests for `name` in a peer's log: each `http` line's Host, lower-cased, its port and a
+/// trailing dot taken off, compared whole.
+fn host_count(log: &str, name: &str) -> usize {
+    log.lines()
+        .filter(|l| l.starts_with("http "))
+        .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("host=")))
+        .map(|h| match h.rsplit_once(':') {
+            Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => h,
+        })
+        .filter(|h| h.trim_end_matches('.').eq_ignore_ascii_case(name))
+        .count()
+}
+
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or("no output").trim()
 }
 
 fn logged(yes: bool) -> &'static str {
     if yes { "logged the request" } else { "logged nothing" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_the_probe_knows_counts() {
+        for outcome in
+            ["refused", "reset", "timeout", "not-permitted", "unreachable", "dns:refused", "dns:nxdomain"]
+        {
+            assert!(refusal(outcome), "{outcome}");
+        }
+        for outcome in [
+            "connected",
+            "echoed",
+            "garbled",
+            "reply",
+            "answered:handshake",
+            "(none)",
+            "error:x",
+            "dns:noerror",
+            "dns:malformed",
+            "",
+        ] {
+            assert!(!refusal(outcome), "{outcome}");
+        }
+    }
+
+    #[test]
+    fn a_host_is_counted_however_it_is_written_and_never_by_a_longer_name() {
+        let log = "http 80 host=Blocked.Verify.Test path=/\n\
+                   http 80 host=blocked.verify.test:80 path=/\n\
+                   http 80 host=blocked.verify.test. path=/\n\
+                   http 80 host=x.blocked.verify.test path=/\n\
+                   conn 80 from=1.2.3.4 bytes=3 host=blocked.verify.test\n";
+        assert_eq!(host_count(log, "blocked.verify.test"), 3);
+        assert_eq!(host_count(log, "verify.test"), 0);
+    }
 }

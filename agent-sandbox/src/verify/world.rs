@@ -283,10 +283,21 @@ impl World {
         })
     }
 
-    /// How many requests the listener under no name has logged: each check that reaches it adds
-    /// one.
+    /// Starts `cmd` as the agent and returns without waiting for it (a listener).
+    pub(super) async fn as_agent_detached(&self, role: &str, cmd: &[&str]) -> Result<()> {
+        let handle = self.handle(role);
+        if self.sandbox_init {
+            handle.exec_detached(None, &[&["sandbox-exec", "--"], cmd].concat()).await
+        } else {
+            handle.exec_detached(Some("1000:1000"), cmd).await
+        }
+    }
+
+    /// How much the listener under no name has logged: each check that reaches it adds to it.
     pub(super) async fn outside_requests(&self) -> Result<usize> {
-        Ok(self.read("outside", PEER_LOG).await?.lines().filter(|l| l.starts_with("http 80 ")).count())
+        // Each connection it accepted (`conn`) and each request it answered (`http`).
+        let log = self.read("outside", PEER_LOG).await?;
+        Ok(log.lines().filter(|l| l.starts_with("conn ") || l.starts_with("http ")).count())
     }
 
     /// A file of a peer's, read through the engine (no `cat` needed in the image).

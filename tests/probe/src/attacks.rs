@@ -418,9 +418,9 @@ pub fn privileged_files(args: &Args) {
 /// `caps`: this process's capability sets, as /proc shows them.
 pub fn caps() {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    for line in
-        status.lines().filter(|l| l.starts_with("Cap") || l.starts_with("Uid") || l.starts_with("NoNewPrivs"))
-    {
+    for line in status.lines().filter(|l| {
+        l.starts_with("Cap") || l.starts_with("Uid") || l.starts_with("Gid") || l.starts_with("NoNewPrivs")
+    }) {
         println!("{}", line.replace(":\t", "=").replace('\t', " "));
     }
 }
