@@ -223,7 +223,7 @@ pub fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
             // reader's limit; found by a red team): refused if it names what a fetch is named by.
             Err(e) => {
                 let text = String::from_utf8_lossy(line);
-                if let Some(key) = crate::net::remote_tools::FETCH_KEYS.iter().find(|k| text.contains(*k)) {
+                if let Some(key) = crate::net::remote_tools::fetch_word(&text) {
                     return Err(Refused(
                         400,
                         format!("a line of an uploaded file that is not strict JSON ({e}) names {key}"),

@@ -17,9 +17,22 @@
 
 use serde_json::Value;
 
-/// The keys a fetch is named by, for a body this module cannot read as JSON: the provider's
-/// reader may read it all the same, and such a body naming one is refused.
-pub const FETCH_KEYS: &[&str] = &[
+/// The keys whose value is content the provider fetches by its link (Anthropic's
+/// `{"type": "url", "url": …}` sources are read apart): OpenAI's `image_url` and `file_url`,
+/// Mistral's `document_url`, where a provider fetches a connector's sign-in metadata or a
+/// document to ingest, Gemini's `fileData.fileUri`.
+const LINK_KEYS: &[&str] = &[
+    "image_url",
+    "file_url",
+    "document_url",
+    "oauth2_server_metadata_url",
+    "signed_url",
+    "file_uri",
+    "fileUri",
+];
+
+/// The other words a fetch is named by: tools, servers, Anthropic's `url` sources.
+const TOOL_WORDS: &[&str] = &[
     "mcp_servers",
     "mcp",
     "web_fetch",
@@ -28,15 +41,14 @@ pub const FETCH_KEYS: &[&str] = &[
     "url_context",
     "urlContext",
     "\"url\"",
-    "image_url",
-    "file_url",
-    "file_uri",
-    "fileUri",
-    "document_url",
     "\"server\"",
-    "oauth2_server_metadata_url",
-    "signed_url",
 ];
+
+/// The first word of a fetch in `text`, for a body this module cannot read as JSON: the
+/// provider's reader may read it all the same, and such a body naming one is refused.
+pub fn fetch_word(text: &str) -> Option<&'static str> {
+    LINK_KEYS.iter().chain(TOOL_WORDS).copied().find(|word| text.contains(word))
+}
 
 /// The first thing in `body` that makes the provider contact a URL other than on `own_host`
 /// (the API's host): what it is, for the refusal. None if there is none.
@@ -106,30 +118,17 @@ fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<
             url.chars().take(80).collect::<String>()
         ));
     }
-    // Content given by its link: Anthropic's `{"type": "url", "url": …}` sources, OpenAI's
-    // `image_url` and `file_url`, Mistral's `document_url`, Gemini's `fileData.fileUri`.
+    // Content given by its link: Anthropic's `{"type": "url", "url": …}` sources, and every
+    // key of LINK_KEYS.
     let link = |value: Option<&Value>| -> Option<String> {
         let value = value?;
         let url = value.as_str().or_else(|| value.get("url").and_then(Value::as_str))?;
         elsewhere(url, own_host).then(|| url.chars().take(80).collect())
     };
-    let by_link = [
-        (object.get("type").and_then(Value::as_str) == Some("url"))
-            .then(|| link(object.get("url")))
-            .flatten(),
-        link(object.get("image_url")),
-        link(object.get("file_url")),
-        link(object.get("document_url")),
-        // Where a provider fetches a connector's sign-in metadata, or a document to ingest.
-        link(object.get("oauth2_server_metadata_url")),
-        link(object.get("signed_url")),
-        link(object.get("file_uri")),
-        link(object.get("fileUri")),
-    ];
-    by_link
-        .into_iter()
+    let source = (object.get("type").and_then(Value::as_str) == Some("url")).then(|| link(object.get("url")));
+    source
         .flatten()
-        .next()
+        .or_else(|| LINK_KEYS.iter().find_map(|key| link(object.get(*key))))
         .map(|url| format!("content the provider fetches from {url} (a link, not the content itself)"))
 }
 
