@@ -7,51 +7,18 @@
 //! reading its evidence where it lands (the peer's log, the resolver's log). The world is removed
 //! at the end, on Ctrl-C too.
 
-mod checks;
 mod world;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use sandbox_verify::{Outcome, Verdict};
 use serde::Serialize;
 
 use crate::engine::Engine;
 use crate::exit::{Code, Failure, Result};
 use crate::flags::VerifyFlags;
 use world::World;
-
-/// What one check found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Verdict {
-    #[serde(rename = "PASS")]
-    Pass,
-    #[serde(rename = "FAIL")]
-    Fail,
-    #[serde(rename = "N/A")]
-    NotApplicable,
-}
-
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Verdict::Pass => "PASS",
-            Verdict::Fail => "FAIL",
-            Verdict::NotApplicable => "N/A",
-        })
-    }
-}
-
-/// One line of the scorecard.
-#[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
-    pub id: &'static str,
-    pub check: &'static str,
-    pub verdict: Verdict,
-    /// What was seen, on the receiving side where there is one: one line.
-    pub evidence: String,
-    /// What a FAIL means for the user.
-    pub meaning: &'static str,
-}
 
 /// The scorecard, as `--json` prints it (docs/verify.schema.json).
 #[derive(Debug, Serialize)]
@@ -84,7 +51,7 @@ pub async fn run(flags: &VerifyFlags) -> Result<i32> {
         result = async {
             world.build(policy.as_deref()).await?;
             eprintln!("verify: running the checks as the agent");
-            world.checks().await
+            sandbox_verify::run(&world).await
         } => result,
         _ = tokio::signal::ctrl_c() => Err(Failure::new(Code::Sandbox, "interrupted: the test world is removed")),
     };

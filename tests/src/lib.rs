@@ -3,7 +3,8 @@
 //! certificates for peers), `probe` (the probe binary and its reports), `images` (what the suites run), `peers` (servers and the DNS peer on
 //! the test networks), `sandbox` (a running sandbox's handle), `spec` (a sandbox from its spec, one
 //! translation for every way of starting it), `assert` (what must hold of a
-//! sandbox), `contract` (what every image keeps); `kubelet` (a Pod `agent-sandbox k8s` prints, run on
+//! sandbox), `contract` (what every image keeps), `verify` (sandbox-verify's test world, so the
+//! attacks:: suite runs the checks `agent-sandbox verify` runs); `kubelet` (a Pod `agent-sandbox k8s` prints, run on
 //! the engine as a kubelet would), `podman` (a rootful Podman service of the test's own); `registry` (a registry on loopback) and `launcher` (the
 //! `agent-sandbox` binary, on projects that clean up after it) stand apart.
 
@@ -20,6 +21,7 @@ pub mod registry;
 pub mod sandbox;
 pub mod spec;
 pub mod tls;
+pub mod verify;
 
 /// The workspace root.
 pub fn root() -> std::path::PathBuf {

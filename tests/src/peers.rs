@@ -50,6 +50,8 @@ pub struct PeerSpec {
     files: Option<std::path::PathBuf>,
     options: Vec<String>,
     forge: bool,
+    /// The whole of its command, in place of the defaults.
+    serving: Option<Vec<String>>,
 }
 
 impl PeerSpec {
@@ -75,6 +77,13 @@ impl PeerSpec {
     /// uploads.github.com and registry.npmjs.org.
     pub fn forge(mut self) -> PeerSpec {
         self.forge = true;
+        self
+    }
+
+    /// Exactly this `sandbox-probe` command, none of the defaults: a peer of another test world's
+    /// layout (sandbox-verify's).
+    pub fn serving(mut self, command: &[&str]) -> PeerSpec {
+        self.serving = Some(command.iter().map(|s| s.to_string()).collect());
         self
     }
 
@@ -169,6 +178,9 @@ impl Peer {
             cmd.extend(["--forge".into(), FORGE_DIR.into()]);
         }
         cmd.extend(spec.options.iter().cloned());
+        if let Some(serving) = spec.serving {
+            cmd = serving;
+        }
         let endpoint = EndpointSettings {
             aliases: Some(aliases.iter().map(|a| a.to_string()).collect()),
             ..Default::default()

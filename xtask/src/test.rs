@@ -118,14 +118,14 @@ pub const RUNTIME_ENV: &str = "AGENT_SANDBOX_TEST_RUNTIME";
 /// The suites run with the agent under gVisor: what the firewall proves from the agent's side
 /// (names::'s gigabyte and thousand connections, and the launcher's, run under gVisor by hand;
 /// docs/sidecar.md).
-pub const GVISOR_SUITES: &str = "package(sandbox-tests) & (test(/^firewall::/) | test(/^keys::/) | test(/^attacks::network::/) | test(/^attacks::sidecar::/))";
+pub const GVISOR_SUITES: &str = "package(sandbox-tests) & (test(/^firewall::/) | test(/^keys::/) | test(/^attacks::network::/) | test(/^attacks::sidecar::/) | test(/^attacks::verify::/))";
 
 /// Tells the suites to start every sandbox with NET_ADMIN as sidecar mode's pair.
 pub const SHAPE_ENV: &str = "AGENT_SANDBOX_TEST_SHAPE";
 
 /// The suites run in both shapes: everything the firewall, the name check and the held keys
 /// prove from the agent's side, and the launcher's commands on a sandbox with a network. `attacks::sidecar::` starts its pairs itself, in the first pass.
-pub const SIDECAR_SUITES: &str = "package(sandbox-tests) & (test(/^firewall::/) | test(/^names::/) | test(/^keys::/) | test(/^attacks::network::/) | test(/^launcher::net_admin_/))";
+pub const SIDECAR_SUITES: &str = "package(sandbox-tests) & (test(/^firewall::/) | test(/^names::/) | test(/^keys::/) | test(/^attacks::network::/) | test(/^attacks::verify::/) | test(/^launcher::net_admin_/))";
 
 #[cfg(test)]
 mod tests {

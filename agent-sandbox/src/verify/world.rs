@@ -16,23 +16,13 @@ use bollard::query_parameters::{
     CreateContainerOptions, RemoveContainerOptionsBuilder, StartContainerOptions,
 };
 
+use sandbox_verify::{ALLOWED, BLOCKED, Broken, Closed, DNS_SERVE, DROP_IN, Role, SITE_SERVE, Stage, ZONE};
+
 use crate::engine::{Engine, Entry, Found, Sandbox};
 use crate::exit::{Code, Failure, Result};
 
 /// Where the probe is mounted in every container of the world.
 pub(super) const PROBE: &str = "/opt/agent-sandbox-verify/sandbox-probe";
-pub(super) const ALLOWED: &str = "allowed.verify.test";
-pub(super) const BLOCKED: &str = "blocked.verify.test";
-/// An allowed name that only the upstream resolver knows: the engine's own DNS answers the peer's
-/// aliases itself, so the DNS checks' control asks this one.
-pub(super) const UPSTREAM: &str = "upstream.verify.test";
-pub(super) const PEER_LOG: &str = "/tmp/agent-sandbox-verify-peer.log";
-pub(super) const ZONE: &str = "/tmp/agent-sandbox-verify-zone";
-pub(super) const QUERIES: &str = "/tmp/agent-sandbox-verify-queries";
-/// The port of the listener the agent opens for the inbound check.
-pub(super) const INBOUND: u16 = 8081;
-/// The drop-in that allows the world's allowed name, beside the image's own drop-ins.
-pub(super) const DROP_IN: &str = "agent-sandbox-verify.yaml";
 /// Labels every container and the network of a world, with the world's name.
 pub(super) const LABEL: &str = "io.github.agent-sandbox.verify";
 
@@ -46,17 +36,18 @@ pub(super) struct World {
     pub(super) policy_dir: tempfile::TempDir,
     pub(super) nanos: u32,
     pub(super) containers: std::sync::Mutex<Vec<String>>,
-    pub(super) addrs: std::sync::Mutex<HashMap<&'static str, IpAddr>>,
+    /// Each role's addresses: IPv4, and IPv6 where the network has it.
+    pub(super) addrs: std::sync::Mutex<HashMap<Role, (IpAddr, Option<IpAddr>)>>,
 }
 
-/// The key of a role's IPv6 address.
-fn v6_role(role: &str) -> &'static str {
+/// A role's name, in its container's name.
+fn role_name(role: Role) -> &'static str {
     match role {
-        "site" => "site6",
-        "outside" => "outside6",
-        "dns" => "dns6",
-        "sandbox" => "sandbox6",
-        _ => "other6",
+        Role::Site => "site",
+        Role::Outside => "outside",
+        Role::Dns => "dns",
+        Role::Sandbox => "sandbox",
+        Role::Closed => "closed",
     }
 }
 
@@ -78,17 +69,8 @@ impl World {
         }
     }
 
-    pub(super) fn addr(&self, role: &str) -> IpAddr {
-        self.addrs.lock().expect("addresses")[role]
-    }
-
-    /// The peer's IPv6 address, where the network has IPv6.
-    pub(super) fn addr6(&self, role: &str) -> Option<IpAddr> {
-        self.addrs.lock().expect("addresses").get(v6_role(role)).copied()
-    }
-
-    pub(super) fn handle(&self, role: &str) -> Sandbox {
-        let id = format!("{}.{role}", self.net);
+    pub(super) fn handle(&self, role: Role) -> Sandbox {
+        let id = format!("{}.{}", self.net, role_name(role));
         self.engine.sandbox(Found { id: id.clone(), name: id, ..Default::default() })
     }
 
@@ -117,36 +99,29 @@ impl World {
             };
             docker.create_network(request).await?;
         }
-        let serve = ["serve", "--http", "80", "--echo", "443", "--udp", "9", "--log", PEER_LOG];
-        self.start("site", &serve, &[ALLOWED, BLOCKED], None, true).await?;
-        self.start("outside", &serve, &[], None, true).await?;
-        self.start("dns", &["serve", "--dns", ZONE, QUERIES], &[], None, true).await?;
-        for role in ["site", "outside", "dns"] {
+        self.start(Role::Site, SITE_SERVE, &[ALLOWED, BLOCKED], None, true).await?;
+        self.start(Role::Outside, SITE_SERVE, &[], None, true).await?;
+        self.start(Role::Dns, DNS_SERVE, &[], None, true).await?;
+        for role in [Role::Site, Role::Outside, Role::Dns] {
             self.wait_for(role, "peer ready", Duration::from_secs(30)).await?;
         }
-        let site = self.addr("site");
-        let zone = format!(
-            "{ALLOWED} A {site} 60\n{BLOCKED} A {site} 60\n*.{BLOCKED} A {site} 60\n{UPSTREAM} A {site} 60\n"
-        );
+        let zone = sandbox_verify::zone(self.addr(Role::Site));
         let file = Entry { path: ZONE.into(), contents: Some(zone.into_bytes()), mode: 0o644, uid: 0 };
-        self.handle("dns").put(&[file]).await?;
-        let drop_in = format!(
-            "version: 1\ndescription: agent-sandbox verify's test world\ndomains:\n  - {ALLOWED}\n  - {UPSTREAM}\n"
-        );
-        std::fs::write(self.policy_dir.path().join(DROP_IN), drop_in)
+        self.handle(Role::Dns).put(&[file]).await?;
+        std::fs::write(self.policy_dir.path().join(DROP_IN), sandbox_verify::drop_in())
             .map_err(|e| Failure::new(Code::Engine, format!("cannot write the test world's policy: {e}")))?;
         if let Some(policy) = policy {
             std::fs::write(self.policy_dir.path().join("policy.yaml"), policy)
                 .map_err(|e| Failure::new(Code::Engine, format!("cannot write the policy: {e}")))?;
         }
-        let dns = self.addr("dns");
+        let dns = self.addr(Role::Dns);
         if self.sandbox_init {
-            self.start("sandbox", &[], &[], Some(dns), false).await?;
-            self.wait_for("sandbox", "sandbox ready", Duration::from_secs(60)).await?;
+            self.start(Role::Sandbox, &[], &[], Some(dns), false).await?;
+            self.wait_for(Role::Sandbox, "sandbox ready", Duration::from_secs(60)).await?;
         } else {
             // Not a sandbox: the probe idles as its process, as the image's own would run.
-            self.start("sandbox", &["serve", "--udp", "7"], &[], Some(dns), true).await?;
-            self.wait_for("sandbox", "peer ready", Duration::from_secs(30)).await?;
+            self.start(Role::Sandbox, &["serve", "--udp", "7"], &[], Some(dns), true).await?;
+            self.wait_for(Role::Sandbox, "peer ready", Duration::from_secs(30)).await?;
         }
         Ok(())
     }
@@ -155,16 +130,16 @@ impl World {
     /// process, as root) or the sandbox (its own entrypoint, NET_ADMIN, the policies).
     pub(super) async fn start(
         &self,
-        role: &'static str,
+        role: Role,
         cmd: &[&str],
         aliases: &[&str],
         dns: Option<IpAddr>,
         probe: bool,
     ) -> Result<()> {
-        let name = format!("{}.{role}", self.net);
+        let name = format!("{}.{}", self.net, role_name(role));
         let mut binds = vec![format!("{}:{PROBE}:ro", self.probe.display())];
         let mut host = HostConfig { network_mode: Some(self.net.clone()), ..Default::default() };
-        if role == "sandbox" || role == "closed" {
+        if role == Role::Sandbox || role == Role::Closed {
             // One drop-in beside the image's own, which stay.
             let drop_in = self.policy_dir.path().join(DROP_IN);
             binds.push(format!("{}:/etc/agent-sandbox/policy.d/{DROP_IN}:ro", drop_in.display()));
@@ -175,7 +150,7 @@ impl World {
             host.dns = dns.map(|d| vec![d.to_string()]);
             // `closed`: the engine's default capabilities, which lack NET_ADMIN (the flag a user
             // forgets).
-            if role == "sandbox" {
+            if role == Role::Sandbox {
                 host.cap_add = Some(vec!["NET_ADMIN".into()]);
             }
         }
@@ -209,17 +184,14 @@ impl World {
             Some(e) => (parse(e.ip_address), parse(e.global_ipv6_address)),
             None => (None, None),
         };
-        let mut addrs = self.addrs.lock().expect("addresses");
         if let Some(v4) = v4 {
-            addrs.insert(role, v4);
-        }
-        if let Some(v6) = v6 {
-            addrs.insert(v6_role(role), v6);
+            self.addrs.lock().expect("addresses").insert(role, (v4, v6));
         }
         Ok(())
     }
 
-    pub(super) async fn wait_for(&self, role: &str, line: &str, within: Duration) -> Result<()> {
+    pub(super) async fn wait_for(&self, role: Role, line: &str, within: Duration) -> Result<()> {
+        let name = role_name(role);
         let handle = self.handle(role);
         let deadline = Instant::now() + within;
         loop {
@@ -231,7 +203,7 @@ impl World {
                 return Err(Failure::new(
                     Code::Sandbox,
                     format!(
-                        "the test world's {role} container of {} exited ({code}): {}",
+                        "the test world's {name} container of {} exited ({code}): {}",
                         self.image,
                         last_lines(&log)
                     ),
@@ -240,7 +212,7 @@ impl World {
             if Instant::now() > deadline {
                 return Err(Failure::new(
                     Code::Sandbox,
-                    format!("the test world's {role} container never said `{line}`: {}", last_lines(&log)),
+                    format!("the test world's {name} container never said `{line}`: {}", last_lines(&log)),
                 ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -258,18 +230,32 @@ impl World {
         let _ = docker.remove_network(&self.net).await;
     }
 
-    /// The probe as the agent in the sandbox: through sandbox-exec, or as uid 1000 in an image
-    /// without sandbox-init. Its `key=value` lines.
-    pub(super) async fn probe(&self, args: &[&str]) -> Result<HashMap<String, String>> {
-        let out = self.as_agent("sandbox", &[&[PROBE], args].concat()).await?;
-        Ok(out
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect())
+    fn addr(&self, role: Role) -> IpAddr {
+        self.addrs.lock().expect("addresses")[&role].0
+    }
+}
+
+impl Stage for World {
+    type Error = Failure;
+
+    fn sandbox_init(&self) -> bool {
+        self.sandbox_init
     }
 
-    pub(super) async fn as_agent(&self, role: &str, cmd: &[&str]) -> Result<String> {
+    fn probe_path(&self) -> &str {
+        PROBE
+    }
+
+    fn addr(&self, role: Role) -> IpAddr {
+        World::addr(self, role)
+    }
+
+    fn addr6(&self, role: Role) -> Option<IpAddr> {
+        self.addrs.lock().expect("addresses").get(&role).and_then(|a| a.1)
+    }
+
+    /// Through sandbox-exec, or as uid 1000 in an image without sandbox-init.
+    async fn as_agent(&self, role: Role, cmd: &[&str]) -> Result<String> {
         let handle = self.handle(role);
         let out = if self.sandbox_init {
             handle.exec(&[&["sandbox-exec", "--"], cmd].concat()).await
@@ -283,9 +269,8 @@ impl World {
         })
     }
 
-    /// Starts `cmd` as the agent and returns without waiting for it (a listener).
-    pub(super) async fn as_agent_detached(&self, role: &str, cmd: &[&str]) -> Result<()> {
-        let handle = self.handle(role);
+    async fn as_agent_detached(&self, cmd: &[&str]) -> Result<()> {
+        let handle = self.handle(Role::Sandbox);
         if self.sandbox_init {
             handle.exec_detached(None, &[&["sandbox-exec", "--"], cmd].concat()).await
         } else {
@@ -293,69 +278,39 @@ impl World {
         }
     }
 
-    /// How much the listener under no name has logged: each check that reaches it adds to it.
-    pub(super) async fn outside_requests(&self) -> Result<usize> {
-        // Each connection it accepted (`conn`) and each request it answered (`http`).
-        let log = self.read("outside", PEER_LOG).await?;
-        Ok(log.lines().filter(|l| l.starts_with("conn ") || l.starts_with("http ")).count())
+    async fn peer_exec(&self, role: Role, cmd: &[&str]) -> Result<String> {
+        Ok(self.handle(role).exec(cmd).await?.stdout)
     }
 
-    /// A file of a peer's, read through the engine (no `cat` needed in the image).
-    pub(super) async fn read(&self, role: &str, path: &str) -> Result<String> {
+    /// Through the engine: no `cat` needed in the image.
+    async fn read(&self, role: Role, path: &str) -> Result<String> {
         let files = self.handle(role).get(path).await?;
         Ok(files.into_iter().map(|(_, c)| String::from_utf8_lossy(&c).into_owned()).collect())
     }
 
-    /// The world's own controls, from the site peer as root: the listener under no name logs a
-    /// request (by IPv4, and IPv6 where there is one) and answers UDP and ICMP, and the resolver
-    /// answers a direct query. A world where one fails would make a refusal look like a PASS:
-    /// verify stops instead.
-    pub(super) async fn controls(&self) -> Result<()> {
-        let site = self.handle("site");
-        let field = |out: &crate::engine::Output, key: &str| {
-            out.stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key}=")))
-                .unwrap_or("(none)")
-                .to_string()
-        };
-        let outside = self.addr("outside").to_string();
-        let mut targets = vec![outside.clone()];
-        targets.extend(self.addr6("outside").map(|a| a.to_string()));
-        for target in targets {
-            let before = self.outside_requests().await?;
-            let out = site.exec(&[PROBE, "tcp", &target, "80", "--http"]).await?;
-            if self.outside_requests().await? <= before {
-                return Err(broken(format!(
-                    "the listener at {target}:80 logged no request ({})",
-                    field(&out, "outcome")
-                )));
+    async fn closed(&self) -> Result<Closed> {
+        let (cmd, probe): (&[&str], bool) =
+            if self.sandbox_init { (&[], false) } else { (&["serve", "--udp", "7"], true) };
+        self.start(Role::Closed, cmd, &[], Some(self.addr(Role::Dns)), probe).await?;
+        let handle = self.handle(Role::Closed);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = handle.logs(None).await?;
+            if let Some(code) = handle.exited().await? {
+                return Ok(Closed::Exited { code, log });
             }
+            if log.contains("sandbox ready") || log.contains("peer ready") || Instant::now() > deadline {
+                return Ok(Closed::Running { log });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let udp = site.exec(&[PROBE, "udp", &outside, "9"]).await?;
-        let icmp = site.exec(&[PROBE, "icmp", &outside]).await?;
-        if field(&udp, "outcome") != "echoed" || field(&icmp, "outcome") != "reply" {
-            return Err(broken(format!(
-                "the listener does not answer UDP ({}) or ICMP ({})",
-                field(&udp, "outcome"),
-                field(&icmp, "outcome")
-            )));
-        }
-        let dns = self.addr("dns").to_string();
-        let name = format!("control.{UPSTREAM}");
-        site.exec(&[PROBE, "dns", &name, "--server", &dns]).await?;
-        if !self.read("dns", QUERIES).await?.contains(&name) {
-            return Err(broken("the resolver logged no direct query".into()));
-        }
-        Ok(())
     }
 }
 
-pub(super) fn broken(why: String) -> Failure {
-    Failure::new(
-        Code::Sandbox,
-        format!("the test world's own control failed, so no check could be trusted: {why}"),
-    )
+impl From<Broken> for Failure {
+    fn from(broken: Broken) -> Failure {
+        Failure::new(Code::Sandbox, broken.to_string())
+    }
 }
 
 pub(super) fn last_lines(log: &str) -> String {

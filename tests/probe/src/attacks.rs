@@ -423,6 +423,50 @@ pub fn caps() {
     }) {
         println!("{}", line.replace(":\t", "=").replace('\t', " "));
     }
+    // gVisor's /proc has no CapAmb and no NoNewPrivs line: ask the kernel itself, and say so.
+    let mut asked = Vec::new();
+    if !status.lines().any(|l| l.starts_with("CapAmb:")) {
+        let mut ambient = 0u64;
+        let mut known = true;
+        for cap in 0..64u64 {
+            // SAFETY: prctl with integer arguments only.
+            let set = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_IS_SET, cap, 0, 0) };
+            match set {
+                1 => ambient |= 1 << cap,
+                0 => {}
+                // EINVAL past the last capability the kernel knows; before the first, no answer.
+                _ => {
+                    known = cap > 0;
+                    break;
+                }
+            }
+        }
+        let set = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        };
+        if known {
+            println!("CapAmb={ambient:016x}");
+            asked.push("CapAmb from prctl");
+        } else if let (Some(permitted), Some(inheritable)) = (set("CapPrm:"), set("CapInh:")) {
+            // The kernel keeps the ambient set within both (capabilities(7)).
+            println!("CapAmb={:016x}", permitted & inheritable);
+            asked.push("CapAmb as CapPrm and CapInh, which bound it");
+        }
+    }
+    if !status.lines().any(|l| l.starts_with("NoNewPrivs:")) {
+        // SAFETY: prctl with integer arguments only.
+        let no_new = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
+        if no_new >= 0 {
+            println!("NoNewPrivs={no_new}");
+            asked.push("NoNewPrivs from prctl");
+        }
+    }
+    if !asked.is_empty() {
+        println!("derived={}", asked.join("; "));
+    }
 }
 
 /// A datagram socket of `kind` (UDP, or an ICMP "ping" socket) bound to `addr`, which may be

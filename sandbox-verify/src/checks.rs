@@ -1,22 +1,36 @@
-//! The checks of `verify`, each run as the agent in the test world with a positive control, its
-//! evidence read where it lands: one `Outcome` each, in the scorecard's order.
+//! The checks, each run as the agent in the test world with a positive control, its evidence
+//! read where it lands: one `Outcome` each, in the scorecard's order.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::world::{ALLOWED, BLOCKED, INBOUND, PEER_LOG, PROBE, QUERIES, UPSTREAM, World, last_lines};
-use super::{Outcome, Verdict};
-use crate::exit::Result;
+use crate::{
+    ALLOWED, BLOCKED, Broken, Closed, INBOUND, Outcome, PEER_LOG, QUERIES, Role, Stage, UPSTREAM, Verdict,
+    fields,
+};
 
-impl World {
-    pub(super) async fn checks(&self) -> Result<Vec<Outcome>> {
+/// A run of the checks on one stage.
+pub(crate) struct Run<'a, S: Stage> {
+    stage: &'a S,
+    /// Makes this run's names and files its own.
+    nanos: u128,
+}
+
+impl<'a, S: Stage> Run<'a, S> {
+    pub(crate) fn new(stage: &'a S) -> Self {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        Run { stage, nanos }
+    }
+
+    pub(crate) async fn all(&self) -> Result<Vec<Outcome>, S::Error> {
         self.controls().await?;
         let mut out = Vec::new();
         let outcome =
             |f: &HashMap<String, String>| f.get("outcome").cloned().unwrap_or_else(|| "(none)".into());
-        let site_log = || self.read("site", PEER_LOG);
-        let outside = self.addr("outside").to_string();
-        let dns = self.addr("dns").to_string();
+        let site_log = || self.stage.read(Role::Site, PEER_LOG);
+        let outside = self.stage.addr(Role::Outside).to_string();
+        let dns = self.stage.addr(Role::Dns).to_string();
 
         // The control of every egress check: the allowed name, reached.
         let allowed = self.probe(&["tcp", ALLOWED, "80", "--http"]).await?;
@@ -153,7 +167,7 @@ impl World {
         });
 
         let ipv6_meaning = "the agent leaves over IPv6, past a firewall that filters IPv4 alone";
-        out.push(match self.addr6("outside") {
+        out.push(match self.stage.addr6(Role::Outside) {
             Some(outside6) => {
                 let outside6 = outside6.to_string();
                 let before = self.outside_requests().await?;
@@ -182,19 +196,16 @@ impl World {
 
         out.push(self.inbound().await?);
 
-        let marker = format!(
-            "x{:x}",
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
-        );
+        let marker = format!("x{:x}", self.nanos);
         let exfil = format!("{marker}.{BLOCKED}");
         let asked = self.probe(&["dns", &exfil]).await?;
         // The control: the gate asks upstream for an allowed name now (one more query of it in
         // the resolver's log) and brings back its answer.
         let upstream_asked =
             |log: &str| log.lines().filter(|l| l.starts_with(&format!("{UPSTREAM}. "))).count();
-        let before = upstream_asked(&self.read("dns", QUERIES).await?);
+        let before = upstream_asked(&self.stage.read(Role::Dns, QUERIES).await?);
         let control_asked = self.probe(&["dns", UPSTREAM]).await?;
-        let queries = self.read("dns", QUERIES).await?;
+        let queries = self.stage.read(Role::Dns, QUERIES).await?;
         let leaked = queries.contains(&marker);
         let upstream_control = upstream_asked(&queries) > before && outcome(&control_asked) == "dns:noerror";
         out.push(Outcome {
@@ -217,7 +228,7 @@ impl World {
 
         let direct_name = format!("d{marker}.{ALLOWED}");
         let direct = self.probe(&["dns", &direct_name, "--server", &dns]).await?;
-        let leaked = self.read("dns", QUERIES).await?.contains(&format!("d{marker}"));
+        let leaked = self.stage.read(Role::Dns, QUERIES).await?.contains(&format!("d{marker}"));
         let (verdict, evidence) = control(
             !leaked && refusal(&outcome(&direct)),
             format!(
@@ -234,6 +245,7 @@ impl World {
             meaning: "any DNS server is the agent's: names resolve and data leaves past the gate",
         });
 
+        out.push(self.forged_answer(&outside).await?);
         out.push(self.capabilities().await?);
         out.push(self.tamper(&outside, reached).await?);
         out.push(self.policy_files().await?);
@@ -252,18 +264,20 @@ impl World {
     /// A request held past its probe's timeout (by a proxy, say) would land after its check read
     /// the log: the logs are read again a moment later, and a check whose log has grown since is
     /// a FAIL.
-    async fn late_arrivals(&self, out: &mut [Outcome]) -> Result<()> {
-        let site = host_count(&self.read("site", PEER_LOG).await?, BLOCKED);
+    async fn late_arrivals(&self, out: &mut [Outcome]) -> Result<(), S::Error> {
+        let site = host_count(&self.stage.read(Role::Site, PEER_LOG).await?, BLOCKED);
         let outside = self.outside_requests().await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let late_site = host_count(&self.read("site", PEER_LOG).await?, BLOCKED) > site;
+        let late_site = host_count(&self.stage.read(Role::Site, PEER_LOG).await?, BLOCKED) > site;
         let late_outside = self.outside_requests().await? > outside;
         for o in out.iter_mut().filter(|o| o.verdict == Verdict::Pass) {
             let late = match o.id {
                 "egress.blocked-name" | "names.host" | "names.second-request" => late_site,
-                "egress.address" | "egress.address-ipv6" | "firewall.tamper" | "egress.fail-closed" => {
-                    late_outside
-                }
+                "egress.address"
+                | "egress.address-ipv6"
+                | "firewall.tamper"
+                | "egress.fail-closed"
+                | "dns.forged-answer" => late_outside,
                 _ => false,
             };
             if late {
@@ -274,19 +288,19 @@ impl World {
         Ok(())
     }
 
-    /// A listener the agent opens is not reachable from the network: the control reaches it
-    /// from inside.
-    async fn inbound(&self) -> Result<Outcome> {
+    /// A listener the agent opens is not reachable from the network, by IPv4 or IPv6: the
+    /// control reaches it from inside.
+    async fn inbound(&self) -> Result<Outcome, S::Error> {
         let meaning = "anything on the network reaches what the agent serves (a shell, a tunnel's far end)";
+        let check = "a listener of the agent's cannot be reached from the network";
         let port = INBOUND.to_string();
-        self.as_agent_detached(
-            "sandbox",
-            &[PROBE, "serve", "--tcp", &port, "--log", "/tmp/agent-sandbox-verify-inbound.log"],
-        )
-        .await?;
+        let log = format!("/tmp/agent-sandbox-verify-inbound-{:x}.log", self.nanos);
+        self.stage
+            .as_agent_detached(&[self.stage.probe_path(), "serve", "--tcp", &port, "--log", &log])
+            .await?;
         let mut inside = String::new();
-        for _ in 0..20 {
-            inside = self.as_agent("sandbox", &[PROBE, "tcp", "127.0.0.1", &port, "--raw"]).await?;
+        for _ in 0..50 {
+            inside = self.as_agent(&[self.stage.probe_path(), "tcp", "127.0.0.1", &port, "--raw"]).await?;
             if inside.contains("outcome=connected") {
                 break;
             }
@@ -295,7 +309,7 @@ impl World {
         if !inside.contains("outcome=connected") {
             return Ok(Outcome {
                 id: "ingress.listener",
-                check: "a listener of the agent's cannot be reached from the network",
+                check,
                 verdict: Verdict::Fail,
                 evidence: format!(
                     "could not check: the agent's listener did not come up (the probe as the agent): {}",
@@ -304,22 +318,32 @@ impl World {
                 meaning,
             });
         }
-        let sandbox = self.addr("sandbox").to_string();
-        let from = self.handle("outside").exec(&[PROBE, "tcp", &sandbox, &port, "--raw"]).await?;
-        let said = from.stdout.lines().find_map(|l| l.strip_prefix("outcome=")).unwrap_or("(none)");
+        let mut said = Vec::new();
+        let mut reached = false;
+        let targets = [Some(self.stage.addr(Role::Sandbox)), self.stage.addr6(Role::Sandbox)];
+        for addr in targets.into_iter().flatten() {
+            let from = self
+                .stage
+                .peer_exec(
+                    Role::Outside,
+                    &[self.stage.probe_path(), "tcp", &addr.to_string(), &port, "--raw"],
+                )
+                .await?;
+            let outcome = fields(&from).get("outcome").cloned().unwrap_or_else(|| "(none)".into());
+            reached |= !refusal(&outcome);
+            let to = std::net::SocketAddr::new(addr, INBOUND);
+            said.push(format!("{to} from another container: {outcome}"));
+        }
         Ok(Outcome {
             id: "ingress.listener",
-            check: "a listener of the agent's cannot be reached from the network",
-            verdict: if refusal(said) { Verdict::Pass } else { Verdict::Fail },
-            evidence: format!(
-                "{sandbox}:{port} from another container: {}; the control, from inside: connected",
-                from.stdout.lines().find_map(|l| l.strip_prefix("outcome=")).unwrap_or("(none)")
-            ),
+            check,
+            verdict: if reached { Verdict::Fail } else { Verdict::Pass },
+            evidence: format!("{}; the control, from inside: connected", said.join("; ")),
             meaning,
         })
     }
 
-    async fn capabilities(&self) -> Result<Outcome> {
+    async fn capabilities(&self) -> Result<Outcome, S::Error> {
         let fields = self.probe(&["caps"]).await?;
         let zero = |k: &str| fields.get(k).is_some_and(|v| v.trim_start_matches('0').is_empty());
         // Real, effective, saved and filesystem ids, each not root's.
@@ -348,19 +372,23 @@ impl World {
                     format!("{} not empty", held.join(", "))
                 },
                 fields.get("NoNewPrivs").map_or("unknown", String::as_str)
-            ),
+            ) + &fields
+                .get("derived")
+                .map_or(String::new(), |d| format!(" (/proc has no line for them: {d})")),
             meaning: "the agent can change the firewall, or become root through a setuid program",
         })
     }
 
-    async fn tamper(&self, outside: &str, reached: bool) -> Result<Outcome> {
-        let flushed = self.as_agent("sandbox", &["nft", "flush", "ruleset"]).await?;
+    async fn tamper(&self, outside: &str, reached: bool) -> Result<Outcome, S::Error> {
+        let flushed = self.as_agent(&["nft", "flush", "ruleset"]).await?;
         let before = self.outside_requests().await?;
         let again = self.probe(&["tcp", outside, "80", "--http"]).await?;
         let leaked = self.outside_requests().await? > before;
         let said = flushed.lines().next().unwrap_or("no output").trim().to_string();
         // The flush ran and the kernel refused it, and the listener is still out of reach.
-        let refused_flush = flushed.contains("Operation not permitted");
+        // gVisor has no nftables netlink at all: its refusal is the protocol's.
+        let refused_flush = flushed.contains("Operation not permitted")
+            || flushed.contains("Unable to initialize Netlink socket: Protocol not supported");
         let still = again.get("outcome").is_some_and(|o| refusal(o));
         Ok(Outcome {
             id: "firewall.tamper",
@@ -374,8 +402,8 @@ impl World {
         })
     }
 
-    async fn policy_files(&self) -> Result<Outcome> {
-        if !self.sandbox_init {
+    async fn policy_files(&self) -> Result<Outcome, S::Error> {
+        if !self.stage.sandbox_init() {
             return Ok(Outcome {
                 id: "policy.files",
                 check: "the agent cannot change the policy",
@@ -387,9 +415,9 @@ impl World {
         // New files of the agent's (never one verify mounted): beside the policy, and a
         // drop-in. The control: the same write to /tmp works.
         let meaning = "the agent widens its own allowlist at the next reload or start";
-        let name = format!("agent-sandbox-verify-{}.yaml", self.nanos);
+        let name = format!("agent-sandbox-verify-{:x}.yaml", self.nanos);
         let write = |dir: &str| format!("set -C; echo 'domains: [example.com]' > {dir}/{name} && echo WROTE");
-        let control = self.as_agent("sandbox", &["sh", "-c", &write("/tmp")]).await?;
+        let control = self.as_agent(&["sh", "-c", &write("/tmp")]).await?;
         if !control.contains("WROTE") {
             return Ok(Outcome {
                 id: "policy.files",
@@ -405,8 +433,8 @@ impl World {
         let mut written = Vec::new();
         let mut said = Vec::new();
         for dir in ["/etc/agent-sandbox", "/etc/agent-sandbox/policy.d"] {
-            let out = self.as_agent("sandbox", &["sh", "-c", &write(dir)]).await?;
-            let there = !self.handle("sandbox").get(&format!("{dir}/{name}")).await?.is_empty();
+            let out = self.as_agent(&["sh", "-c", &write(dir)]).await?;
+            let there = !self.stage.read(Role::Sandbox, &format!("{dir}/{name}")).await?.is_empty();
             if out.contains("WROTE") || there {
                 written.push(dir);
             } else if !(out.contains("Permission denied") || out.contains("Read-only file system")) {
@@ -431,53 +459,170 @@ impl World {
 
     /// The image without NET_ADMIN (the engine's default capabilities): it must not start an
     /// agent with an open network.
-    async fn fail_closed(&self, outside: &str) -> Result<Outcome> {
+    async fn fail_closed(&self, outside: &str) -> Result<Outcome, S::Error> {
+        let id = "egress.fail-closed";
+        let check = "without NET_ADMIN the sandbox does not start";
         let meaning =
             "without the capability to program its firewall the sandbox runs the agent with an open network";
-        let (cmd, probe): (&[&str], bool) =
-            if self.sandbox_init { (&[], false) } else { (&["serve", "--udp", "7"], true) };
-        self.start("closed", cmd, &[], Some(self.addr("dns")), probe).await?;
-        let handle = self.handle("closed");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let log = handle.logs(None).await?;
-            if let Some(code) = handle.exited().await? {
+        let log = match self.stage.closed().await? {
+            Closed::Exited { code, log } => {
                 // sandbox-init's refusal (77: a capability it needs is missing) before the agent
                 // ever started; any other end proves nothing.
-                let refused = self.sandbox_init && code == 77 && !log.contains("sandbox ready");
+                let refused = self.stage.sandbox_init() && code == 77 && !log.contains("sandbox ready");
                 return Ok(Outcome {
-                    id: "egress.fail-closed",
-                    check: "without NET_ADMIN the sandbox does not start",
+                    id,
+                    check,
                     verdict: if refused { Verdict::Pass } else { Verdict::Fail },
                     evidence: format!("exited {code}: {}", last_lines(&log)),
                     meaning,
                 });
             }
-            if log.contains("sandbox ready") || log.contains("peer ready") || Instant::now() > deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            Closed::Running { log } => log,
+        };
         let before = self.outside_requests().await?;
-        let out = self.as_agent("closed", &[PROBE, "tcp", outside, "80", "--http"]).await?;
+        let out = self
+            .stage
+            .as_agent(Role::Closed, &[self.stage.probe_path(), "tcp", outside, "80", "--http"])
+            .await?;
         let leaked = self.outside_requests().await? > before;
         Ok(Outcome {
-            id: "egress.fail-closed",
-            check: "without NET_ADMIN the sandbox does not start",
+            id,
+            check,
             verdict: Verdict::Fail,
             evidence: format!(
-                "it runs without NET_ADMIN; {outside}:80 from it: {}{}",
-                out.lines().find_map(|l| l.strip_prefix("outcome=")).unwrap_or("(none)"),
+                "it runs without NET_ADMIN ({}); {outside}:80 from it: {}{}",
+                last_lines(&log),
+                fields(&out).get("outcome").map_or("(none)", String::as_str),
                 if leaked { ", and the listener logged it" } else { "" }
             ),
             meaning,
         })
     }
+
+    /// The agent poses as the upstream resolver: it binds the resolver's address on loopback
+    /// (Docker's 127.0.0.11:53; any user may bind any port in a container) and sends a datagram
+    /// from it to every ephemeral port of 127.0.0.1, so that each becomes a connection-tracking
+    /// entry whose reply side is a query the gate may send; the gate's next query would then
+    /// land on the agent's socket and believe its answer (the listener's address, for the
+    /// allowed name).
+    async fn forged_answer(&self, outside: &str) -> Result<Outcome, S::Error> {
+        let id = "dns.forged-answer";
+        let check = "an answer forged by the agent opens nothing";
+        let meaning = "the agent makes the sandbox believe an allowed name is at an address of its choice, and connects there";
+        let site = self.stage.addr(Role::Site).to_string();
+        let attack = self
+            .probe(&[
+                "forge-dns",
+                "--bind",
+                "127.0.0.11:53",
+                "--spray",
+                "127.0.0.1",
+                "--name",
+                ALLOWED,
+                "--answer",
+                outside,
+            ])
+            .await?;
+        let get = |k: &str| attack.get(k).map_or("(none)", String::as_str);
+        if let Some(bind) = get("outcome").strip_prefix("bind:") {
+            // The agent may bind no port below 1024 (gVisor, a kernel's default): the attack ends
+            // at its first step. The allowed name's control is egress.allowed's.
+            return Ok(Outcome {
+                id,
+                check,
+                verdict: if refusal(bind) { Verdict::Pass } else { Verdict::Fail },
+                evidence: format!("binding 127.0.0.11:53 as the agent: {bind}"),
+                meaning,
+            });
+        }
+        let before = self.outside_requests().await?;
+        let after = self.probe(&["tcp", ALLOWED, "80", "--http"]).await?;
+        let leaked = self.outside_requests().await? > before;
+        let true_answer = get("answers") == site;
+        let good = get("sprayed") == "0" && get("hijacked") == "0" && true_answer && !leaked;
+        Ok(Outcome {
+            id,
+            check,
+            verdict: if good { Verdict::Pass } else { Verdict::Fail },
+            evidence: format!(
+                "datagrams sprayed from port 53: {}; queries of the gate that reached the agent: {}; \
+                 {ALLOWED} answered {} (the site is {site}); then {ALLOWED}:80: {}, the listener {}",
+                get("sprayed"),
+                get("hijacked"),
+                get("answers"),
+                after.get("outcome").map_or("(none)", String::as_str),
+                logged(leaked)
+            ),
+            meaning,
+        })
+    }
+
+    /// The probe as the agent in the sandbox: its `key=value` lines.
+    async fn probe(&self, args: &[&str]) -> Result<HashMap<String, String>, S::Error> {
+        Ok(fields(&self.as_agent(&[&[self.stage.probe_path()], args].concat()).await?))
+    }
+
+    async fn as_agent(&self, cmd: &[&str]) -> Result<String, S::Error> {
+        self.stage.as_agent(Role::Sandbox, cmd).await
+    }
+
+    /// How much the listener under no name has logged: each check that reaches it adds to it
+    /// (each connection it accepted, `conn`, and each request it answered, `http`).
+    async fn outside_requests(&self) -> Result<usize, S::Error> {
+        let log = self.stage.read(Role::Outside, PEER_LOG).await?;
+        Ok(log.lines().filter(|l| l.starts_with("conn ") || l.starts_with("http ")).count())
+    }
+
+    /// The world's own controls, from the site peer as root: the listener under no name logs a
+    /// request (by IPv4, and IPv6 where there is one) and answers UDP and ICMP, and the resolver
+    /// answers a direct query. A world where one fails would make a refusal look like a PASS:
+    /// the run stops instead.
+    async fn controls(&self) -> Result<(), S::Error> {
+        let probe = self.stage.probe_path();
+        let field = |out: &str, key: &str| fields(out).get(key).cloned().unwrap_or_else(|| "(none)".into());
+        let outside = self.stage.addr(Role::Outside).to_string();
+        let mut targets = vec![outside.clone()];
+        targets.extend(self.stage.addr6(Role::Outside).map(|a| a.to_string()));
+        for target in targets {
+            let before = self.outside_requests().await?;
+            let out = self.stage.peer_exec(Role::Site, &[probe, "tcp", &target, "80", "--http"]).await?;
+            if self.outside_requests().await? <= before {
+                return Err(Broken(format!(
+                    "the listener at {target}:80 logged no request ({})",
+                    field(&out, "outcome")
+                ))
+                .into());
+            }
+        }
+        let udp = self.stage.peer_exec(Role::Site, &[probe, "udp", &outside, "9"]).await?;
+        let icmp = self.stage.peer_exec(Role::Site, &[probe, "icmp", &outside]).await?;
+        if field(&udp, "outcome") != "echoed" || field(&icmp, "outcome") != "reply" {
+            return Err(Broken(format!(
+                "the listener does not answer UDP ({}) or ICMP ({})",
+                field(&udp, "outcome"),
+                field(&icmp, "outcome")
+            ))
+            .into());
+        }
+        let dns = self.stage.addr(Role::Dns).to_string();
+        let name = format!("control.{UPSTREAM}");
+        self.stage.peer_exec(Role::Site, &[probe, "dns", &name, "--server", &dns]).await?;
+        if !self.stage.read(Role::Dns, QUERIES).await?.contains(&name) {
+            return Err(Broken("the resolver logged no direct query".into()).into());
+        }
+        Ok(())
+    }
+}
+
+/// The last two lines of a log that say something.
+pub(crate) fn last_lines(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(2)..].join(" | ")
 }
 
 /// A probe's outcome that is a refusal it knows: anything else (an answer, a probe that did not
 /// run, an error of its own) is not evidence of one.
-fn refusal(outcome: &str) -> bool {
+pub fn refusal(outcome: &str) -> bool {
     let outcome = outcome.strip_prefix("dns:").unwrap_or(outcome);
     matches!(
         outcome,
@@ -487,7 +632,7 @@ fn refusal(outcome: &str) -> bool {
 
 /// Requests for `name` in a peer's log: each `http` line's Host, lower-cased, its port and a
 /// trailing dot taken off, compared whole.
-fn host_count(log: &str, name: &str) -> usize {
+pub fn host_count(log: &str, name: &str) -> usize {
     log.lines()
         .filter(|l| l.starts_with("http "))
         .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("host=")))

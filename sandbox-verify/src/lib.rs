@@ -1,0 +1,176 @@
+//! The checks of `agent-sandbox verify`, which are also the attacks:: suite's: one
+//! implementation. Each runs as the agent in a test world, with a positive control, and reads its
+//! evidence where it lands (a peer's log, the resolver's log). What builds the world and reaches
+//! into it is a [`Stage`]: the launcher's own (bollard, any image a user names), and the test
+//! harness's (testcontainers, the shipped images, every shape the suites run in).
+//!
+//! The world: a peer that answers under an allowed and a blocked name on one address (`site`), a
+//! listener under no name (`outside`), an upstream DNS server that logs every query (`dns`), all
+//! running the static probe with [`SITE_SERVE`] and [`DNS_SERVE`]; and the image under test as the
+//! sandbox, its policy plus [`drop_in`], resolving through `dns`.
+
+mod checks;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+pub use checks::{host_count, refusal};
+
+pub const ALLOWED: &str = "allowed.verify.test";
+pub const BLOCKED: &str = "blocked.verify.test";
+/// An allowed name that only the upstream resolver knows: the engine's own DNS answers the peer's
+/// aliases itself, so the DNS checks' control asks this one.
+pub const UPSTREAM: &str = "upstream.verify.test";
+pub const PEER_LOG: &str = "/tmp/agent-sandbox-verify-peer.log";
+pub const ZONE: &str = "/tmp/agent-sandbox-verify-zone";
+pub const QUERIES: &str = "/tmp/agent-sandbox-verify-queries";
+/// The port of the listener the agent opens for the inbound check.
+pub const INBOUND: u16 = 8081;
+/// The drop-in that allows the world's allowed names, beside the image's own drop-ins.
+pub const DROP_IN: &str = "agent-sandbox-verify.yaml";
+
+/// What `site` and `outside` serve: HTTP on 80, an echo on 443 (a hello comes back as it was
+/// sent), UDP echo on 9, every connection and request logged.
+pub const SITE_SERVE: &[&str] = &["serve", "--http", "80", "--echo", "443", "--udp", "9", "--log", PEER_LOG];
+/// What `dns` serves: the zone [`zone`] writes, every query logged.
+pub const DNS_SERVE: &[&str] = &["serve", "--dns", ZONE, QUERIES];
+
+/// The upstream resolver's zone: every name of the world at the site's address.
+pub fn zone(site: IpAddr) -> String {
+    format!("{ALLOWED} A {site} 60\n{BLOCKED} A {site} 60\n*.{BLOCKED} A {site} 60\n{UPSTREAM} A {site} 60\n")
+}
+
+/// The policy drop-in that allows the world's allowed names.
+pub fn drop_in() -> String {
+    format!(
+        "version: 1\ndescription: agent-sandbox verify's test world\ndomains:\n  - {ALLOWED}\n  - {UPSTREAM}\n"
+    )
+}
+
+/// The containers of the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// A peer under the allowed and the blocked name, on one address.
+    Site,
+    /// A listener under no name.
+    Outside,
+    /// The upstream resolver.
+    Dns,
+    /// The image under test, with NET_ADMIN and the policy.
+    Sandbox,
+    /// The image under test without NET_ADMIN (`egress.fail-closed`).
+    Closed,
+}
+
+/// How the image without NET_ADMIN ended up.
+#[derive(Debug)]
+pub enum Closed {
+    /// It exited with this code; its last log lines.
+    Exited { code: i64, log: String },
+    /// It runs (an agent with no firewall).
+    Running { log: String },
+}
+
+/// A world the checks run in. `as_agent` returns what the command printed (stdout then stderr),
+/// or why it could not run: a program the image lacks is evidence, not the end of the run.
+#[allow(async_fn_in_trait)] // Used through generics alone, awaited where it is called.
+pub trait Stage {
+    type Error: From<Broken>;
+    /// Whether the image's entrypoint is sandbox-init (and the agent runs through sandbox-exec).
+    fn sandbox_init(&self) -> bool;
+    /// Where the probe is in every container of the world.
+    fn probe_path(&self) -> &str;
+    fn addr(&self, role: Role) -> IpAddr;
+    /// The IPv6 address, where the world's network has IPv6.
+    fn addr6(&self, role: Role) -> Option<IpAddr>;
+    /// `cmd` as the agent in `role` (Sandbox or Closed).
+    async fn as_agent(&self, role: Role, cmd: &[&str]) -> Result<String, Self::Error>;
+    /// Starts `cmd` as the agent in the sandbox and does not wait for it.
+    async fn as_agent_detached(&self, cmd: &[&str]) -> Result<(), Self::Error>;
+    /// `cmd` as root in a peer: its standard output.
+    async fn peer_exec(&self, role: Role, cmd: &[&str]) -> Result<String, Self::Error>;
+    /// A file of a container's, read through the engine; empty where there is none.
+    async fn read(&self, role: Role, path: &str) -> Result<String, Self::Error>;
+    /// Starts the image without NET_ADMIN on the world's network and says how it ended up
+    /// within 20 s.
+    async fn closed(&self) -> Result<Closed, Self::Error>;
+}
+
+/// A world whose own control failed: no check of it could be trusted.
+#[derive(Debug)]
+pub struct Broken(pub String);
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the test world's own control failed, so no check could be trusted: {}", self.0)
+    }
+}
+
+impl std::error::Error for Broken {}
+
+/// What one check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Verdict {
+    #[serde(rename = "PASS")]
+    Pass,
+    #[serde(rename = "FAIL")]
+    Fail,
+    #[serde(rename = "N/A")]
+    NotApplicable,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::NotApplicable => "N/A",
+        })
+    }
+}
+
+/// One line of the scorecard.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub id: &'static str,
+    pub check: &'static str,
+    pub verdict: Verdict,
+    /// What was seen, on the receiving side where there is one: one line.
+    pub evidence: String,
+    /// What a FAIL means for the user.
+    pub meaning: &'static str,
+}
+
+/// Every check's id, in the scorecard's order.
+pub const CHECKS: &[&str] = &[
+    "egress.allowed",
+    "egress.blocked-name",
+    "names.host",
+    "names.second-request",
+    "names.sni",
+    "egress.address",
+    "egress.udp",
+    "egress.icmp",
+    "egress.address-ipv6",
+    "ingress.listener",
+    "dns.exfiltration",
+    "dns.direct",
+    "dns.forged-answer",
+    "process.privileges",
+    "firewall.tamper",
+    "policy.files",
+    "egress.fail-closed",
+    "keys.held",
+];
+
+/// The world's own controls, then every check, in [`CHECKS`]' order.
+pub async fn run<S: Stage>(stage: &S) -> Result<Vec<Outcome>, S::Error> {
+    checks::Run::new(stage).all().await
+}
+
+/// The probe's `key=value` lines.
+pub fn fields(out: &str) -> HashMap<String, String> {
+    out.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
