@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::{
-    ALLOWED, BLOCKED, Broken, Closed, INBOUND, Outcome, PEER_LOG, QUERIES, Role, Stage, UPSTREAM, Verdict,
-    fields,
+    ALLOWED, BLOCKED, Broken, Closed, INBOUND, Outcome, PEER_LOG, QUERIES, Role, SECRETS_DIR, Stage,
+    UPSTREAM, Verdict, fields,
 };
 
 /// A run of the checks on one stage.
@@ -250,13 +250,7 @@ impl<'a, S: Stage> Run<'a, S> {
         out.push(self.tamper(&outside, reached).await?);
         out.push(self.policy_files().await?);
         out.push(self.fail_closed(&outside).await?);
-        out.push(Outcome {
-            id: "keys.held",
-            check: "a held API key is invisible to the agent",
-            verdict: Verdict::NotApplicable,
-            evidence: "no key is given to verify: the forwarder is not in the test world".into(),
-            meaning: "the agent could read the user's API key",
-        });
+        out.push(self.held_key().await?);
         self.late_arrivals(&mut out).await?;
         Ok(out)
     }
@@ -552,6 +546,48 @@ impl<'a, S: Stage> Run<'a, S> {
                 get("answers"),
                 after.get("outcome").map_or("(none)", String::as_str),
                 logged(leaked)
+            ),
+            meaning,
+        })
+    }
+
+    /// The agent hunts for the key the sandbox holds: every file it can read, every process's
+    /// environment, command line and memory file (PID 1's among them). The control: root, where
+    /// the keys are, finds the secret file the same way.
+    async fn held_key(&self) -> Result<Outcome, S::Error> {
+        let (id, check) = ("keys.held", "a held API key is invisible to the agent");
+        let meaning = "the agent reads the API key and can spend it, or send it anywhere it reaches";
+        let (var, key) = match self.stage.held_key() {
+            Ok(held) => held,
+            Err(why) => {
+                return Ok(Outcome { id, check, verdict: Verdict::NotApplicable, evidence: why, meaning });
+            }
+        };
+        let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+        let hunt = self.probe(&["find-string", &hex, "/"]).await?;
+        let secret = format!("{SECRETS_DIR}/{}", var.to_ascii_lowercase());
+        let root = self
+            .stage
+            .peer_exec(Role::Sandbox, &[self.stage.probe_path(), "find-string", &hex, SECRETS_DIR])
+            .await?;
+        let control = fields(&root).get("found").is_some_and(|f| f.split(',').any(|p| p == secret));
+        let found = hunt.get("found").map_or("(no answer)", String::as_str);
+        let read: u64 = hunt.get("read").and_then(|r| r.parse().ok()).unwrap_or(0);
+        // The hunt looked: it read a real file system's worth, and found nothing.
+        let good = control && found.is_empty() && read >= 100;
+        Ok(Outcome {
+            id,
+            check,
+            verdict: if good { Verdict::Pass } else { Verdict::Fail },
+            evidence: format!(
+                "{var}, held as {secret}: the agent's hunt read {read} files and process memories and found it {}; \
+                 the control, root: {}",
+                if found.is_empty() { "nowhere".to_string() } else { format!("in {found}") },
+                if control {
+                    "found the secret file".to_string()
+                } else {
+                    format!("did not find it ({})", first_line(&root))
+                }
             ),
             meaning,
         })

@@ -26,10 +26,19 @@ pub const UPSTREAM: &str = "upstream.verify.test";
 pub const PEER_LOG: &str = "/tmp/agent-sandbox-verify-peer.log";
 pub const ZONE: &str = "/tmp/agent-sandbox-verify-zone";
 pub const QUERIES: &str = "/tmp/agent-sandbox-verify-queries";
+/// Where a sandbox takes its held keys from, one root-only file per variable (lower-cased).
+pub const SECRETS_DIR: &str = "/run/secrets";
 /// The port of the listener the agent opens for the inbound check.
 pub const INBOUND: u16 = 8081;
 /// The drop-in that allows the world's allowed names, beside the image's own drop-ins.
 pub const DROP_IN: &str = "agent-sandbox-verify.yaml";
+
+/// A made-up key for the world to hold: `sk-verify-` and 32 hex digits of this moment.
+pub fn made_up_key() -> String {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("sk-verify-{:032x}", nanos ^ (u128::from(std::process::id()) << 64))
+}
 
 /// What `site` and `outside` serve: HTTP on 80, an echo on 443 (a hello comes back as it was
 /// sent), UDP echo on 9, every connection and request logged.
@@ -89,13 +98,17 @@ pub trait Stage {
     async fn as_agent(&self, role: Role, cmd: &[&str]) -> Result<String, Self::Error>;
     /// Starts `cmd` as the agent in the sandbox and does not wait for it.
     async fn as_agent_detached(&self, cmd: &[&str]) -> Result<(), Self::Error>;
-    /// `cmd` as root in a peer: its standard output.
+    /// `cmd` as root in a peer, or (Sandbox) where the sandbox's firewall and keys are: its
+    /// standard output.
     async fn peer_exec(&self, role: Role, cmd: &[&str]) -> Result<String, Self::Error>;
     /// A file of a container's, read through the engine; empty where there is none.
     async fn read(&self, role: Role, path: &str) -> Result<String, Self::Error>;
     /// Starts the image without NET_ADMIN on the world's network and says how it ended up
     /// within 20 s.
     async fn closed(&self) -> Result<Closed, Self::Error>;
+    /// The API key the world gave the sandbox to hold, as a root-only file in
+    /// [`SECRETS_DIR`]: its variable and value; or why there is none (`keys.held` is N/A).
+    fn held_key(&self) -> Result<(String, String), String>;
 }
 
 /// A world whose own control failed: no check of it could be trusted.

@@ -5,13 +5,15 @@
 
 use std::net::IpAddr;
 
-use sandbox_verify::{ALLOWED, BLOCKED, Closed, DNS_SERVE, DROP_IN, Role, SITE_SERVE, Stage, ZONE};
+use sandbox_verify::{
+    ALLOWED, BLOCKED, Closed, DNS_SERVE, DROP_IN, Role, SECRETS_DIR, SITE_SERVE, Stage, ZONE,
+};
 
 use crate::docker::{TestNet, copy_in, exec};
 use crate::peers::{Peer, PeerSpec};
 use crate::probe::PROBE;
 use crate::sandbox::Sandbox;
-use crate::spec::SandboxSpec;
+use crate::spec::{SandboxSpec, secret_file};
 
 /// The world and its sandbox, removed when dropped.
 pub struct VerifyWorld {
@@ -24,25 +26,34 @@ pub struct VerifyWorld {
     addrs: (IpAddr, IpAddr),
     /// The image, for its start without NET_ADMIN.
     image: String,
+    /// The key the sandbox holds, Anthropic's, and the folder of its secret file.
+    key: String,
+    _secrets: tempfile::TempDir,
 }
 
 impl VerifyWorld {
-    /// The world for `image` (one the harness builds): its own policy and the world's names.
+    /// The world for `image` (one the harness builds): its own policy, the world's names, and
+    /// Anthropic's API with a made-up key for the sandbox to hold.
     pub async fn start(test: &str, image: String) -> anyhow::Result<VerifyWorld> {
         let net = TestNet::create(test).await?;
         let site = PeerSpec::named(&[ALLOWED, BLOCKED]).serving(SITE_SERVE).start(&net).await?;
         let outside = PeerSpec::named(&[]).serving(SITE_SERVE).start(&net).await?;
         let dns = PeerSpec::named(&[]).serving(DNS_SERVE).start(&net).await?;
         copy_in(&dns.id, ZONE, sandbox_verify::zone(site.ipv4).as_bytes(), 0o644).await?;
+        let secrets = tempfile::tempdir()?;
+        let key = sandbox_verify::made_up_key();
+        let key_file = secret_file(secrets.path(), "anthropic_api_key", &key)?;
         let sandbox = SandboxSpec::of(image.clone())
             .net_admin()
             .on(&net)
             .dns(&dns)
             .drop_in(DROP_IN, &sandbox_verify::drop_in())
+            .drop_in("keys.yaml", "version: 1\ndomains:\n  - api.anthropic.com\n")
+            .mount(&key_file, &format!("{SECRETS_DIR}/anthropic_api_key"))
             .start()
             .await?;
         let addrs = sandbox.addresses(&net).await?;
-        Ok(VerifyWorld { net, site, outside, dns, sandbox, addrs, image })
+        Ok(VerifyWorld { net, site, outside, dns, sandbox, addrs, image, key, _secrets: secrets })
     }
 
     fn peer(&self, role: Role) -> &Peer {
@@ -93,7 +104,14 @@ impl Stage for VerifyWorld {
     }
 
     async fn peer_exec(&self, role: Role, cmd: &[&str]) -> anyhow::Result<String> {
-        Ok(exec(&self.peer(role).id, cmd, None).await?.stdout)
+        Ok(match role {
+            Role::Sandbox => self.sandbox.exec(cmd).await?.stdout,
+            peer => exec(&self.peer(peer).id, cmd, None).await?.stdout,
+        })
+    }
+
+    fn held_key(&self) -> Result<(String, String), String> {
+        Ok(("ANTHROPIC_API_KEY".into(), self.key.clone()))
     }
 
     /// A peer's file as root; the sandbox's in the container the agent runs in, as that

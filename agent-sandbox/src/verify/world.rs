@@ -13,10 +13,13 @@ use bollard::models::{
     NetworkingConfig,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, RemoveContainerOptionsBuilder, StartContainerOptions,
+    CreateContainerOptions, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    StartContainerOptions,
 };
 
-use sandbox_verify::{ALLOWED, BLOCKED, Broken, Closed, DNS_SERVE, DROP_IN, Role, SITE_SERVE, Stage, ZONE};
+use sandbox_verify::{
+    ALLOWED, BLOCKED, Broken, Closed, DNS_SERVE, DROP_IN, Role, SECRETS_DIR, SITE_SERVE, Stage, ZONE,
+};
 
 use crate::engine::{Engine, Entry, Found, Sandbox};
 use crate::exit::{Code, Failure, Result};
@@ -36,6 +39,8 @@ pub(super) struct World {
     pub(super) policy_dir: tempfile::TempDir,
     pub(super) nanos: u32,
     pub(super) containers: std::sync::Mutex<Vec<String>>,
+    /// The key the sandbox holds (variable, value), or why it holds none.
+    pub(super) held: std::sync::Mutex<std::result::Result<(String, String), String>>,
     /// Each role's addresses: IPv4, and IPv6 where the network has it.
     pub(super) addrs: std::sync::Mutex<HashMap<Role, (IpAddr, Option<IpAddr>)>>,
 }
@@ -65,6 +70,7 @@ impl World {
             policy_dir: tempfile::tempdir().expect("a temporary folder"),
             nanos,
             containers: Default::default(),
+            held: std::sync::Mutex::new(Err("the world was not built".into())),
             addrs: Default::default(),
         }
     }
@@ -175,6 +181,24 @@ impl World {
         let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
         docker.create_container(Some(options), body).await?;
         self.containers.lock().expect("containers").push(name.clone());
+        if role == Role::Sandbox {
+            let held = self.key_to_hold().await?;
+            *self.held.lock().expect("held key") = held;
+        }
+        let held = self.held.lock().expect("held key").clone();
+        if let (Role::Sandbox, Ok((var, key))) = (role, held) {
+            // As `run` gives a key: a root-only file sandbox-init holds.
+            let secrets = [
+                Entry { path: SECRETS_DIR.into(), contents: None, mode: 0o700, uid: 0 },
+                Entry {
+                    path: format!("{SECRETS_DIR}/{}", var.to_ascii_lowercase()),
+                    contents: Some(key.into_bytes()),
+                    mode: 0o400,
+                    uid: 0,
+                },
+            ];
+            self.handle(role).put(&secrets).await?;
+        }
         docker.start_container(&name, None::<StartContainerOptions>).await?;
         let inspect = docker.inspect_container(&name, None).await?;
         let endpoint =
@@ -188,6 +212,22 @@ impl World {
             self.addrs.lock().expect("addresses").insert(role, (v4, v6));
         }
         Ok(())
+    }
+
+    /// A made-up key for the first model API the created sandbox's policy reaches (`--policy`,
+    /// else the image's own), whose key sandbox-init would hold; or why there is none.
+    async fn key_to_hold(&self) -> Result<std::result::Result<(String, String), String>> {
+        if !self.sandbox_init {
+            return Ok(Err("the image has no sandbox-init to hold a key".into()));
+        }
+        let text = self.read(Role::Sandbox, sandbox_policy::BAKED_POLICY).await?;
+        let parsed = crate::run::parse_baked_policy(text.as_bytes())?;
+        Ok(match crate::spec::apis_reached(&parsed).first().and_then(|api| api.keys.first()) {
+            Some(key) => Ok((key.var.to_string(), sandbox_verify::made_up_key())),
+            None => {
+                Err("the policy reaches no model API whose key sandbox-init holds: no key to hold".into())
+            }
+        })
     }
 
     pub(super) async fn wait_for(&self, role: Role, line: &str, within: Duration) -> Result<()> {
@@ -219,15 +259,37 @@ impl World {
         }
     }
 
-    /// Removes every container and the network, whatever happened.
+    /// Removes every container and the network, whatever happened: those it named, and any
+    /// carrying the world's label (a create that Ctrl-C cut short may still be finishing in the
+    /// engine), until the network goes, for up to 10 s.
     pub(super) async fn remove(&self) {
         let docker = self.engine.docker();
-        let names: Vec<String> = self.containers.lock().expect("containers").drain(..).collect();
-        for name in names {
-            let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-            let _ = docker.remove_container(&name, Some(options)).await;
+        let mut names: Vec<String> = self.containers.lock().expect("containers").drain(..).collect();
+        let label = format!("{LABEL}={}", self.net);
+        let filters = HashMap::from([("label", vec![label.as_str()])]);
+        for _ in 0..50 {
+            let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+            let listed = docker.list_containers(Some(options)).await.unwrap_or_default();
+            names.extend(listed.into_iter().filter_map(|c| c.id));
+            for name in names.drain(..) {
+                let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+                let _ = docker.remove_container(&name, Some(options)).await;
+            }
+            let gone = match docker.remove_network(&self.net).await {
+                Ok(()) => true,
+                Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => true,
+                Err(_) => false,
+            };
+            let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+            if gone && docker.list_containers(Some(options)).await.is_ok_and(|l| l.is_empty()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let _ = docker.remove_network(&self.net).await;
+        eprintln!(
+            "verify: could not remove all of the test world {}: `docker ps -a --filter label={label}`",
+            self.net
+        );
     }
 
     fn addr(&self, role: Role) -> IpAddr {
@@ -286,6 +348,10 @@ impl Stage for World {
     async fn read(&self, role: Role, path: &str) -> Result<String> {
         let files = self.handle(role).get(path).await?;
         Ok(files.into_iter().map(|(_, c)| String::from_utf8_lossy(&c).into_owned()).collect())
+    }
+
+    fn held_key(&self) -> std::result::Result<(String, String), String> {
+        self.held.lock().expect("held key").clone()
     }
 
     async fn closed(&self) -> Result<Closed> {

@@ -675,21 +675,27 @@ async fn verify_the_shell_image_passes_every_check() -> anyhow::Result<()> {
 }
 
 /// A deliberately broken variant fails exactly what it should: a policy that allows the
-/// blocked name fails the checks that reach it (by name, by Host, by SNI) and no other (a second
+/// blocked name (and an API, whose made-up key the sandbox holds and the agent never finds)
+/// fails the checks that reach it (by name, by Host, by SNI) and no other (a second
 /// request on one connection stays refused: a connection keeps the one name it was opened for);
 /// the firewall left open (SANDBOX_FIREWALL=open in the image) fails every check of the network,
-/// and starts without NET_ADMIN, while the agent's privileges and the policy files hold.
+/// and starts without NET_ADMIN, while the agent's privileges and the policy files hold; an
+/// entrypoint that copies the secrets out fails the held key's check.
 #[tokio::test]
 async fn verify_a_policy_allowing_the_blocked_name_or_an_open_firewall_fails_those_checks()
 -> anyhow::Result<()> {
     let shell = image("shell").await?;
     let dir = tempfile::tempdir()?;
     let policy = dir.path().join("wide.yaml");
-    std::fs::write(&policy, "version: 1\ndomains:\n  - blocked.verify.test\n")?;
+    // Anthropic's API too: verify gives the sandbox a made-up key to hold, which the agent's
+    // hunt must not find.
+    std::fs::write(&policy, "version: 1\ndomains:\n  - blocked.verify.test\n  - api.anthropic.com\n")?;
     let (code, card) = verify(&shell, &["--policy", &policy.display().to_string()]).await?;
     assert_eq!(code, 73, "{card:#}");
     assert_eq!(failed(&card), ["egress.blocked-name", "names.host", "names.sni"], "{card:#}");
-    let open = with_env(&shell, "localhost/agent-sandbox-test/verify-open:1", "SANDBOX_FIREWALL=open")?;
+    assert_eq!(verdicts(&card)["keys.held"], "PASS", "{card:#}");
+    let open =
+        with_change(&shell, "localhost/agent-sandbox-test/verify-open:1", "ENV SANDBOX_FIREWALL=open")?;
     let (code, card) = verify(&open.0, &[]).await?;
     assert_eq!(code, 73, "{card:#}");
     // Every check of the network fails; the agent's privileges and the policy files hold.
@@ -711,6 +717,19 @@ async fn verify_a_policy_allowing_the_blocked_name_or_an_open_firewall_fails_tho
     ];
     assert_eq!(failed(&card), expected, "{card:#}");
     assert_eq!(verdicts(&card)["egress.allowed"], "PASS", "the control: {card:#}");
+    // An entrypoint that copies the secrets where the agent reads them before it starts
+    // sandbox-init: the held key's check, and only it, fails.
+    let copy = r#"ENTRYPOINT ["/bin/sh", "-c", "cp /run/secrets/* /tmp/ && chmod 644 /tmp/*_key; exec /usr/local/bin/sandbox-init"]"#;
+    let leaky = with_change(&shell, "localhost/agent-sandbox-test/verify-leaky:1", copy)?;
+    let (code, card) = verify(&leaky.0, &["--policy", &policy.display().to_string()]).await?;
+    assert_eq!(code, 73, "{card:#}");
+    let keys = card["checks"].as_array().into_iter().flatten().find(|c| c["id"] == "keys.held").cloned();
+    let keys = keys.unwrap_or_default();
+    assert_eq!(keys["verdict"], "FAIL", "{card:#}");
+    assert!(
+        keys["evidence"].as_str().unwrap_or_default().contains("found it in /tmp/anthropic_api_key"),
+        "{card:#}"
+    );
     Ok(())
 }
 
@@ -777,15 +796,16 @@ async fn verify_interrupted_leaves_no_container_or_network() -> anyhow::Result<(
     Ok(())
 }
 
-/// `image` with one more variable in its config, tagged `tag` (removed when dropped).
-fn with_env(image: &str, tag: &str, env: &str) -> anyhow::Result<RemoveTagOnDrop> {
+/// `image` with one change to its config (a Dockerfile instruction: `ENV`, `ENTRYPOINT`), tagged
+/// `tag` (removed when dropped).
+fn with_change(image: &str, tag: &str, change: &str) -> anyhow::Result<RemoveTagOnDrop> {
     let docker = |args: &[&str]| -> anyhow::Result<String> {
         let out = std::process::Command::new("docker").args(args).output()?;
         anyhow::ensure!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     };
     let id = docker(&["create", image])?;
-    let committed = docker(&["commit", "--change", &format!("ENV {env}"), &id, tag]);
+    let committed = docker(&["commit", "--change", change, &id, tag]);
     docker(&["rm", &id])?;
     committed?;
     Ok(RemoveTagOnDrop(tag.to_string()))
