@@ -141,13 +141,17 @@ pub enum Command {
             a blocked name on one address, a listener under no name, and an upstream DNS server that \
             logs every query. It starts IMAGE as a sandbox with NET_ADMIN, its policy (or --policy) \
             plus the allowed name, runs each check as the agent, with a positive control, and reads \
-            the evidence where it lands. Then it removes the world, on Ctrl-C too.\n\n\
+            the evidence where it lands. Then it removes the world, on Ctrl-C too. With --sidecar \
+            (or --runtime runsc) the sandbox is the pair `run --sidecar` makes: a gateway with the \
+            firewall and the keys, the agent's container without any capability. Where the policy \
+            reaches a model API, the sandbox holds a made-up key for it that the agent must not find.\n\n\
             It prints a scorecard: each check PASS, FAIL or N/A, its evidence, and what a FAIL means. \
             The exit status is 73 when a check fails. An image without sandbox-init runs too (its \
             process replaced by the probe, the agent uid 1000), and fails what it fails.",
         after_help = "Examples:\n  \
             agent-sandbox verify localhost/agent-sandbox/agent-shell:0.1.0\n  \
             agent-sandbox verify my-agent:dev --policy team.yaml --json\n  \
+            agent-sandbox verify localhost/agent-sandbox/agent-claude:0.1.0 --runtime runsc\n  \
             agent-sandbox verify debian:trixie-slim           what an image with no sandbox gives\n\n\
             The probe: --probe FILE, AGENT_SANDBOX_PROBE, or sandbox-probe beside agent-sandbox. \
             The JSON's schema: docs/verify.schema.json."
@@ -168,6 +172,14 @@ pub struct VerifyFlags {
     /// The static probe binary (tests/probe's sandbox-probe)
     #[arg(long, value_name = "FILE")]
     pub probe: Option<std::path::PathBuf>,
+    /// Check the image in sidecar mode, as `run --sidecar` makes it: a gateway with the
+    /// firewall, the agent's container without any capability
+    #[arg(long)]
+    pub sidecar: bool,
+    /// Sidecar mode with the agent's container under this runtime (runsc: gVisor), as `run
+    /// --runtime` makes it
+    #[arg(long, value_name = "NAME")]
+    pub runtime: Option<String>,
 }
 
 #[derive(Debug, Args)]

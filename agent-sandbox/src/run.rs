@@ -108,7 +108,7 @@ async fn reattach(found: &Sandbox, flags: &RunFlags) -> Result<i32> {
 /// Makes what `spec` says and starts it. Nothing half-made is left: a sandbox that cannot be
 /// created, prepared or started is removed, with the volumes this run made (its last words are
 /// in the failure).
-async fn make(engine: &Engine, spec: &SandboxSpec) -> Result<Sandbox> {
+pub(crate) async fn make(engine: &Engine, spec: &SandboxSpec) -> Result<Sandbox> {
     let mut made = Vec::new();
     let mut created = None;
     let started = async {

@@ -7,6 +7,7 @@
 //! reading its evidence where it lands (the peer's log, the resolver's log). The world is removed
 //! at the end, on Ctrl-C too.
 
+mod pair;
 mod world;
 
 use std::path::{Path, PathBuf};
@@ -26,6 +27,8 @@ pub struct Card {
     pub image: String,
     /// Whether the image's entrypoint is sandbox-init.
     pub sandbox_init: bool,
+    /// How the sandbox ran: `one container`, `sidecar`, or `sidecar, agent under RUNTIME`.
+    pub shape: String,
     pub checks: Vec<Outcome>,
     pub passed: usize,
     pub failed: usize,
@@ -45,7 +48,18 @@ pub async fn run(flags: &VerifyFlags) -> Result<i32> {
     })?;
     let sandbox_init = facts.entrypoint.iter().any(|e| e.contains("sandbox-init"));
     let started = Instant::now();
-    let world = World::new(&engine, &flags.image, &probe, sandbox_init);
+    if let Some(runtime) = &flags.runtime {
+        crate::run::check_runtime(runtime, engine.runtime_args(runtime).await?)?;
+    }
+    let sidecar = flags.sidecar || flags.runtime.is_some();
+    if sidecar && !sandbox_init {
+        return Err(Failure::new(
+            Code::BadArgument,
+            format!("--sidecar: {} has no sandbox-init to be the gateway", flags.image),
+        ));
+    }
+    let world =
+        World::new(&engine, &flags.image, &probe, sandbox_init, Some((sidecar, flags.runtime.clone())));
     eprintln!("verify: building the test world for {} (network {})", flags.image, world.net);
     let checks = tokio::select! {
         result = async {
@@ -61,6 +75,11 @@ pub async fn run(flags: &VerifyFlags) -> Result<i32> {
     let card = Card {
         image: flags.image.clone(),
         sandbox_init,
+        shape: match (&flags.runtime, sidecar) {
+            (Some(runtime), _) => format!("sidecar, agent under {runtime}"),
+            (None, true) => "sidecar".into(),
+            (None, false) => "one container".into(),
+        },
         passed: count(Verdict::Pass),
         failed: count(Verdict::Fail),
         not_applicable: count(Verdict::NotApplicable),
@@ -106,9 +125,10 @@ fn read_policy(path: &Path) -> Result<String> {
 /// The scorecard as text: one line per check, the evidence and, for a FAIL, what it means.
 pub fn render(card: &Card) -> String {
     let mut out = format!(
-        "agent-sandbox verify {}{}\n\n",
+        "agent-sandbox verify {} ({}){}\n\n",
         card.image,
-        if card.sandbox_init { "" } else { " (its entrypoint is not sandbox-init)" }
+        card.shape,
+        if card.sandbox_init { "" } else { "; its entrypoint is not sandbox-init" }
     );
     for c in &card.checks {
         out.push_str(&format!("{:<5} {:<24} {}\n", c.verdict.to_string(), c.id, c.check));
@@ -141,6 +161,7 @@ mod tests {
         Card {
             image: "i".into(),
             sandbox_init: true,
+            shape: "one container".into(),
             passed: verdicts.iter().filter(|v| **v == Verdict::Pass).count(),
             failed: verdicts.iter().filter(|v| **v == Verdict::Fail).count(),
             not_applicable: verdicts.iter().filter(|v| **v == Verdict::NotApplicable).count(),

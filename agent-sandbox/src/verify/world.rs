@@ -35,6 +35,14 @@ pub(super) struct World {
     pub(super) image: String,
     pub(super) probe: PathBuf,
     pub(super) sandbox_init: bool,
+    /// Sidecar mode (`--sidecar`, `--runtime`): the sandbox is `run --sidecar`'s pair.
+    pub(super) sidecar: bool,
+    /// The agent's container's runtime in sidecar mode (`runsc`).
+    pub(super) runtime: Option<String>,
+    /// Sidecar mode's pair once made: the handle routes root's calls to the gateway.
+    pub(super) pair: std::sync::Mutex<Option<Sandbox>>,
+    /// The volumes sidecar mode's pair makes, named before they are made.
+    pub(super) volumes: std::sync::Mutex<Vec<String>>,
     pub(super) net: String,
     pub(super) policy_dir: tempfile::TempDir,
     pub(super) nanos: u32,
@@ -57,7 +65,14 @@ fn role_name(role: Role) -> &'static str {
 }
 
 impl World {
-    pub(super) fn new(engine: &Engine, image: &str, probe: &Path, sandbox_init: bool) -> World {
+    pub(super) fn new(
+        engine: &Engine,
+        image: &str,
+        probe: &Path,
+        sandbox_init: bool,
+        runtime: Option<(bool, Option<String>)>,
+    ) -> World {
+        let (sidecar, runtime) = runtime.unwrap_or((false, None));
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
@@ -66,12 +81,24 @@ impl World {
             image: image.to_string(),
             probe: probe.to_path_buf(),
             sandbox_init,
+            sidecar,
+            runtime,
+            pair: Default::default(),
+            volumes: Default::default(),
             net: format!("agent-sandbox-verify-{}-{nanos:08x}", std::process::id()),
             policy_dir: tempfile::tempdir().expect("a temporary folder"),
             nanos,
             containers: Default::default(),
             held: std::sync::Mutex::new(Err("the world was not built".into())),
             addrs: Default::default(),
+        }
+    }
+
+    /// Where the agent of `role` runs: in sidecar mode the pair's agent container.
+    fn agent_side(&self, role: Role) -> Sandbox {
+        match (role, self.pair.lock().expect("pair").as_ref()) {
+            (Role::Sandbox, Some(pair)) => pair.agent_side(),
+            _ => self.handle(role),
         }
     }
 
@@ -121,7 +148,10 @@ impl World {
                 .map_err(|e| Failure::new(Code::Engine, format!("cannot write the policy: {e}")))?;
         }
         let dns = self.addr(Role::Dns);
-        if self.sandbox_init {
+        if self.sidecar {
+            let pair = self.start_pair(dns, policy).await?;
+            *self.pair.lock().expect("pair") = Some(pair);
+        } else if self.sandbox_init {
             self.start(Role::Sandbox, &[], &[], Some(dns), false).await?;
             self.wait_for(Role::Sandbox, "sandbox ready", Duration::from_secs(60)).await?;
         } else {
@@ -200,7 +230,12 @@ impl World {
             self.handle(role).put(&secrets).await?;
         }
         docker.start_container(&name, None::<StartContainerOptions>).await?;
-        let inspect = docker.inspect_container(&name, None).await?;
+        self.record_addresses(&name, role).await
+    }
+
+    /// The addresses of `container` on the world's network, as `role`'s.
+    pub(super) async fn record_addresses(&self, container: &str, role: Role) -> Result<()> {
+        let inspect = self.engine.docker().inspect_container(container, None).await?;
         let endpoint =
             inspect.network_settings.and_then(|n| n.networks).and_then(|mut n| n.remove(&self.net));
         let parse = |a: Option<String>| a.and_then(|a| a.parse::<IpAddr>().ok());
@@ -264,6 +299,10 @@ impl World {
     /// engine), until the network goes, for up to 10 s.
     pub(super) async fn remove(&self) {
         let docker = self.engine.docker();
+        let pair = self.pair.lock().expect("pair").take();
+        if let Some(pair) = pair {
+            let _ = pair.remove(0).await;
+        }
         let mut names: Vec<String> = self.containers.lock().expect("containers").drain(..).collect();
         let label = format!("{LABEL}={}", self.net);
         let filters = HashMap::from([("label", vec![label.as_str()])]);
@@ -282,6 +321,10 @@ impl World {
             };
             let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
             if gone && docker.list_containers(Some(options)).await.is_ok_and(|l| l.is_empty()) {
+                let volumes: Vec<String> = self.volumes.lock().expect("volumes").drain(..).collect();
+                for volume in volumes {
+                    let _ = self.engine.remove_volume(&volume).await;
+                }
                 return;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -318,7 +361,7 @@ impl Stage for World {
 
     /// Through sandbox-exec, or as uid 1000 in an image without sandbox-init.
     async fn as_agent(&self, role: Role, cmd: &[&str]) -> Result<String> {
-        let handle = self.handle(role);
+        let handle = self.agent_side(role);
         let out = if self.sandbox_init {
             handle.exec(&[&["sandbox-exec", "--"], cmd].concat()).await
         } else {
@@ -332,7 +375,7 @@ impl Stage for World {
     }
 
     async fn as_agent_detached(&self, cmd: &[&str]) -> Result<()> {
-        let handle = self.handle(Role::Sandbox);
+        let handle = self.agent_side(Role::Sandbox);
         if self.sandbox_init {
             handle.exec_detached(None, &[&["sandbox-exec", "--"], cmd].concat()).await
         } else {
@@ -340,13 +383,19 @@ impl Stage for World {
         }
     }
 
+    /// In sidecar mode the sandbox's root side is the gateway (the pair's handle routes there).
     async fn peer_exec(&self, role: Role, cmd: &[&str]) -> Result<String> {
-        Ok(self.handle(role).exec(cmd).await?.stdout)
+        let pair = self.pair.lock().expect("pair").clone();
+        let handle = match (role, pair) {
+            (Role::Sandbox, Some(pair)) => pair,
+            _ => self.handle(role),
+        };
+        Ok(handle.exec(cmd).await?.stdout)
     }
 
     /// Through the engine: no `cat` needed in the image.
     async fn read(&self, role: Role, path: &str) -> Result<String> {
-        let files = self.handle(role).get(path).await?;
+        let files = self.agent_side(role).get(path).await?;
         Ok(files.into_iter().map(|(_, c)| String::from_utf8_lossy(&c).into_owned()).collect())
     }
 

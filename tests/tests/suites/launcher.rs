@@ -674,6 +674,33 @@ async fn verify_the_shell_image_passes_every_check() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sidecar mode, as `run --sidecar` makes it (the gateway with the firewall and the key, the
+/// agent's container without any capability), and with the agent under gVisor: every check
+/// passes, the made-up key of the policy's API held in the gateway, and nothing is left.
+#[tokio::test]
+async fn verify_in_sidecar_mode_and_under_gvisor_the_shell_image_passes_every_check() -> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let dir = tempfile::tempdir()?;
+    let policy = dir.path().join("api.yaml");
+    std::fs::write(&policy, "version: 1\ndomains:\n  - api.anthropic.com\n")?;
+    let policy = policy.display().to_string();
+    for (shape, flags) in [
+        ("sidecar", ["--sidecar"].as_slice()),
+        ("sidecar, agent under runsc", ["--runtime", "runsc"].as_slice()),
+    ] {
+        let (code, card) = verify(&shell, &[&["--policy", &policy], flags].concat()).await?;
+        assert_eq!(card["shape"], shape, "{card:#}");
+        for (id, verdict) in verdicts(&card) {
+            assert_eq!(verdict, "PASS", "{id} ({shape}): {card:#}");
+        }
+        assert_eq!(code, 0, "{card:#}");
+        let volumes = std::process::Command::new("docker").args(["volume", "ls", "-q"]).output()?;
+        let left = String::from_utf8_lossy(&volumes.stdout).lines().filter(|v| v.contains("verify")).count();
+        assert_eq!(left, 0, "the pair's volumes are left behind ({shape})");
+    }
+    Ok(())
+}
+
 /// A deliberately broken variant fails exactly what it should: a policy that allows the
 /// blocked name (and an API, whose made-up key the sandbox holds and the agent never finds)
 /// fails the checks that reach it (by name, by Host, by SNI) and no other (a second
