@@ -152,7 +152,8 @@ pub enum Command {
             agent-sandbox verify localhost/agent-sandbox/agent-shell:0.1.0\n  \
             agent-sandbox verify my-agent:dev --policy team.yaml --json\n  \
             agent-sandbox verify localhost/agent-sandbox/agent-claude:0.1.0 --runtime runsc\n  \
-            agent-sandbox verify debian:trixie-slim           what an image with no sandbox gives\n\n\
+            agent-sandbox verify debian:trixie-slim           what an image with no sandbox gives\n  \
+            agent-sandbox verify claude                        the running claude sandbox\n\n\
             The probe: --probe FILE, AGENT_SANDBOX_PROBE, or sandbox-probe beside agent-sandbox. \
             The JSON's schema: docs/verify.schema.json."
     )]
@@ -161,7 +162,8 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct VerifyFlags {
-    /// The image to check, as the engine names it
+    /// The image to check, as the engine names it; or a running sandbox (its name, agent or
+    /// project), whose image is checked with the policy and shape it runs with
     pub image: String,
     /// Check with this policy instead of the image's own (it replaces /etc/agent-sandbox/policy.yaml)
     #[arg(long, value_name = "FILE")]

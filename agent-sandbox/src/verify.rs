@@ -8,6 +8,7 @@
 //! at the end, on Ctrl-C too.
 
 mod pair;
+mod target;
 mod world;
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,10 @@ pub struct Card {
     pub image: String,
     /// Whether the image's entrypoint is sandbox-init.
     pub sandbox_init: bool,
+    /// The running sandbox checked (`verify S`): its image in a fresh world, with its policy and
+    /// shape, and its own agent's processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
     /// How the sandbox ran: `one container`, `sidecar`, or `sidecar, agent under RUNTIME`.
     pub shape: String,
     pub checks: Vec<Outcome>,
@@ -43,29 +48,29 @@ pub async fn run(flags: &VerifyFlags) -> Result<i32> {
         None => None,
     };
     let engine = Engine::connect().await?;
-    let facts = engine.image(&flags.image).await?.ok_or_else(|| {
-        Failure::new(Code::NoImage, format!("no image {} in the engine: build or pull it first", flags.image))
-    })?;
-    let sandbox_init = facts.entrypoint.iter().any(|e| e.contains("sandbox-init"));
+    let target = target::Target::resolve(&engine, flags, policy).await?;
+    let sandbox_init = target.facts.entrypoint.iter().any(|e| e.contains("sandbox-init"));
     let started = Instant::now();
-    if let Some(runtime) = &flags.runtime {
+    if let Some(runtime) = &target.runtime {
         crate::run::check_runtime(runtime, engine.runtime_args(runtime).await?)?;
     }
-    let sidecar = flags.sidecar || flags.runtime.is_some();
-    if sidecar && !sandbox_init {
+    if target.sidecar && !sandbox_init {
         return Err(Failure::new(
             Code::BadArgument,
             format!("--sidecar: {} has no sandbox-init to be the gateway", flags.image),
         ));
     }
-    let world =
-        World::new(&engine, &flags.image, &probe, sandbox_init, Some((sidecar, flags.runtime.clone())));
+    let world = World::new(&engine, &target, &probe, sandbox_init);
     eprintln!("verify: building the test world for {} (network {})", flags.image, world.net);
     let checks = tokio::select! {
         result = async {
-            world.build(policy.as_deref()).await?;
+            world.build(target.policy.as_deref()).await?;
             eprintln!("verify: running the checks as the agent");
-            sandbox_verify::run(&world).await
+            let mut checks = sandbox_verify::run(&world).await?;
+            if let Some(running) = &target.running {
+                checks.push(target::processes(&engine, running).await?);
+            }
+            Ok(checks)
         } => result,
         _ = tokio::signal::ctrl_c() => Err(Failure::new(Code::Sandbox, "interrupted: the test world is removed")),
     };
@@ -73,9 +78,10 @@ pub async fn run(flags: &VerifyFlags) -> Result<i32> {
     let checks = checks?;
     let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
     let card = Card {
-        image: flags.image.clone(),
+        image: target.image.clone(),
         sandbox_init,
-        shape: match (&flags.runtime, sidecar) {
+        sandbox: target.running.as_ref().map(|s| s.name.clone()),
+        shape: match (&target.runtime, target.sidecar) {
             (Some(runtime), _) => format!("sidecar, agent under {runtime}"),
             (None, true) => "sidecar".into(),
             (None, false) => "one container".into(),
@@ -125,7 +131,8 @@ fn read_policy(path: &Path) -> Result<String> {
 /// The scorecard as text: one line per check, the evidence and, for a FAIL, what it means.
 pub fn render(card: &Card) -> String {
     let mut out = format!(
-        "agent-sandbox verify {} ({}){}\n\n",
+        "agent-sandbox verify {}{} ({}){}\n\n",
+        card.sandbox.as_ref().map_or(String::new(), |s| format!("{s}: ")),
         card.image,
         card.shape,
         if card.sandbox_init { "" } else { "; its entrypoint is not sandbox-init" }
@@ -161,6 +168,7 @@ mod tests {
         Card {
             image: "i".into(),
             sandbox_init: true,
+            sandbox: None,
             shape: "one container".into(),
             passed: verdicts.iter().filter(|v| **v == Verdict::Pass).count(),
             failed: verdicts.iter().filter(|v| **v == Verdict::Fail).count(),

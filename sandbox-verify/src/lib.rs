@@ -187,3 +187,102 @@ pub async fn run<S: Stage>(stage: &S) -> Result<Vec<Outcome>, S::Error> {
 pub fn fields(out: &str) -> HashMap<String, String> {
     out.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
+
+/// `verify S`'s check of a running sandbox's own agent: the processes of `uid` among `status`
+/// (every `/proc/PID/status` of the container the agent runs in, one after another) hold no
+/// capability in any set and have NoNewPrivs, and there is at least one (the control: the
+/// session runs). A kernel's /proc that shows no CapAmb (gVisor's) leaves it bounded by the
+/// permitted set, which must be empty; one that shows no NoNewPrivs passes only where the engine
+/// sets it for every process of the container (`engine_no_new_privs`: no-new-privileges).
+pub fn running_processes(status: &str, uid: u32, engine_no_new_privs: bool) -> Outcome {
+    let (id, check) = ("running.processes", "the running sandbox's agent processes hold nothing");
+    let meaning = "the agent of this very sandbox holds a capability, or can gain one";
+    let uid = uid.to_string();
+    let mut agent = 0;
+    let mut wrong = Vec::new();
+    let mut unknown = std::collections::BTreeSet::new();
+    for block in status.split("Name:").skip(1) {
+        let field = |key: &str| block.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string());
+        let name = block.lines().next().unwrap_or_default().trim();
+        let pid = field("Pid:").unwrap_or_default();
+        if !field("Uid:").is_some_and(|ids| ids.split_whitespace().any(|i| i == uid)) {
+            continue;
+        }
+        agent += 1;
+        for set in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+            match field(set) {
+                Some(v) if v.trim_start_matches('0').is_empty() => {}
+                Some(v) => wrong.push(format!("{name} ({pid}) {set} {v}")),
+                None => {
+                    unknown.insert(set.trim_end_matches(':'));
+                }
+            }
+        }
+        match field("NoNewPrivs:").as_deref() {
+            Some("1") => {}
+            Some(v) => wrong.push(format!("{name} ({pid}) NoNewPrivs {v}")),
+            None if engine_no_new_privs => {
+                unknown.insert("NoNewPrivs");
+            }
+            None => {
+                wrong.push(format!("{name} ({pid}) NoNewPrivs not shown, and the engine does not set it"))
+            }
+        }
+    }
+    let unknown: Vec<&str> = unknown.into_iter().collect();
+    let verdict = if agent > 0 && wrong.is_empty() { Verdict::Pass } else { Verdict::Fail };
+    let evidence = if agent == 0 {
+        format!("no process runs as uid {uid}: could not check (is the session up?)")
+    } else if !wrong.is_empty() {
+        format!("{agent} processes as uid {uid}; {}", wrong.join("; "))
+    } else {
+        let shown = if unknown.is_empty() {
+            "every capability set empty, NoNewPrivs 1".to_string()
+        } else {
+            format!(
+                "every capability set shown empty; this kernel's /proc shows no {} (the ambient set is within \
+                 the empty permitted one; the engine sets no-new-privileges for the container)",
+                unknown.join(" or ")
+            )
+        };
+        format!("{agent} processes as uid {uid}: {shown}")
+    };
+    Outcome { id, check, verdict, evidence, meaning }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AGENT: &str = "Name:\tbash\nPid:\t7\nUid:\t1000\t1000\t1000\t1000\nCapInh:\t0000000000000000\n\
+        CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n\
+        CapAmb:\t0000000000000000\nNoNewPrivs:\t1\n";
+    const ROOT: &str =
+        "Name:\tsandbox-init\nPid:\t1\nUid:\t0\t0\t0\t0\nCapEff:\t00000000a80425fb\nNoNewPrivs:\t0\n";
+
+    #[test]
+    fn the_agents_processes_are_judged_and_roots_are_not() {
+        let pass = running_processes(&format!("{ROOT}{AGENT}{AGENT}"), 1000, false);
+        assert_eq!(pass.verdict, Verdict::Pass, "{}", pass.evidence);
+        assert!(pass.evidence.starts_with("2 processes as uid 1000"), "{}", pass.evidence);
+        let held = AGENT.replace("CapEff:\t0000000000000000", "CapEff:\t0000000000001000");
+        let fail = running_processes(&format!("{ROOT}{held}"), 1000, true);
+        assert_eq!(fail.verdict, Verdict::Fail);
+        assert!(fail.evidence.contains("bash (7) CapEff: 0000000000001000"), "{}", fail.evidence);
+        let setuid = AGENT.replace("Uid:\t1000\t1000\t1000\t1000", "Uid:\t1000\t0\t0\t0");
+        let setuid = setuid.replace("NoNewPrivs:\t1", "NoNewPrivs:\t0");
+        assert_eq!(running_processes(&setuid, 1000, true).verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn no_agent_process_is_no_pass_and_a_missing_line_is_named() {
+        assert_eq!(running_processes(ROOT, 1000, true).verdict, Verdict::Fail);
+        let gvisor = AGENT.replace("CapAmb:\t0000000000000000\n", "").replace("NoNewPrivs:\t1\n", "");
+        let outcome = running_processes(&gvisor, 1000, true);
+        assert_eq!(outcome.verdict, Verdict::Pass);
+        assert!(outcome.evidence.contains("shows no CapAmb or NoNewPrivs"), "{}", outcome.evidence);
+        // Without the engine's no-new-privileges, an unshown NoNewPrivs is not a pass.
+        let outcome = running_processes(&gvisor, 1000, false);
+        assert_eq!(outcome.verdict, Verdict::Fail, "{}", outcome.evidence);
+    }
+}

@@ -103,6 +103,7 @@ impl World {
             spec.files.push(file(BAKED_POLICY.into(), policy.as_bytes().to_vec()));
         }
         spec.files.extend(secrets);
+        spec.files.extend(self.drop_in_files());
         let name = spec.found.name.clone();
         {
             let mut volumes = self.volumes.lock().expect("volumes");

@@ -35,6 +35,8 @@ pub(super) struct World {
     pub(super) image: String,
     pub(super) probe: PathBuf,
     pub(super) sandbox_init: bool,
+    /// Drop-ins beside the image's own and verify's (a running sandbox's), by file name.
+    pub(super) drop_ins: Vec<(String, Vec<u8>)>,
     /// Sidecar mode (`--sidecar`, `--runtime`): the sandbox is `run --sidecar`'s pair.
     pub(super) sidecar: bool,
     /// The agent's container's runtime in sidecar mode (`runsc`).
@@ -67,22 +69,21 @@ fn role_name(role: Role) -> &'static str {
 impl World {
     pub(super) fn new(
         engine: &Engine,
-        image: &str,
+        target: &super::target::Target,
         probe: &Path,
         sandbox_init: bool,
-        runtime: Option<(bool, Option<String>)>,
     ) -> World {
-        let (sidecar, runtime) = runtime.unwrap_or((false, None));
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         World {
             engine: engine.clone(),
-            image: image.to_string(),
+            image: target.image.clone(),
+            drop_ins: target.drop_ins.clone(),
             probe: probe.to_path_buf(),
             sandbox_init,
-            sidecar,
-            runtime,
+            sidecar: target.sidecar,
+            runtime: target.runtime.clone(),
             pair: Default::default(),
             volumes: Default::default(),
             net: format!("agent-sandbox-verify-{}-{nanos:08x}", std::process::id()),
@@ -212,6 +213,7 @@ impl World {
         docker.create_container(Some(options), body).await?;
         self.containers.lock().expect("containers").push(name.clone());
         if role == Role::Sandbox {
+            self.handle(role).put(&self.drop_in_files()).await?;
             let held = self.key_to_hold().await?;
             *self.held.lock().expect("held key") = held;
         }
@@ -231,6 +233,20 @@ impl World {
         }
         docker.start_container(&name, None::<StartContainerOptions>).await?;
         self.record_addresses(&name, role).await
+    }
+
+    /// [`World::drop_ins`] as root's files in the policy folder.
+    pub(super) fn drop_in_files(&self) -> Vec<Entry> {
+        let folder = sandbox_policy::layout::DROP_IN_DIR;
+        let drop_ins = self.drop_ins.iter().filter(|(name, _)| name != DROP_IN);
+        drop_ins
+            .map(|(name, bytes)| Entry {
+                path: format!("{folder}/{name}"),
+                contents: Some(bytes.clone()),
+                mode: 0o644,
+                uid: 0,
+            })
+            .collect()
     }
 
     /// The addresses of `container` on the world's network, as `role`'s.

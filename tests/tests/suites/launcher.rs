@@ -2,7 +2,7 @@
 //! `--offline` sandboxes need no capability, so most of the suite runs in both modes; the live
 //! allowlist changes (`net_admin_`) need the firewall and run in the full mode only.
 
-use sandbox_tests::docker::{TestNet, exec};
+use sandbox_tests::docker::{TestNet, docker, exec};
 use sandbox_tests::images::{RemoveTagOnDrop, image};
 use sandbox_tests::launcher::{Launcher, Project};
 use sandbox_tests::peers::Peer;
@@ -698,6 +698,35 @@ async fn verify_in_sidecar_mode_and_under_gvisor_the_shell_image_passes_every_ch
         let left = String::from_utf8_lossy(&volumes.stdout).lines().filter(|v| v.contains("verify")).count();
         assert_eq!(left, 0, "the pair's volumes are left behind ({shape})");
     }
+    Ok(())
+}
+
+/// `verify S` of a running sandbox: its image in a fresh world with the policy it runs with (its
+/// `--allow` of the blocked name fails exactly the checks that reach it), and its own agent's
+/// processes read where they run; the sandbox itself runs on, untouched.
+#[tokio::test]
+async fn verify_a_running_sandbox_checks_its_policy_and_its_agents_processes() -> anyhow::Result<()> {
+    let shell = image("shell").await?;
+    let net = TestNet::create("verify-running").await?;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    let run = ["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell];
+    launcher.ok(&[&run[..], &["--allow", "blocked.verify.test"]].concat()).await?;
+    let (id, name) = project.sandbox().await?;
+    let (code, card) = verify(&name, &[]).await?;
+    assert_eq!(card["sandbox"], name.as_str(), "{card:#}");
+    assert_eq!(code, 73, "{card:#}");
+    assert_eq!(failed(&card), ["egress.blocked-name", "names.host", "names.sni"], "{card:#}");
+    let running = card["checks"].as_array().into_iter().flatten().find(|c| c["id"] == "running.processes");
+    let running = running.cloned().unwrap_or_default();
+    assert_eq!(running["verdict"], "PASS", "{card:#}");
+    assert!(running["evidence"].as_str().unwrap_or_default().contains("processes as uid 1000"), "{card:#}");
+    let state = docker().await?.inspect_container(&id, None).await?.state.and_then(|s| s.running);
+    assert_eq!(state, Some(true), "verify left the sandbox running");
+    // Flags that would shape the sandbox are refused for a running one.
+    let probe = sandbox_tests::probe::probe_binary()?.display().to_string();
+    let out = launcher.run(&["verify", &name, "--sidecar", "--probe", &probe]).await?;
+    assert_eq!(out.code, 64, "{out:?}");
+    assert!(out.stderr.contains("is a running sandbox"), "{out:?}");
     Ok(())
 }
 
