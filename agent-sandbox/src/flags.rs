@@ -144,7 +144,9 @@ pub enum Command {
             the evidence where it lands. Then it removes the world, on Ctrl-C too. With --sidecar \
             (or --runtime runsc) the sandbox is the pair `run --sidecar` makes: a gateway with the \
             firewall and the keys, the agent's container without any capability. Where the policy \
-            reaches a model API, the sandbox holds a made-up key for it that the agent must not find.\n\n\
+            reaches a model API, the sandbox holds a made-up key for it that the agent must not find. \
+            Named a running sandbox, verify checks its image in a fresh world with the policy and the \
+            shape it runs with, never touching it, and reads its own agent's processes.\n\n\
             It prints a scorecard: each check PASS, FAIL or N/A, its evidence, and what a FAIL means. \
             The exit status is 73 when a check fails. An image without sandbox-init runs too (its \
             process replaced by the probe, the agent uid 1000), and fails what it fails.",
