@@ -111,9 +111,9 @@ fn probe_path(given: Option<&Path>) -> Result<PathBuf> {
         .ok_or_else(|| {
             Failure::new(
                 Code::BadArgument,
-                "verify needs the static probe binary (tests/probe, `sandbox-probe`): give it with --probe \
-                 FILE or AGENT_SANDBOX_PROBE, or put it beside agent-sandbox; the suites build it as \
-                 target/agent-sandbox/sandbox-probe",
+                "verify needs the static probe binary (tests/probe, `sandbox-probe`): `cargo xtask setup \
+                 AGENT` installs it beside agent-sandbox; or give it with --probe FILE or \
+                 AGENT_SANDBOX_PROBE (the suites build it as target/agent-sandbox/sandbox-probe)",
             )
         })?;
     std::fs::canonicalize(&path)

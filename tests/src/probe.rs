@@ -19,8 +19,8 @@ pub fn probe_binary() -> anyhow::Result<PathBuf> {
     }
     let sh = xshell::Shell::new()?;
     let root = root();
-    xtask::project::static_binary(&sh, &root, "sandbox-probe", &["tests/probe", "Cargo.lock", "Cargo.toml"])?;
-    Ok(PROBE.get_or_init(|| xtask::project::static_binary_path(&root, "sandbox-probe")).clone())
+    let path = xtask::project::probe_binary(&sh, &root)?;
+    Ok(PROBE.get_or_init(|| path).clone())
 }
 
 /// Runs the probe in `container` in a task: `as_agent` through sandbox-exec, else as root.

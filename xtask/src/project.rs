@@ -80,6 +80,16 @@ pub fn sandbox_init_binary(sh: &Shell, root: &Path) -> anyhow::Result<Vec<u8>> {
     static_binary(sh, root, "sandbox-init", SANDBOX_INIT_SOURCES)
 }
 
+/// The files the probe (`sandbox-probe`, tests/probe) is built from.
+pub const PROBE_SOURCES: &[&str] = &["tests/probe", "Cargo.lock", "Cargo.toml"];
+
+/// The probe as one static binary: the suites' peers and sandboxes run it, and `agent-sandbox
+/// verify` copies it into the containers of its test world.
+pub fn probe_binary(sh: &Shell, root: &Path) -> anyhow::Result<PathBuf> {
+    static_binary(sh, root, "sandbox-probe", PROBE_SOURCES)?;
+    Ok(static_binary_path(root, "sandbox-probe"))
+}
+
 /// The hash of sandbox-init's sources: what stands for its binary in the input hash images.lock
 /// records, which must not depend on this machine's toolchain or paths.
 pub fn sandbox_init_sources_hash(root: &Path) -> anyhow::Result<String> {

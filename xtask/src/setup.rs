@@ -261,6 +261,13 @@ impl SetupFlags {
             eprintln!("==> cargo install --locked --path agent-sandbox");
             cmd!(sh, "cargo install --quiet --locked --path agent-sandbox").run()?;
             done.push(format!("installed the launcher: {}", launcher_path().display()));
+            // `agent-sandbox verify` copies the static probe into its test world: beside the
+            // launcher is where it looks.
+            let probe = crate::project::probe_binary(&sh, root)?;
+            let beside = launcher_path().with_file_name("sandbox-probe");
+            std::fs::copy(&probe, &beside)
+                .with_context(|| format!("cannot install the probe as {}", beside.display()))?;
+            done.push(format!("installed the probe for `agent-sandbox verify`: {}", beside.display()));
         }
         eprintln!(
             "==> setup done{}",
