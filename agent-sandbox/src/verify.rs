@@ -72,7 +72,7 @@ pub async fn run(flags: &VerifyFlags) -> Result<i32> {
             }
             Ok(checks)
         } => result,
-        _ = tokio::signal::ctrl_c() => Err(Failure::new(Code::Sandbox, "interrupted: the test world is removed")),
+        _ = interrupted() => Err(Failure::new(Code::Sandbox, "interrupted: the test world is removed")),
     };
     world.remove().await;
     let checks = checks?;
@@ -98,6 +98,21 @@ pub async fn run(flags: &VerifyFlags) -> Result<i32> {
         print!("{}", render(&card));
     }
     Ok(if card.failed > 0 { Code::Failed as i32 } else { 0 })
+}
+
+/// Ctrl-C, or the end of the terminal or of the process asked for (SIGHUP, SIGTERM): any of them
+/// ends the run, and the world is removed.
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut hangup), Ok(mut terminate)) = (signal(SignalKind::hangup()), signal(SignalKind::terminate()))
+    else {
+        return tokio::signal::ctrl_c().await.unwrap_or(());
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = hangup.recv() => {}
+        _ = terminate.recv() => {}
+    }
 }
 
 /// The probe binary: `--probe`, `AGENT_SANDBOX_PROBE`, or `sandbox-probe` beside this program.

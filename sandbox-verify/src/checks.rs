@@ -1,6 +1,7 @@
 //! The checks, each run as the agent in the test world with a positive control, its evidence
 //! read where it lands: one `Outcome` each, in the scorecard's order.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -14,27 +15,46 @@ pub(crate) struct Run<'a, S: Stage> {
     stage: &'a S,
     /// Makes this run's names and files its own.
     nanos: u128,
+    /// What reached the listener under no name once the world's own controls were done, and
+    /// what of it since the checks saw arrive (each a leak they failed): more at the end is a
+    /// late arrival.
+    baseline: Cell<usize>,
+    seen: Cell<usize>,
+    /// The site's TLS port's connections once the SNI check was done.
+    tls_after_sni: Cell<usize>,
+    /// The requests for the blocked name at the site when the checks last read its log.
+    blocked_seen: Cell<usize>,
 }
 
 impl<'a, S: Stage> Run<'a, S> {
     pub(crate) fn new(stage: &'a S) -> Self {
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        Run { stage, nanos }
+        Run {
+            stage,
+            nanos,
+            baseline: Cell::new(0),
+            seen: Cell::new(0),
+            tls_after_sni: Cell::new(0),
+            blocked_seen: Cell::new(0),
+        }
     }
 
     pub(crate) async fn all(&self) -> Result<Vec<Outcome>, S::Error> {
         self.controls().await?;
+        self.baseline.set(self.outside_arrivals().await?);
         let mut out = Vec::new();
         let outcome =
             |f: &HashMap<String, String>| f.get("outcome").cloned().unwrap_or_else(|| "(none)".into());
-        let site_log = || self.stage.read(Role::Site, PEER_LOG);
+        let site_log = || self.site_log();
         let outside = self.stage.addr(Role::Outside).to_string();
         let dns = self.stage.addr(Role::Dns).to_string();
 
         // The control of every egress check: the allowed name, reached.
+        // Counted from now: a log the image left in the peer proves nothing.
+        let before = host_count(&site_log().await?, ALLOWED);
         let allowed = self.probe(&["tcp", ALLOWED, "80", "--http"]).await?;
-        let reached = host_count(&site_log().await?, ALLOWED) > 0;
+        let reached = host_count(&site_log().await?, ALLOWED) > before;
         out.push(Outcome {
             id: "egress.allowed",
             check: "an allowed name is reachable (the control of the egress checks)",
@@ -52,8 +72,9 @@ impl<'a, S: Stage> Run<'a, S> {
             }
         };
 
+        let before = host_count(&site_log().await?, BLOCKED);
         let blocked = self.probe(&["tcp", BLOCKED, "80", "--http"]).await?;
-        let leaked = host_count(&site_log().await?, BLOCKED) > 0;
+        let leaked = host_count(&site_log().await?, BLOCKED) > before;
         let (verdict, evidence) = control(
             !leaked && refusal(&outcome(&blocked)),
             format!("{BLOCKED}:80: {}; the peer {}", outcome(&blocked), logged(leaked)),
@@ -66,8 +87,9 @@ impl<'a, S: Stage> Run<'a, S> {
             meaning: "the agent reaches names outside the allowlist",
         });
 
+        let before = host_count(&site_log().await?, BLOCKED);
         let fronted = self.probe(&["tcp", ALLOWED, "80", "--http", "--host", BLOCKED]).await?;
-        let leaked = host_count(&site_log().await?, BLOCKED) > 0;
+        let leaked = host_count(&site_log().await?, BLOCKED) > before;
         let (verdict, evidence) = control(
             !leaked && refusal(&outcome(&fronted)),
             format!(
@@ -107,30 +129,44 @@ impl<'a, S: Stage> Run<'a, S> {
             meaning: "a site that shares an address with an allowed one is reached after a first allowed request",
         });
 
+        // The site's TLS port logs each connection as it accepts it: the control's arrives, the
+        // blocked name's must not.
+        let opened = |log: &str| log.lines().filter(|l| l.starts_with("open 443 ")).count();
+        let before = opened(&site_log().await?);
         let hello = self.probe(&["tls-hello", ALLOWED, "443"]).await?;
+        let after_control = opened(&site_log().await?);
         let fronted = self.probe(&["tls-hello", ALLOWED, "443", "--sni", BLOCKED]).await?;
-        let sni_control = outcome(&hello).starts_with("answered");
-        let refused = refusal(&outcome(&fronted));
+        let after = opened(&site_log().await?);
+        self.tls_after_sni.set(after);
+        let sni_control = outcome(&hello).starts_with("answered") && after_control > before;
+        let refused = refusal(&outcome(&fronted)) && after == after_control;
         out.push(Outcome {
             id: "names.sni",
             check: "another site's SNI on an allowed address is refused",
             verdict: if sni_control && refused { Verdict::Pass } else { Verdict::Fail },
             evidence: format!(
-                "SNI {BLOCKED}: {}; the control, SNI {ALLOWED}: {} (the peer echoes what it receives)",
+                "SNI {BLOCKED}: {}, the peer {}; the control, SNI {ALLOWED}: {}, {} (the peer echoes what it receives)",
                 outcome(&fronted),
-                outcome(&hello)
+                if after > after_control { "accepted the connection" } else { "saw no connection" },
+                outcome(&hello),
+                if after_control > before { "the peer accepted it" } else { "but the peer saw no connection" }
             ),
             meaning: "TLS to any site that shares an address with an allowed one is let through",
         });
 
-        let before = self.outside_requests().await?;
-        let direct = self.probe(&["tcp", &outside, "80", "--http"]).await?;
-        let leaked = self.outside_requests().await? > before;
+        let (mut refused, mut said, mut leaked) = (true, Vec::new(), false);
+        for port in ["80", "53"] {
+            let before = self.outside_arrivals().await?;
+            let direct = self.probe(&["tcp", &outside, port, "--http"]).await?;
+            leaked |= self.arrived_since(before).await?;
+            refused &= refusal(&outcome(&direct));
+            said.push(format!("{port}: {}", outcome(&direct)));
+        }
         let (verdict, evidence) = control(
-            !leaked && refusal(&outcome(&direct)),
+            !leaked && refused,
             format!(
-                "{outside}:80, an address under no allowed name: {}; the listener {}",
-                outcome(&direct),
+                "TCP to {outside}, an address under no allowed name, port {}; the listener {}",
+                said.join(", port "),
                 logged(leaked)
             ),
         );
@@ -142,10 +178,21 @@ impl<'a, S: Stage> Run<'a, S> {
             meaning: "the agent connects to any address by its number, past every name",
         });
 
-        let udp = self.probe(&["udp", &outside, "9"]).await?;
+        let (mut refused, mut said, mut leaked) = (true, Vec::new(), false);
+        for port in ["9", "443"] {
+            let before = self.outside_arrivals().await?;
+            let udp = self.probe(&["udp", &outside, port]).await?;
+            leaked |= self.arrived_since(before).await?;
+            refused &= refusal(&outcome(&udp));
+            said.push(format!("{port}: {}", outcome(&udp)));
+        }
         let (verdict, evidence) = control(
-            refusal(&outcome(&udp)),
-            format!("UDP to {outside}:9: {} (the listener echoes what it receives)", outcome(&udp)),
+            !leaked && refused,
+            format!(
+                "UDP to {outside}, port {}; the listener, which logs each datagram, {}",
+                said.join(", port "),
+                if leaked { "received one" } else { "received none" }
+            ),
         );
         out.push(Outcome {
             id: "egress.udp",
@@ -155,9 +202,17 @@ impl<'a, S: Stage> Run<'a, S> {
             meaning: "datagrams leave to any address (QUIC, a tunnel)",
         });
 
+        let before = self.outside_arrivals().await?;
         let icmp = self.probe(&["icmp", &outside]).await?;
-        let (verdict, evidence) =
-            control(refusal(&outcome(&icmp)), format!("an ICMP echo to {outside}: {}", outcome(&icmp)));
+        let leaked = self.arrived_since(before).await?;
+        let (verdict, evidence) = control(
+            !leaked && refusal(&outcome(&icmp)),
+            format!(
+                "an ICMP echo to {outside}: {}; the listener, which logs each echo request, {}",
+                outcome(&icmp),
+                if leaked { "received it" } else { "received none" }
+            ),
+        );
         out.push(Outcome {
             id: "egress.icmp",
             check: "ICMP to an address outside the policy is refused",
@@ -170,9 +225,9 @@ impl<'a, S: Stage> Run<'a, S> {
         out.push(match self.stage.addr6(Role::Outside) {
             Some(outside6) => {
                 let outside6 = outside6.to_string();
-                let before = self.outside_requests().await?;
+                let before = self.outside_arrivals().await?;
                 let direct = self.probe(&["tcp", &outside6, "80", "--http"]).await?;
-                let leaked = self.outside_requests().await? > before;
+                let leaked = self.arrived_since(before).await?;
                 let (verdict, evidence) = control(
                     !leaked && refusal(&outcome(&direct)),
                     format!("[{outside6}]:80: {}; the listener {}", outcome(&direct), logged(leaked)),
@@ -196,7 +251,7 @@ impl<'a, S: Stage> Run<'a, S> {
 
         out.push(self.inbound().await?);
 
-        let marker = format!("x{:x}", self.nanos);
+        let marker = self.marker();
         let exfil = format!("{marker}.{BLOCKED}");
         let asked = self.probe(&["dns", &exfil]).await?;
         // The control: the gate asks upstream for an allowed name now (one more query of it in
@@ -256,30 +311,46 @@ impl<'a, S: Stage> Run<'a, S> {
     }
 
     /// A request held past its probe's timeout (by a proxy, say) would land after its check read
-    /// the log: the logs are read again a moment later, and a check whose log has grown since is
-    /// a FAIL.
+    /// the log. After a wait longer than any probe's, the logs are read again: a request for the
+    /// blocked name at the site at all, a connection to its TLS port since the SNI check, more
+    /// at the listener than the checks saw arrive, or a marker of the DNS checks at the
+    /// resolver, fails the checks it could be, that had passed.
     async fn late_arrivals(&self, out: &mut [Outcome]) -> Result<(), S::Error> {
-        let site = host_count(&self.stage.read(Role::Site, PEER_LOG).await?, BLOCKED);
-        let outside = self.outside_requests().await?;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let late_site = host_count(&self.stage.read(Role::Site, PEER_LOG).await?, BLOCKED) > site;
-        let late_outside = self.outside_requests().await? > outside;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let site = self.stage.read(Role::Site, PEER_LOG).await?;
+        let late_site = host_count(&site, BLOCKED) > self.blocked_seen.get();
+        let late_tls = site.lines().filter(|l| l.starts_with("open 443 ")).count() > self.tls_after_sni.get();
+        let late_outside = self.outside_arrivals().await? > self.baseline.get() + self.seen.get();
+        let queries = self.stage.read(Role::Dns, QUERIES).await?;
+        let marker = self.marker();
+        let late_exfil = queries.contains(&format!("{marker}.{BLOCKED}"));
+        let late_direct = queries.contains(&format!("d{marker}"));
         for o in out.iter_mut().filter(|o| o.verdict == Verdict::Pass) {
             let late = match o.id {
                 "egress.blocked-name" | "names.host" | "names.second-request" => late_site,
+                "names.sni" => late_tls,
                 "egress.address"
+                | "egress.udp"
+                | "egress.icmp"
                 | "egress.address-ipv6"
                 | "firewall.tamper"
                 | "egress.fail-closed"
                 | "dns.forged-answer" => late_outside,
+                "dns.exfiltration" => late_exfil,
+                "dns.direct" => late_direct,
                 _ => false,
             };
             if late {
                 o.verdict = Verdict::Fail;
-                o.evidence.push_str("; but a request reached the peer after the check read its log");
+                o.evidence.push_str("; but it arrived where the check looks after the check read it");
             }
         }
         Ok(())
+    }
+
+    /// This run's DNS marker: the first label of the names the DNS checks ask.
+    fn marker(&self) -> String {
+        format!("x{:x}", self.nanos)
     }
 
     /// A listener the agent opens is not reachable from the network, by IPv4 or IPv6: the
@@ -290,7 +361,15 @@ impl<'a, S: Stage> Run<'a, S> {
         let port = INBOUND.to_string();
         let log = format!("/tmp/agent-sandbox-verify-inbound-{:x}.log", self.nanos);
         self.stage
-            .as_agent_detached(&[self.stage.probe_path(), "serve", "--tcp", &port, "--log", &log])
+            .as_agent_detached(&[
+                self.stage.probe_path(),
+                "serve",
+                "--tcp",
+                &port,
+                "--log",
+                &log,
+                "--log-accepts",
+            ])
             .await?;
         let mut inside = String::new();
         for _ in 0..50 {
@@ -312,27 +391,45 @@ impl<'a, S: Stage> Run<'a, S> {
                 meaning,
             });
         }
+        // From the listener under no name and from the site (an address the policy allows), by
+        // each of the sandbox's addresses; the listener logs every connection it accepts.
         let mut said = Vec::new();
         let mut reached = false;
         let targets = [Some(self.stage.addr(Role::Sandbox)), self.stage.addr6(Role::Sandbox)];
-        for addr in targets.into_iter().flatten() {
+        for (peer, addr) in [Role::Outside, Role::Site]
+            .into_iter()
+            .flat_map(|p| targets.into_iter().flatten().map(move |a| (p, a)))
+        {
             let from = self
                 .stage
-                .peer_exec(
-                    Role::Outside,
-                    &[self.stage.probe_path(), "tcp", &addr.to_string(), &port, "--raw"],
-                )
+                .peer_exec(peer, &[self.stage.probe_path(), "tcp", &addr.to_string(), &port, "--raw"])
                 .await?;
             let outcome = fields(&from).get("outcome").cloned().unwrap_or_else(|| "(none)".into());
             reached |= !refusal(&outcome);
             let to = std::net::SocketAddr::new(addr, INBOUND);
-            said.push(format!("{to} from another container: {outcome}"));
+            said.push(format!(
+                "{to} from {}: {outcome}",
+                if peer == Role::Site { "the site" } else { "the listener" }
+            ));
         }
+        let accepted = self.stage.read(Role::Sandbox, &log).await?;
+        let loopback = |from: &str| {
+            from.parse::<std::net::SocketAddr>().is_ok_and(|a| a.ip().to_canonical().is_loopback())
+        };
+        let from_outside = accepted
+            .lines()
+            .filter_map(|l| l.strip_prefix("open ")?.split_once(" from=").map(|(_, from)| from))
+            .filter(|from| !loopback(from.trim()))
+            .count();
+        reached |= from_outside > 0;
         Ok(Outcome {
             id: "ingress.listener",
             check,
             verdict: if reached { Verdict::Fail } else { Verdict::Pass },
-            evidence: format!("{}; the control, from inside: connected", said.join("; ")),
+            evidence: format!(
+                "{}; the agent's listener accepted {from_outside} connections from outside; the control, from inside: connected",
+                said.join("; ")
+            ),
             meaning,
         })
     }
@@ -375,9 +472,9 @@ impl<'a, S: Stage> Run<'a, S> {
 
     async fn tamper(&self, outside: &str, reached: bool) -> Result<Outcome, S::Error> {
         let flushed = self.as_agent(&["nft", "flush", "ruleset"]).await?;
-        let before = self.outside_requests().await?;
+        let before = self.outside_arrivals().await?;
         let again = self.probe(&["tcp", outside, "80", "--http"]).await?;
-        let leaked = self.outside_requests().await? > before;
+        let leaked = self.arrived_since(before).await?;
         let said = flushed.lines().next().unwrap_or("no output").trim().to_string();
         // The flush ran and the kernel refused it, and the listener is still out of reach.
         // gVisor has no nftables netlink at all: its refusal is the protocol's.
@@ -435,17 +532,34 @@ impl<'a, S: Stage> Run<'a, S> {
                 said.push(format!("{dir}: {}", first_line(&out)));
             }
         }
-        let verdict = if written.is_empty() && said.is_empty() { Verdict::Pass } else { Verdict::Fail };
+        // The files already there: none may be the agent's to write (access(2), as the agent: a
+        // file it owns, or one whose mode or access list lets it).
+        let writable = "for f in /etc/agent-sandbox/* /etc/agent-sandbox/policy.d/*; do \
+                        [ -f \"$f\" ] && [ -w \"$f\" ] && echo \"WRITABLE $f\"; done; echo LOOKED";
+        let existing = self.as_agent(&["sh", "-c", writable]).await?;
+        let open: Vec<&str> = existing.lines().filter_map(|l| l.strip_prefix("WRITABLE ")).collect();
+        if !existing.contains("LOOKED") {
+            said.push(format!("the existing files: {}", first_line(&existing)));
+        }
+        let verdict = if written.is_empty() && open.is_empty() && said.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        };
         Ok(Outcome {
             id: "policy.files",
             check: "the agent cannot change the policy",
             verdict,
-            evidence: if !written.is_empty() {
+            evidence: if !open.is_empty() {
+                format!("the agent may write {}", open.join(", "))
+            } else if !written.is_empty() {
                 format!("the agent wrote a new file in {}", written.join(" and "))
             } else if !said.is_empty() {
                 format!("could not check: {}", said.join("; "))
             } else {
-                "a new file beside the policy and a new drop-in, as the agent: permission denied; the control, /tmp: written".into()
+                "a new file beside the policy and a new drop-in, as the agent: permission denied; no file there \
+                 is the agent's to write; the control, /tmp: written"
+                    .into()
             },
             meaning,
         })
@@ -473,12 +587,12 @@ impl<'a, S: Stage> Run<'a, S> {
             }
             Closed::Running { log } => log,
         };
-        let before = self.outside_requests().await?;
+        let before = self.outside_arrivals().await?;
         let out = self
             .stage
             .as_agent(Role::Closed, &[self.stage.probe_path(), "tcp", outside, "80", "--http"])
             .await?;
-        let leaked = self.outside_requests().await? > before;
+        let leaked = self.arrived_since(before).await?;
         Ok(Outcome {
             id,
             check,
@@ -529,9 +643,9 @@ impl<'a, S: Stage> Run<'a, S> {
                 meaning,
             });
         }
-        let before = self.outside_requests().await?;
+        let before = self.outside_arrivals().await?;
         let after = self.probe(&["tcp", ALLOWED, "80", "--http"]).await?;
-        let leaked = self.outside_requests().await? > before;
+        let leaked = self.arrived_since(before).await?;
         let true_answer = get("answers") == site;
         let good = get("sprayed") == "0" && get("hijacked") == "0" && true_answer && !leaked;
         Ok(Outcome {
@@ -563,7 +677,22 @@ impl<'a, S: Stage> Run<'a, S> {
                 return Ok(Outcome { id, check, verdict: Verdict::NotApplicable, evidence: why, meaning });
             }
         };
-        let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+        let hex = |text: &str| -> String { text.bytes().map(|b| format!("{b:02x}")).collect() };
+        // The hunt's own control: a decoy in the environment of a process of the agent's, which
+        // the same hunt must find there.
+        let decoy = format!("decoy-{:x}", self.nanos);
+        let env = format!("AGENT_SANDBOX_VERIFY_DECOY={decoy}");
+        self.stage.as_agent_detached(&["env", &env, "sleep", "60"]).await?;
+        let mut decoy_found = false;
+        for _ in 0..10 {
+            let hunt = self.probe(&["find-string", &hex(&decoy), "/proc"]).await?;
+            decoy_found = hunt.get("found").is_some_and(|f| f.split(',').any(|p| p.ends_with("/environ")));
+            if decoy_found {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let hex = hex(&key);
         let hunt = self.probe(&["find-string", &hex, "/"]).await?;
         let secret = format!("{SECRETS_DIR}/{}", var.to_ascii_lowercase());
         let root = self
@@ -574,20 +703,21 @@ impl<'a, S: Stage> Run<'a, S> {
         let found = hunt.get("found").map_or("(no answer)", String::as_str);
         let read: u64 = hunt.get("read").and_then(|r| r.parse().ok()).unwrap_or(0);
         // The hunt looked: it read a real file system's worth, and found nothing.
-        let good = control && found.is_empty() && read >= 100;
+        let good = control && decoy_found && found.is_empty() && read >= 100;
         Ok(Outcome {
             id,
             check,
             verdict: if good { Verdict::Pass } else { Verdict::Fail },
             evidence: format!(
                 "{var}, held as {secret}: the agent's hunt read {read} files and process memories and found it {}; \
-                 the control, root: {}",
+                 the controls: root {}, and the same hunt {} a decoy in an agent process's environment",
                 if found.is_empty() { "nowhere".to_string() } else { format!("in {found}") },
                 if control {
                     "found the secret file".to_string()
                 } else {
-                    format!("did not find it ({})", first_line(&root))
-                }
+                    format!("did not find the secret file ({})", first_line(&root))
+                },
+                if decoy_found { "found" } else { "did not find" }
             ),
             meaning,
         })
@@ -602,11 +732,26 @@ impl<'a, S: Stage> Run<'a, S> {
         self.stage.as_agent(Role::Sandbox, cmd).await
     }
 
-    /// How much the listener under no name has logged: each check that reaches it adds to it
-    /// (each connection it accepted, `conn`, and each request it answered, `http`).
-    async fn outside_requests(&self) -> Result<usize, S::Error> {
+    /// The site's log, as a check reads it: what it shows of the blocked name is what the
+    /// checks saw.
+    async fn site_log(&self) -> Result<String, S::Error> {
+        let log = self.stage.read(Role::Site, PEER_LOG).await?;
+        self.blocked_seen.set(host_count(&log, BLOCKED));
+        Ok(log)
+    }
+
+    /// What has reached the listener under no name: each connection as it was accepted, each
+    /// datagram and each echo request, one line each.
+    async fn outside_arrivals(&self) -> Result<usize, S::Error> {
         let log = self.stage.read(Role::Outside, PEER_LOG).await?;
-        Ok(log.lines().filter(|l| l.starts_with("conn ") || l.starts_with("http ")).count())
+        Ok(log.lines().filter(|l| ["open ", "udp ", "icmp "].iter().any(|k| l.starts_with(k))).count())
+    }
+
+    /// Whether anything reached the listener since it had `before`; what did is counted as seen.
+    async fn arrived_since(&self, before: usize) -> Result<bool, S::Error> {
+        let now = self.outside_arrivals().await?;
+        self.seen.set(self.seen.get() + now.saturating_sub(before));
+        Ok(now > before)
     }
 
     /// The world's own controls, from the site peer as root: the listener under no name logs a
@@ -619,22 +764,25 @@ impl<'a, S: Stage> Run<'a, S> {
         let outside = self.stage.addr(Role::Outside).to_string();
         let mut targets = vec![outside.clone()];
         targets.extend(self.stage.addr6(Role::Outside).map(|a| a.to_string()));
-        for target in targets {
-            let before = self.outside_requests().await?;
-            let out = self.stage.peer_exec(Role::Site, &[probe, "tcp", &target, "80", "--http"]).await?;
-            if self.outside_requests().await? <= before {
+        for (target, port) in targets.iter().flat_map(|t| [(t, "80"), (t, "53")]) {
+            let before = self.outside_arrivals().await?;
+            let out = self.stage.peer_exec(Role::Site, &[probe, "tcp", target, port, "--http"]).await?;
+            if self.outside_arrivals().await? <= before {
                 return Err(Broken(format!(
-                    "the listener at {target}:80 logged no request ({})",
+                    "the listener at {target}:{port} logged no connection ({})",
                     field(&out, "outcome")
                 ))
                 .into());
             }
         }
+        // Each arrives, and the listener logs it (the UDP and ICMP checks' evidence).
+        let before = self.outside_arrivals().await?;
         let udp = self.stage.peer_exec(Role::Site, &[probe, "udp", &outside, "9"]).await?;
         let icmp = self.stage.peer_exec(Role::Site, &[probe, "icmp", &outside]).await?;
-        if field(&udp, "outcome") != "echoed" || field(&icmp, "outcome") != "reply" {
+        let logged = self.outside_arrivals().await? >= before + 2;
+        if field(&udp, "outcome") != "echoed" || field(&icmp, "outcome") != "reply" || !logged {
             return Err(Broken(format!(
-                "the listener does not answer UDP ({}) or ICMP ({})",
+                "the listener does not answer and log UDP ({}) or ICMP ({})",
                 field(&udp, "outcome"),
                 field(&icmp, "outcome")
             ))

@@ -40,9 +40,22 @@ pub fn made_up_key() -> String {
     format!("sk-verify-{:032x}", nanos ^ (u128::from(std::process::id()) << 64))
 }
 
-/// What `site` and `outside` serve: HTTP on 80, an echo on 443 (a hello comes back as it was
-/// sent), UDP echo on 9, every connection and request logged.
-pub const SITE_SERVE: &[&str] = &["serve", "--http", "80", "--echo", "443", "--udp", "9", "--log", PEER_LOG];
+/// What `site` and `outside` serve: HTTP on 80, an echo on 443 and 53 (a hello comes back as it
+/// was sent), UDP echo on 9 and 443; every connection logged as it is accepted, every request,
+/// datagram and ICMP echo request as it arrives.
+pub const SITE_SERVE: &[&str] = &[
+    "serve",
+    "--http",
+    "80",
+    "--echo",
+    "443,53",
+    "--udp",
+    "9,443",
+    "--log",
+    PEER_LOG,
+    "--log-accepts",
+    "--icmp",
+];
 /// What `dns` serves: the zone [`zone`] writes, every query logged.
 pub const DNS_SERVE: &[&str] = &["serve", "--dns", ZONE, QUERIES];
 
@@ -189,15 +202,17 @@ pub fn fields(out: &str) -> HashMap<String, String> {
 }
 
 /// `verify S`'s check of a running sandbox's own agent: the processes of `uid` among `status`
-/// (every `/proc/PID/status` of the container the agent runs in, one after another) hold no
-/// capability in any set and have NoNewPrivs, and there is at least one (the control: the
-/// session runs). A kernel's /proc that shows no CapAmb (gVisor's) leaves it bounded by the
-/// permitted set, which must be empty; one that shows no NoNewPrivs passes only where the engine
-/// sets it for every process of the container (`engine_no_new_privs`: no-new-privileges).
+/// (every `/proc/PID/status` of the container the agent runs in, one after another, after a
+/// `self=PID` line naming the reader, whose own processes are left out) hold no capability in
+/// any set, have that uid and gid in all four places, and NoNewPrivs; and there is at least one
+/// (the control: the session runs). A kernel's /proc that shows no CapAmb (gVisor's) leaves it
+/// bounded by the permitted set, which must be shown empty; one that shows no NoNewPrivs passes
+/// only where the engine sets it for every process of the container (`engine_no_new_privs`).
 pub fn running_processes(status: &str, uid: u32, engine_no_new_privs: bool) -> Outcome {
     let (id, check) = ("running.processes", "the running sandbox's agent processes hold nothing");
     let meaning = "the agent of this very sandbox holds a capability, or can gain one";
     let uid = uid.to_string();
+    let reader = status.lines().find_map(|l| l.strip_prefix("self=")).unwrap_or_default().trim().to_string();
     let mut agent = 0;
     let mut wrong = Vec::new();
     let mut unknown = std::collections::BTreeSet::new();
@@ -205,17 +220,28 @@ pub fn running_processes(status: &str, uid: u32, engine_no_new_privs: bool) -> O
         let field = |key: &str| block.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string());
         let name = block.lines().next().unwrap_or_default().trim();
         let pid = field("Pid:").unwrap_or_default();
-        if !field("Uid:").is_some_and(|ids| ids.split_whitespace().any(|i| i == uid)) {
+        let mine = !reader.is_empty() && (pid == reader || field("PPid:").is_some_and(|p| p == reader));
+        if mine || !field("Uid:").is_some_and(|ids| ids.split_whitespace().any(|i| i == uid)) {
             continue;
         }
         agent += 1;
+        for ids in ["Uid:", "Gid:"] {
+            let all = field(ids).unwrap_or_default();
+            let all: Vec<&str> = all.split_whitespace().collect();
+            if all.len() != 4 || all.iter().any(|i| *i != uid) {
+                wrong.push(format!("{name} ({pid}) {ids} {}", all.join(" ")));
+            }
+        }
+        let permitted_empty = field("CapPrm:").is_some_and(|v| v.trim_start_matches('0').is_empty());
         for set in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
             match field(set) {
                 Some(v) if v.trim_start_matches('0').is_empty() => {}
                 Some(v) => wrong.push(format!("{name} ({pid}) {set} {v}")),
-                None => {
-                    unknown.insert(set.trim_end_matches(':'));
+                // The ambient set is within the permitted one: empty, if that is shown empty.
+                None if set == "CapAmb:" && permitted_empty => {
+                    unknown.insert("CapAmb");
                 }
+                None => wrong.push(format!("{name} ({pid}) shows no {set} line")),
             }
         }
         match field("NoNewPrivs:").as_deref() {
@@ -254,7 +280,8 @@ pub fn running_processes(status: &str, uid: u32, engine_no_new_privs: bool) -> O
 mod tests {
     use super::*;
 
-    const AGENT: &str = "Name:\tbash\nPid:\t7\nUid:\t1000\t1000\t1000\t1000\nCapInh:\t0000000000000000\n\
+    const AGENT: &str = "Name:\tbash\nPid:\t7\nPPid:\t1\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n\
+        CapInh:\t0000000000000000\n\
         CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n\
         CapAmb:\t0000000000000000\nNoNewPrivs:\t1\n";
     const ROOT: &str =
@@ -270,8 +297,12 @@ mod tests {
         assert_eq!(fail.verdict, Verdict::Fail);
         assert!(fail.evidence.contains("bash (7) CapEff: 0000000000001000"), "{}", fail.evidence);
         let setuid = AGENT.replace("Uid:\t1000\t1000\t1000\t1000", "Uid:\t1000\t0\t0\t0");
-        let setuid = setuid.replace("NoNewPrivs:\t1", "NoNewPrivs:\t0");
-        assert_eq!(running_processes(&setuid, 1000, true).verdict, Verdict::Fail);
+        assert_eq!(running_processes(&setuid, 1000, true).verdict, Verdict::Fail, "a saved uid 0");
+        let no_caps = AGENT.replace("CapEff:\t0000000000000000\n", "");
+        assert_eq!(running_processes(&no_caps, 1000, true).verdict, Verdict::Fail, "no CapEff line");
+        // The reader's own processes (the shell and its cat) are no evidence of the session.
+        let reader = format!("self=7\n{AGENT}{}", AGENT.replace("Pid:\t7\nPPid:\t1", "Pid:\t8\nPPid:\t7"));
+        assert_eq!(running_processes(&reader, 1000, true).verdict, Verdict::Fail, "only the reader");
     }
 
     #[test]

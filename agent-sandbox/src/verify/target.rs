@@ -33,6 +33,16 @@ impl Target {
     ) -> Result<Target> {
         let sidecar = flags.sidecar || flags.runtime.is_some();
         if let Some(facts) = engine.image(&flags.image).await? {
+            if let Ok(sandbox) = engine.find(&flags.image).await {
+                return Err(Failure::new(
+                    Code::BadArgument,
+                    format!(
+                        "{} names both an image and the sandbox {}: give the image by its id (`docker \
+                         image inspect`) or the sandbox by its container name",
+                        flags.image, sandbox.name
+                    ),
+                ));
+            }
             return Ok(Target {
                 image: flags.image.clone(),
                 facts,
@@ -104,8 +114,10 @@ impl Target {
 
 /// The running sandbox's own agent: every process of the agent's uid, where it runs.
 pub(super) async fn processes(engine: &Engine, sandbox: &Sandbox) -> Result<sandbox_verify::Outcome> {
-    let script = "for f in /proc/[0-9]*/status; do cat \"$f\" 2>/dev/null; done";
-    let out = sandbox.agent_side().exec(&["sh", "-c", script]).await?;
+    // Absolute paths: a folder of the agent's on the PATH must not choose what runs here. The
+    // reader names itself, so that it and its children are not counted as the agent.
+    let script = "echo self=$$; for f in /proc/[0-9]*/status; do /bin/cat \"$f\" 2>/dev/null; done";
+    let out = sandbox.agent_side().exec(&["/bin/sh", "-c", script]).await?;
     let inspect = engine.docker().inspect_container(&sandbox.id, None).await?;
     let options = inspect.host_config.and_then(|h| h.security_opt).unwrap_or_default();
     let no_new_privs = options.iter().any(|o| o == "no-new-privileges" || o == "no-new-privileges:true");

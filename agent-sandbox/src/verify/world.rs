@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, Ipam, IpamConfig, NetworkCreateRequest,
+    ContainerCreateBody, EndpointSettings, HealthConfig, HostConfig, Ipam, IpamConfig, NetworkCreateRequest,
     NetworkingConfig,
 };
 use bollard::query_parameters::{
@@ -201,6 +201,10 @@ impl World {
             entrypoint: probe.then(|| vec![PROBE.to_string()]),
             cmd: probe.then(|| cmd.iter().map(|c| c.to_string()).collect()),
             user: probe.then(|| "0".to_string()),
+            // A peer runs the probe alone: no health check of the image's runs beside it, as
+            // root, where the evidence is written.
+            healthcheck: probe
+                .then(|| HealthConfig { test: Some(vec!["NONE".into()]), ..Default::default() }),
             labels: Some(HashMap::from([(LABEL.to_string(), self.net.clone())])),
             host_config: Some(host),
             networking_config: Some(NetworkingConfig {

@@ -68,7 +68,7 @@ usage: sandbox-probe COMMAND [ARGS]: prints key=value lines and exits 0 whatever
 as a peer (peer.rs, web.rs, mock.rs, oauth.rs, forge.rs):
   serve [--tcp P,P] [--echo P,P] [--udp P,P] [--dns ZONE LOG] [--http P,P]
         [--tls P,P --cert F --key F] [--files DIR] [--log FILE] [--mock-api] [--ignore-bodies]
-        [--forge DIR]
+        [--forge DIR] [--log-accepts] [--icmp] [--icmp6 FILE]
 probes, as a well-behaved agent (probes.rs):
   tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME] [--send TEXT]
   http-pipeline HOST PORT NAME...

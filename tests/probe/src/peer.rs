@@ -35,12 +35,19 @@ pub fn serve(args: &[String]) {
         crate::forge::prepare(dir);
         println!("forge ready");
     }
+    // Every connection, datagram and ping logged as it arrives (verify's peers).
+    let log_accepts = args.iter().any(|a| a == "--log-accepts");
     let mut threads = Vec::new();
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
             "--log" | "--files" | "--cert" | "--key" | "--forge" => i += 2,
-            "--mock-api" | "--ignore-bodies" => i += 1,
+            "--mock-api" | "--ignore-bodies" | "--log-accepts" => i += 1,
+            "--icmp" => {
+                let log = log.clone();
+                threads.push(std::thread::spawn(move || watch_icmp(&log)));
+                i += 1;
+            }
             "--http" | "--tls" => {
                 let tls = (args[i] == "--tls").then(|| {
                     let (cert, key) = (
@@ -60,6 +67,7 @@ pub fn serve(args: &[String]) {
                         mock: args.iter().any(|a| a == "--mock-api"),
                         ignores_bodies: args.iter().any(|a| a == "--ignore-bodies"),
                         forge: forge.clone(),
+                        log_accepts,
                     };
                     threads.push(std::thread::spawn(move || crate::web::serve(listener, site)));
                 }
@@ -69,8 +77,13 @@ pub fn serve(args: &[String]) {
                 for port in ports(&args[i + 1]) {
                     let listener = listen(port).expect("bind tcp");
                     let greeting = format!("hello from {host}:{port}\n");
+                    let log = log.clone();
                     threads.push(std::thread::spawn(move || {
                         for mut stream in listener.incoming().flatten() {
+                            if log_accepts {
+                                let from = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                                crate::web::log(&log, &format!("open {port} from={from}"));
+                            }
                             let _ = stream.write_all(greeting.as_bytes());
                         }
                     }));
@@ -80,8 +93,13 @@ pub fn serve(args: &[String]) {
             "--echo" => {
                 for port in ports(&args[i + 1]) {
                     let listener = listen(port).expect("bind tcp echo");
+                    let log = log.clone();
                     threads.push(std::thread::spawn(move || {
                         for mut stream in listener.incoming().flatten() {
+                            if log_accepts {
+                                let from = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                                crate::web::log(&log, &format!("open {port} from={from}"));
+                            }
                             std::thread::spawn(move || {
                                 let mut buf = [0u8; 16384];
                                 while let Ok(len @ 1..) = stream.read(&mut buf) {
@@ -98,9 +116,13 @@ pub fn serve(args: &[String]) {
             "--udp" => {
                 for port in ports(&args[i + 1]) {
                     let socket = UdpSocket::bind(("::", port)).expect("bind udp");
+                    let log = log.clone();
                     threads.push(std::thread::spawn(move || {
                         let mut buf = [0u8; 2048];
                         while let Ok((len, from)) = socket.recv_from(&mut buf) {
+                            if log_accepts {
+                                crate::web::log(&log, &format!("udp {port} from={from} bytes={len}"));
+                            }
                             let _ = socket.send_to(&buf[..len], from);
                         }
                     }));
@@ -203,6 +225,23 @@ fn answer(packet: &[u8], zone: &str, log: &str) -> Option<Vec<u8>> {
         reply.set_response_code(ResponseCode::NXDomain);
     }
     reply.to_vec().ok()
+}
+
+/// Logs every ICMP echo request that reaches this host over IPv4 as `icmp from=ADDR` (`--icmp`):
+/// the kernel answers pings itself, and logs nothing.
+fn watch_icmp(log: &str) {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::RAW, Some(socket2::Protocol::ICMPV4))
+            .expect("raw ICMP socket (the peer runs as root with NET_RAW)");
+    let socket = UdpSocket::from(socket);
+    let mut buf = [0u8; 2048];
+    while let Ok((len, from)) = socket.recv_from(&mut buf) {
+        // The IPv4 header, then the ICMP message: type 8 is an echo request.
+        let header = usize::from(buf[0] & 0x0f) * 4;
+        if len > header && buf[header] == 8 {
+            crate::web::log(log, &format!("icmp from={}", from.ip()));
+        }
+    }
 }
 
 /// Logs every ICMPv6 message that reaches this host as `type from payload` (payload printable,

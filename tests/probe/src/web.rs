@@ -40,7 +40,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// Appends one line to the peer's log.
-fn log(path: &str, line: &str) {
+pub fn log(path: &str, line: &str) {
     if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = writeln!(file, "{line}");
     }
@@ -85,6 +85,9 @@ pub struct Site {
     /// Answer as GitHub and the npm registry (forge.rs), from the repositories and packages
     /// under this folder.
     pub forge: Option<String>,
+    /// Log `open PORT from=ADDR` as each connection is accepted (`--log-accepts`), before
+    /// anything is read: a connection held open and never closed still leaves a line.
+    pub log_accepts: bool,
 }
 
 pub fn tls_server_config(cert: &str, key: &str) -> Arc<rustls::ServerConfig> {
@@ -108,6 +111,9 @@ pub fn serve(listener: TcpListener, site: Site) {
         let site = site.clone();
         std::thread::spawn(move || {
             let from = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            if site.log_accepts {
+                log(&site.log, &format!("open {} from={from}", site.port));
+            }
             let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
             let mut counted = Counted { inner: stream, read: 0 };
             match &site.tls {
