@@ -149,6 +149,18 @@ pub fn run() -> Result<u8, Fatal> {
         ));
     }
     let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
+    let policy_dir = Path::new(BAKED_POLICY).parent().unwrap_or(Path::new("/"));
+    if let Some(why) =
+        crate::keys::policy_writable(policy_dir, Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR), &agent)
+    {
+        return Err(Fatal::new(
+            Refusal::BadSetting,
+            format!(
+                "{why}: the agent could widen its own allowlist at the next reload; the policy must be \
+                 root's alone (owned by root, not writable by others, or mounted read-only, `:ro`)"
+            ),
+        ));
+    }
     prepare_run_dir(&agent, role)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot prepare {RUN_DIR}: {e}")))?;
     // Before PID 1 gives up CAP_CHOWN: mounted state volumes become the agent's (the agent's

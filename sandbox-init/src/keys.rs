@@ -124,6 +124,44 @@ fn agent_reach(meta: &std::fs::Metadata, agent: &AgentPrivileges, access: u32, h
     }
 }
 
+/// The first of the policy's folder, its file and its drop-ins (each followed, as a ConfigMap's
+/// links are) that the agent could write, and why: the agent would widen its own allowlist at the
+/// next reload. One on a read-only mount (`:ro`) is no one's to write, whoever owns it.
+pub fn policy_writable(
+    root: &Path,
+    baked: &Path,
+    drop_ins: &Path,
+    agent: &AgentPrivileges,
+) -> Option<String> {
+    let mut paths = vec![root.to_path_buf(), baked.to_path_buf(), drop_ins.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(drop_ins) {
+        let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        files.sort();
+        paths.extend(files);
+    }
+    paths.into_iter().find_map(|path| {
+        let file = std::fs::File::open(&path).ok()?;
+        let meta = file.metadata().ok()?;
+        if read_only_mount(&file) {
+            return None;
+        }
+        let why = agent_reach(&meta, agent, 0o2, "lets the agent write it").or_else(|| {
+            has_acl(&file)
+                .then(|| "carries an access control list, whose entries may let the agent write it".into())
+        })?;
+        Some(format!("{} {why}", path.display()))
+    })
+}
+
+/// Whether the file is on a mount that is read-only (nothing writes it through this mount).
+fn read_only_mount(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: fstatvfs fills the struct it is given, from an open descriptor.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    let done = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut stat) };
+    done == 0 && stat.f_flag & libc::ST_RDONLY != 0
+}
+
 /// Whether the file carries a POSIX access control list.
 fn has_acl(file: &std::fs::File) -> bool {
     use std::os::fd::AsRawFd as _;
@@ -226,6 +264,36 @@ mod tests {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(read_secret(&path, &agent()).unwrap().as_deref(), Some("sk-ant-real"));
         assert_eq!(read_secret(&dir.path().join("none"), &agent()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_policy_file_or_drop_in_the_agent_could_write_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (baked, drop_ins) = (dir.path().join("policy.yaml"), dir.path().join("policy.d"));
+        std::fs::write(&baked, "version: 1\n").unwrap();
+        std::fs::create_dir(&drop_ins).unwrap();
+        std::fs::set_permissions(&drop_ins, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let extra = drop_ins.join("extra.txt");
+        std::fs::write(&extra, "example.com\n").unwrap();
+        for path in [&baked, &extra] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let writable = || policy_writable(dir.path(), &baked, &drop_ins, &agent());
+        assert_eq!(writable(), None, "root's alone");
+        std::fs::set_permissions(&extra, std::fs::Permissions::from_mode(0o646)).unwrap();
+        let why = writable().unwrap();
+        assert!(why.contains("extra.txt lets the agent write it") && why.contains("mode 646"), "{why}");
+        std::fs::set_permissions(&extra, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // The folder of the drop-ins, and a policy file the agent owns.
+        std::fs::set_permissions(&drop_ins, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(writable().unwrap().contains("policy.d lets the agent write it"));
+        std::fs::set_permissions(&drop_ins, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut owner = agent();
+        owner.uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&baked).unwrap());
+        assert!(
+            policy_writable(dir.path(), &baked, &drop_ins, &owner).unwrap().contains("owned by the agent")
+        );
     }
 
     #[test]

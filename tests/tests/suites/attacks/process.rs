@@ -264,6 +264,39 @@ async fn a_secret_the_agent_could_read_or_swap_is_refused_at_start() -> anyhow::
     Ok(())
 }
 
+/// A policy file the agent could write (a developer's file, uid 1000 like the agent's, mounted
+/// read-write; or one writable by others) would let it widen its own allowlist at the next
+/// reload: sandbox-init refuses to start. The control: the same policy, root's, starts.
+#[tokio::test]
+async fn a_policy_file_the_agent_could_write_is_refused_at_start() -> anyhow::Result<()> {
+    const POLICY: &str = "/etc/agent-sandbox/policy.yaml";
+    let dir = tempfile::tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+    let policy = |name: &str, owner: u32, mode: u32| -> anyhow::Result<String> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, "version: 1\ndomains:\n  - example.com\n")?;
+        std::os::unix::fs::chown(&path, Some(owner), Some(owner))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+        Ok(path.display().to_string())
+    };
+    for (source, why) in [
+        (policy("owned.yaml", 1000, 0o644)?, "owned by the agent's uid 1000"),
+        (policy("open.yaml", 0, 0o666)?, "lets the agent write it"),
+    ] {
+        let exited = SandboxSpec::smallest().await?.offline().mount(&source, POLICY).run_to_exit().await?;
+        assert_eq!(exited.code, 78, "{why}: {exited:?}");
+        assert!(
+            exited.stderr.contains(why) && exited.stderr.contains("widen its own allowlist"),
+            "{exited:?}"
+        );
+    }
+    let good = policy("good.yaml", 0, 0o644)?;
+    let sb = SandboxSpec::smallest().await?.offline().mount(&good, POLICY).start().await?;
+    let write = sb.as_agent(&["sh", "-c", &format!("echo '  - evil.test' >> {POLICY}")]).await?;
+    assert_ne!(write.code, 0, "the agent wrote the policy: {write:?}");
+    Ok(())
+}
+
 /// The agent owns its tmux server: it turns passthrough on and writes an OSC 52 clipboard
 /// sequence, wrapped for passthrough, to its pane, while the user is attached with
 /// `agent-sandbox attach` from a terminal. The user's terminal gets the pane's text, not the
