@@ -260,6 +260,8 @@ pub struct DnsGate {
     tcp_clients: Arc<Semaphore>,
     /// The uid its sockets are made as (owned.rs); None: PID 1's own, root.
     socket_uid: Option<u32>,
+    /// Answers asked again within their TTL (cache.rs).
+    cache: cache::AnswerCache,
 }
 
 impl DnsGate {
@@ -285,6 +287,7 @@ impl DnsGate {
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             tcp_clients: Arc::new(Semaphore::new(MAX_TCP_CLIENTS)),
             socket_uid,
+            cache: cache::AnswerCache::default(),
         })
     }
 
@@ -350,6 +353,11 @@ impl DnsGate {
                 Some(packet)
             }
             Decision::Forward { id, query, access, upstream } => {
+                // The question without its id: the cache's key.
+                let question = upstream.get(2..).unwrap_or_default().to_vec();
+                if let Some(cached) = self.cache.get(&question, transport, &allowlist, id) {
+                    return Some(cached);
+                }
                 let ours = random_id();
                 let mut forwarded = upstream;
                 forwarded[..2].copy_from_slice(&ours.to_be_bytes());
@@ -364,6 +372,7 @@ impl DnsGate {
                     .into_iter()
                     .flat_map(|(addr, ttl)| Element::for_answer(addr, &access, ttl))
                     .collect();
+                let cacheable = !elements.is_empty();
                 if !elements.is_empty() {
                     let (sink, name) = (self.sink.clone(), query.name().to_ascii());
                     let allowed = tokio::task::spawn_blocking(move || sink.allow(&name, elements)).await;
@@ -390,6 +399,9 @@ impl DnsGate {
                             return Some(servfail(id, &query));
                         }
                     }
+                }
+                if cacheable {
+                    self.cache.put(&question, transport, &allowlist, &answer);
                 }
                 answer[..2].copy_from_slice(&id.to_be_bytes());
                 Some(answer)
@@ -420,7 +432,7 @@ impl DnsGate {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transport {
     Udp,
     Tcp,
@@ -512,5 +524,6 @@ pub fn gate_resolv_conf(original: &str, upstreams: &[IpAddr]) -> String {
     text
 }
 
+mod cache;
 #[cfg(test)]
 mod tests;

@@ -233,8 +233,11 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
         anyhow::ensure!(out.code == 0, "writing {file}: {out:?}");
     }
     // As written: the CLI must not act on the tool call by itself. Given a minute, it refuses
-    // the tool, or waits at a prompt no one answers (the run is then cut: 124).
-    let asked = format!("cd /workspace && timeout 60 sh -c {} < /dev/null", shell_quote(&turn.run));
+    // the tool, or waits at a prompt no one answers (the run is then cut: 124). A CLI that acts
+    // by default (turn.yaml says why) is waited for as the unattended run is: its first start
+    // under the full suites' load has taken over a minute (Kilo's, in CI).
+    let limit = if turn.acts_without_unattended.is_some() { 240 } else { 60 };
+    let asked = format!("cd /workspace && timeout {limit} sh -c {} < /dev/null", shell_quote(&turn.run));
     let refused = sb.as_agent(&["sh", "-c", &asked]).await?;
     let acted = sb.exec(&["test", "-e", FILE]).await?.code == 0;
     eprintln!("{name}: without unattended mode: exit {:?}, file written: {acted}", refused.code);

@@ -365,9 +365,10 @@ async fn the_gate_allows_addresses_before_replying_and_never_forwards_refused_na
 async fn upstream_queries_carry_a_random_id_and_only_the_matching_answer_counts() {
     let (upstream, seen) = fake_upstream_with("203.0.113.5", 300, true).await;
     let recorder = Recorder::new(allowlist());
-    let gate = DnsGate::new(vec![upstream], recorder.clone(), Arc::new(DenialLog::stderr_only()));
     let mut ids = std::collections::HashSet::new();
     for _ in 0..8 {
+        // A gate each time: a second ask of the name would be answered from its cache.
+        let gate = DnsGate::new(vec![upstream], recorder.clone(), Arc::new(DenialLog::stderr_only()));
         let reply =
             gate.handle(&query(4242, "api.example.com.", RecordType::A), Transport::Udp).await.unwrap();
         let reply = Message::from_vec(&reply).unwrap();
@@ -462,4 +463,29 @@ fn a_label_with_a_dot_is_no_host_name_and_matches_no_wildcard() {
     // The control: the same labels, as three, are under the wildcard.
     let fits = query(1, "evil.attacker.cdn.example.com.", RecordType::A);
     assert!(matches!(decide(&fits, &allowlist()), Some(Decision::Forward { .. })));
+}
+
+#[tokio::test]
+async fn a_name_asked_again_is_answered_from_the_cache_until_a_reload() {
+    let (upstream, seen) = fake_upstream("203.0.113.5", 300).await;
+    let recorder = Recorder::new(allowlist());
+    let gate = DnsGate::new(vec![upstream], recorder.clone(), Arc::new(DenialLog::stderr_only()));
+    for id in [1, 2, 3] {
+        let reply = gate.handle(&query(id, "api.example.com.", RecordType::A), Transport::Udp).await.unwrap();
+        let reply = Message::from_vec(&reply).unwrap();
+        assert_eq!(reply.id(), id, "the client's own id");
+        assert_eq!(reply.answers()[0].data(), &RData::A(A("203.0.113.5".parse().unwrap())));
+    }
+    assert_eq!(seen.lock().unwrap().len(), 1, "asked upstream once");
+    assert_eq!(recorder.allowed.lock().unwrap().len(), 2, "its elements written once (two ports)");
+    // A reload (a new allowlist in force): the cache counts for nothing, and a name the new
+    // policy refuses is refused, never answered from it.
+    *recorder.allowlist.write().unwrap() = Arc::new(allowlist());
+    gate.handle(&query(4, "api.example.com.", RecordType::A), Transport::Udp).await.unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 2, "asked upstream again after the reload");
+    let none =
+        Policy::from_yaml(Path::new("p.yaml"), "version: 1\ndomains:\n  - other.example.com\n").unwrap();
+    *recorder.allowlist.write().unwrap() = Arc::new(Allowlist::new(&none));
+    let refused = gate.handle(&query(5, "api.example.com.", RecordType::A), Transport::Udp).await.unwrap();
+    assert_eq!(Message::from_vec(&refused).unwrap().response_code(), ResponseCode::Refused);
 }
