@@ -91,8 +91,28 @@ pub fn assert_unprivileged_as(p: &ProcStatus, id: u32) {
 /// tmux server, its pane, the agent command). So do the name checker and the forwarder, where
 /// they run; returns how many checkers do.
 pub async fn assert_agent_processes_unprivileged(sb: &Sandbox) -> anyhow::Result<usize> {
-    let all = processes(sb).await?;
     let uid = |p: &ProcStatus| p.fields.get("Uid").cloned().unwrap_or_default();
+    // Right after `sandbox ready` the pane may still be the tmux server's fork, before it runs
+    // sandbox-init (seen in CI: two "tmux: server"): read again until the session is whole,
+    // for up to 5 s, then judge that reading.
+    let whole = |all: &[ProcStatus]| {
+        let session: Vec<&str> = all
+            .iter()
+            .filter(|p| {
+                ![0, CHECKER_UID, FORWARDER_UID].iter().any(|id| uid(p).starts_with(&format!("{id} ")))
+            })
+            .map(|p| p.name.as_str())
+            .collect();
+        session.contains(&"tmux: server") && session.contains(&"sandbox-init") && session.len() >= 3
+    };
+    let mut all = processes(sb).await?;
+    for _ in 0..50 {
+        if whole(&all) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        all = processes(sb).await?;
+    }
     let (checkers, agent): (Vec<&ProcStatus>, Vec<&ProcStatus>) = all
         .iter()
         .filter(|p| !uid(p).starts_with("0 "))
