@@ -779,7 +779,15 @@ impl<'a, S: Stage> Run<'a, S> {
         let before = self.outside_arrivals().await?;
         let udp = self.stage.peer_exec(Role::Site, &[probe, "udp", &outside, "9"]).await?;
         let icmp = self.stage.peer_exec(Role::Site, &[probe, "icmp", &outside]).await?;
-        let logged = self.outside_arrivals().await? >= before + 2;
+        // The ICMP watcher logs beside the kernel's own reply, and may log after it arrived.
+        let mut logged = false;
+        for _ in 0..30 {
+            logged = self.outside_arrivals().await? >= before + 2;
+            if logged {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         if field(&udp, "outcome") != "echoed" || field(&icmp, "outcome") != "reply" || !logged {
             return Err(Broken(format!(
                 "the listener does not answer and log UDP ({}) or ICMP ({})",
