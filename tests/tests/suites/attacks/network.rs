@@ -560,16 +560,30 @@ async fn a_label_with_dots_is_not_a_name_under_the_wildcard() -> anyhow::Result<
 async fn a_connection_in_through_a_closed_port_is_cut_at_reload() -> anyhow::Result<()> {
     let (net, _allowed, blocked, spec) = setup("inbound-cut", &allow(&[ALLOWED])).await?;
     let sb = spec.drop_in("in.yaml", "version: 1\ninbound: [3000, 3001]\n").start().await?;
-    sb.exec_detached(&["sandbox-exec", "--", PROBE, "serve", "--echo", "3000,3001"], None).await?;
+    let log = "/tmp/echo.log";
+    sb.exec_detached(
+        &["sandbox-exec", "--", PROBE, "serve", "--echo", "3000,3001", "--log-accepts", "--log", log],
+        None,
+    )
+    .await?;
     let (me, _) = sb.addresses(&net).await?;
     let me = me.to_string();
     eventually("the agent's echo server", || async {
         Ok(blocked.probe(&["tcp", &me, "3001", "--timeout-ms", "500"]).await?.outcome() == "connected")
     })
     .await?;
-    let closed = blocked.probe_in_background(&["hold", &me, "3000", "--ms", "6000"]);
-    let kept = blocked.probe_in_background(&["hold", &me, "3001", "--ms", "6000"]);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let closed = blocked.probe_in_background(&["hold", &me, "3000", "--ms", "8000"]);
+    let kept = blocked.probe_in_background(&["hold", &me, "3001", "--ms", "8000"]);
+    // The reload comes only after both holds are in (the echo server logged them; 3001's first
+    // line was the readiness probe's), and have had time to ping: a slow exec must not make the
+    // reload race the connection it is meant to cut.
+    eventually("both holds accepted by the agent's echo server", || async {
+        let text = sb.exec(&["cat", log]).await?.stdout;
+        let opened = |port: &str| text.lines().filter(|l| l.starts_with(&format!("open {port} "))).count();
+        Ok(opened("3000") >= 1 && opened("3001") >= 2)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(800)).await;
     sb.write_drop_in("in.yaml", "version: 1\ninbound: [3001]\n")?;
     reload(&sb, 1).await?;
     let closed = closed.await??;
