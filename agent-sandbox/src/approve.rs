@@ -440,6 +440,59 @@ pub async fn allow_pending(sandbox: &Sandbox, extra: &[String], yes: Option<usiz
     Ok(domains)
 }
 
+/// The web page's approval: the queue as it is now must hold exactly the names the page showed
+/// (`shown`), or nothing changes ([`Code::Changed`]: the page looks again). Then it is what
+/// `pending` and `allow --pending --yes N` would do, in one step under the caller's hold: a name
+/// that arrived after the page looked waits for the next look.
+pub async fn approve_shown(sandbox: &Sandbox, shown: &[String]) -> Result<Vec<String>> {
+    sandbox.ensure_running()?;
+    review_shown(sandbox, shown).await?;
+    allow_pending(sandbox, &[], Some(shown.len())).await
+}
+
+/// The web page's dismissal: as [`approve_shown`], then `pending --dismiss`.
+pub async fn dismiss_shown(sandbox: &Sandbox, shown: &[String]) -> Result<usize> {
+    review_shown(sandbox, shown).await?;
+    dismiss(sandbox).await
+}
+
+/// Writes the review `pending` would, of exactly `shown` and as far as the one read that found
+/// them, unless the queue now holds other names.
+async fn review_shown(sandbox: &Sandbox, shown: &[String]) -> Result<()> {
+    let queue = read_queue(sandbox).await?;
+    let now: Vec<&str> = queue.names.iter().map(|p| p.name.as_str()).collect();
+    let mut sorted_shown: Vec<&str> = shown.iter().map(String::as_str).collect();
+    sorted_shown.sort();
+    let mut sorted_now = now.clone();
+    sorted_now.sort();
+    if sorted_shown.is_empty() || sorted_shown != sorted_now {
+        return Err(Failure::new(
+            Code::Changed,
+            format!(
+                "{}'s queue changed since it was shown (now: {}); nothing changed: look again",
+                sandbox.name,
+                if now.is_empty() { "empty".to_string() } else { now.join(", ") }
+            ),
+        ));
+    }
+    let until = queue.newest.unwrap_or_default();
+    let review = Review { until, names: shown.to_vec() };
+    write_mark(sandbox, REVIEWED_MARK, &serde_json::to_string(&review).expect("serialises")).await
+}
+
+/// The queue as it is, for a page that shows it: unlike [`pending`], reading it marks nothing.
+pub async fn queue_now(sandbox: &Sandbox) -> Result<Queue> {
+    read_queue(sandbox).await
+}
+
+/// The policy in force (as PID 1's status lists it) and the runtime drop-in's entries (what
+/// `allow` gave, what `deny` takes back).
+pub async fn policy_now(sandbox: &Sandbox) -> Result<(Vec<String>, Vec<String>)> {
+    let in_force = domains_in_force(sandbox).await?;
+    let runtime = entries(&read_text(sandbox, RUNTIME_DROP_IN).await?.unwrap_or_default());
+    Ok((in_force, runtime))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

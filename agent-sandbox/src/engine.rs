@@ -63,6 +63,18 @@ pub struct Found {
     /// Sidecar mode: the gateway's container name, which holds the firewall, the policy, the keys
     /// and the logs; empty when the one container holds them.
     pub gateway: String,
+    /// The image's id (`sha256:…`) the container was made from.
+    pub image_id: String,
+}
+
+/// What the engine says of a container beyond its listing: when it started and its limits.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Details {
+    /// RFC 3339, as the engine gives it; None when it is not running.
+    pub started_at: Option<String>,
+    pub memory_bytes: Option<i64>,
+    pub cpus: Option<f64>,
+    pub pids: Option<i64>,
 }
 
 impl Found {
@@ -133,6 +145,7 @@ impl Engine {
                     status: c.status.unwrap_or_default(),
                     image: c.image.unwrap_or_default(),
                     gateway: label(labels::LAUNCHER_GATEWAY),
+                    image_id: c.image_id.unwrap_or_default(),
                 }
             })
             .collect();
@@ -419,6 +432,31 @@ impl Sandbox {
         self.exec_as(None, cmd).await
     }
 
+    /// Runs `cmd` as root in the agent's container and collects at most `cap` bytes of its
+    /// standard output (the web page's screen: what the agent's tmux server answers is the
+    /// agent's to make as large as it likes); its status is not waited for.
+    pub async fn exec_capped(&self, cmd: &[&str], cap: usize) -> Result<Vec<u8>> {
+        let config = ExecConfig {
+            cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+            attach_stdout: Some(true),
+            ..Default::default()
+        };
+        let created = self.docker.create_exec(&self.id, config).await?;
+        let mut collected = Vec::new();
+        if let StartExecResults::Attached { mut output, .. } =
+            self.docker.start_exec(&created.id, None::<StartExecOptions>).await?
+        {
+            while let Some(chunk) = output.next().await {
+                collected.extend_from_slice(&chunk?.into_bytes());
+                if collected.len() >= cap {
+                    collected.truncate(cap);
+                    break;
+                }
+            }
+        }
+        Ok(collected)
+    }
+
     /// Runs `cmd` in the container as `user` (the image's user when None) and collects its output.
     pub async fn exec_as(&self, user: Option<&str>, cmd: &[&str]) -> Result<Output> {
         let (docker, id) = (&self.docker, self.firewall());
@@ -494,6 +532,23 @@ impl Sandbox {
             }
         }
         Ok(())
+    }
+
+    /// The agent's container's start time and limits (the web page's list).
+    pub async fn details(&self) -> Result<Details> {
+        let inspected = self
+            .docker
+            .inspect_container(&self.id, None::<bollard::query_parameters::InspectContainerOptions>)
+            .await?;
+        let state = inspected.state.unwrap_or_default();
+        let host = inspected.host_config.unwrap_or_default();
+        let positive = |n: Option<i64>| n.filter(|n| *n > 0);
+        Ok(Details {
+            started_at: if state.running == Some(true) { state.started_at } else { None },
+            memory_bytes: positive(host.memory),
+            cpus: positive(host.nano_cpus).map(|n| n as f64 / 1e9),
+            pids: positive(host.pids_limit),
+        })
     }
 
     /// Whether the container runs, and its exit code when it does not.
@@ -588,6 +643,7 @@ mod tests {
             status: String::new(),
             image: String::new(),
             gateway: String::new(),
+            image_id: String::new(),
         }
     }
 

@@ -27,6 +27,8 @@ pub enum Code {
     GitChanged = 72,
     /// `verify`: a check failed.
     Failed = 73,
+    /// The web page's approval: the queue changed since the page showed it; nothing changed.
+    Changed = 74,
 }
 
 /// A failure with what to do about it.

@@ -22,7 +22,8 @@ const ROOT_AFTER_HELP: &str = "Examples:\n  \
     70  the sandbox did not start, or did not apply a change (sandbox-init's message is shown)\n  \
     71  a host sign-in file (--login-from-host) is missing or unreadable\n  \
     72  the project's git files changed while the agent ran (stop, or the end of run, names them)
-    73  verify: a check failed (the scorecard says which, and what it means)";
+    73  verify: a check failed (the scorecard says which, and what it means)
+    74  ui: an approval the page sent no longer matches the queue (the page looks again)";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -160,6 +161,32 @@ pub enum Command {
             The JSON's schema: docs/verify.schema.json."
     )]
     Verify(VerifyFlags),
+    /// Serve a local web page to watch every sandbox, approve what agents ask for, and see what they connect to
+    #[command(
+        long_about = "Serve a local web page to watch every sandbox: which run, what each agent's \
+            screen shows, where each tried to connect, and what waits for approval; allow, deny, \
+            approve and stop from it, with the same rules and messages as the commands.\n\n\
+            It listens on 127.0.0.1 only and prints its URL with a random token (open that URL: \
+            without the token every request is refused). A request that changes anything needs \
+            the token in a header and the page's own Origin, so another web page cannot use it; a \
+            Host other than 127.0.0.1 or localhost is refused. The page and its script are inside \
+            this binary: nothing is fetched from anywhere. Nothing happens while no page looks. \
+            Ctrl-C ends it.",
+        after_help = "Examples:\n  \
+            agent-sandbox ui                     serve, and open the page in the browser\n  \
+            agent-sandbox ui --port 8750 --no-open"
+    )]
+    Ui(UiFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct UiFlags {
+    /// The port on 127.0.0.1 (default: 8750, or a free one if it is taken)
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+    /// Print the URL, do not open a browser
+    #[arg(long)]
+    pub no_open: bool,
 }
 
 #[derive(Debug, Args)]

@@ -41,7 +41,7 @@ struct StatusReport {
 }
 
 /// Connections allowed and refused in a running sandbox, from `sandbox-status --json`.
-async fn connections(sandbox: &Sandbox) -> Option<(u64, u64)> {
+pub async fn connections(sandbox: &Sandbox) -> Option<(u64, u64)> {
     if !sandbox.running {
         return None;
     }

@@ -24,6 +24,7 @@ mod spec;
 mod status;
 mod stop;
 mod terminal;
+mod ui;
 mod verify;
 
 use clap::Parser as _;
@@ -64,6 +65,7 @@ async fn dispatch(command: Command) -> Result<i32> {
         Command::Pending(flags) => pending::run(&flags).await,
         Command::K8s(flags) => k8s::run(&flags).await,
         Command::Verify(flags) => verify::run(&flags).await,
+        Command::Ui(flags) => ui::run(&flags).await,
     }
 }
 

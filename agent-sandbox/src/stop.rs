@@ -1,15 +1,23 @@
 //! `agent-sandbox stop`: the container stopped and removed (its state volumes stay), its change
 //! lock forgotten, and what changed in the project's git files while it ran.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Sandbox};
 use crate::exit::Result;
 use crate::flags::StopFlags;
 
 pub async fn run(flags: &StopFlags) -> Result<i32> {
     let sandbox = Engine::connect().await?.find(&flags.which.sandbox).await?;
+    let (stopped, git) = stop(&sandbox).await?;
+    eprintln!("agent-sandbox: {stopped}");
+    git
+}
+
+/// Stops and removes `sandbox` (the CLI's and the web page's stop): what to tell the user, and
+/// what changed in the project's git files while it ran (a failure naming each change).
+pub async fn stop(sandbox: &Sandbox) -> Result<(String, Result<i32>)> {
     sandbox.remove(10).await?;
-    crate::approve::forget(&sandbox);
-    let git = crate::gitguard::changes_since_start(&sandbox);
+    crate::approve::forget(sandbox);
+    let git = crate::gitguard::changes_since_start(sandbox);
     let kept = if sandbox.state.is_empty() {
         String::new()
     } else {
@@ -18,6 +26,5 @@ pub async fn run(flags: &StopFlags) -> Result<i32> {
             sandbox.state, sandbox.state
         )
     };
-    eprintln!("agent-sandbox: stopped {}{kept}", sandbox.name);
-    git
+    Ok((format!("stopped {}{kept}", sandbox.name), git))
 }

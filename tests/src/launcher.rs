@@ -186,3 +186,75 @@ impl Drop for Project {
         });
     }
 }
+
+/// `agent-sandbox ui --no-open --port 0` running for a test: its URL (with the token), ended
+/// when dropped.
+pub struct UiServer {
+    pub url: String,
+    pub port: u16,
+    pub token: String,
+    child: tokio::process::Child,
+}
+
+impl Launcher {
+    /// Starts the page's server with this launcher's home (and so its change locks).
+    pub async fn ui(&self) -> anyhow::Result<UiServer> {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut child = tokio::process::Command::new(binary()?)
+            .args(["ui", "--no-open", "--port", "0"])
+            .env("HOME", self.home.path())
+            .env("XDG_RUNTIME_DIR", self.home.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start agent-sandbox ui")?;
+        let stdout = child.stdout.take().context("ui's stdout")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
+            .await
+            .context("agent-sandbox ui printed no URL within 20 s")??
+            .context("agent-sandbox ui ended before printing its URL")?;
+        let url = line.split_whitespace().last().context("no URL")?.to_string();
+        let (port, token) = url
+            .strip_prefix("http://127.0.0.1:")
+            .and_then(|rest| rest.split_once("/?token="))
+            .with_context(|| format!("not the page's URL: {line}"))?;
+        let (port, token) = (port.parse()?, token.to_string());
+        Ok(UiServer { url, port, token, child })
+    }
+}
+
+impl UiServer {
+    /// Sends one raw HTTP/1.1 request to the server, every header as given: (status, body).
+    pub async fn raw(&self, request: &str) -> anyhow::Result<(u16, String)> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
+        stream.write_all(request.as_bytes()).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).context("no status")?;
+        Ok((status, text))
+    }
+
+    /// The page's API as its script calls it: the token in its header, the page's Origin.
+    pub async fn api(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<(u16, String)> {
+        let port = self.port;
+        let body = body.unwrap_or_default();
+        self.raw(&format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n\
+             X-Agent-Sandbox-Token: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            self.token,
+            body.len()
+        ))
+        .await
+    }
+}
+
+impl Drop for UiServer {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}

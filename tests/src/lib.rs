@@ -6,9 +6,11 @@
 //! sandbox), `contract` (what every image keeps), `verify` (sandbox-verify's test world, so the
 //! attacks:: suite runs the checks `agent-sandbox verify` runs); `kubelet` (a Pod `agent-sandbox k8s` prints, run on
 //! the engine as a kubelet would), `podman` (a rootful Podman service of the test's own); `registry` (a registry on loopback) and `launcher` (the
-//! `agent-sandbox` binary, on projects that clean up after it) stand apart.
+//! `agent-sandbox` binary, on projects that clean up after it) stand apart, as does `browser`
+//! (headless Chromium through chromedriver, for the suites that drive a web page).
 
 pub mod assert;
+pub mod browser;
 pub mod contract;
 pub mod docker;
 pub mod images;

@@ -26,7 +26,12 @@ async fn run(root: &Path, flags: BenchFlags) -> anyhow::Result<()> {
         BenchTarget::Sandbox { runs, common } => {
             let mut opts = BuildOptions::new(root);
             common.apply(&mut opts);
-            bench_sandbox(root, opts, runs.max(1)).await
+            bench_tests(root, opts, runs.max(1), "sandbox").await
+        }
+        BenchTarget::Ui { runs, common } => {
+            let mut opts = BuildOptions::new(root);
+            common.apply(&mut opts);
+            bench_tests(root, opts, runs.max(1), "ui").await
         }
         BenchTarget::Card { runs, first_command_runs, common } => {
             let mut opts = BuildOptions::new(root);
@@ -36,18 +41,19 @@ async fn run(root: &Path, flags: BenchFlags) -> anyhow::Result<()> {
     }
 }
 
-/// Builds the smallest image, then runs the tests crate's `sandbox` bench, which uses the
-/// suites' harness (networks, peers, the probe) and prints its own table.
-async fn bench_sandbox(root: &Path, mut opts: BuildOptions, runs: usize) -> anyhow::Result<()> {
+/// Builds the smallest image, then runs the tests crate's bench `name` (`sandbox`, `ui`), which
+/// uses the suites' harness (networks, peers, the probe, the launcher, the browser) and prints
+/// its own table.
+async fn bench_tests(root: &Path, mut opts: BuildOptions, runs: usize, name: &str) -> anyhow::Result<()> {
     opts.images = vec!["shell".into(), "os".into()];
     build::build(&opts).await?.ensure_success()?;
     let sh = Shell::new()?;
     let _dir = sh.push_dir(root);
     let _env: Vec<_> = opts.export_env().into_iter().map(|(k, v)| sh.push_env(k, v)).collect();
     let _runs = sh.push_env("BENCH_RUNS", runs.to_string());
-    cmd!(sh, "cargo bench --quiet --package sandbox-tests --bench sandbox")
+    cmd!(sh, "cargo bench --quiet --package sandbox-tests --bench {name}")
         .run()
-        .context("the sandbox bench failed")
+        .with_context(|| format!("the {name} bench failed"))
 }
 
 /// No-op rebuild of the whole graph vs. a `docker build` (classic builder, warm layer cache) of

@@ -309,6 +309,16 @@ pub enum BenchTarget {
         #[command(flatten)]
         common: CommonBuildFlags,
     },
+    /// The launcher's web page (`agent-sandbox ui`) with 20 sandboxes and 100,000 connection
+    /// lines, in headless Chromium: page load vs. `ls`, live update latency vs. the poll period,
+    /// the connections view and its API vs. a handful of lines, the longest main-thread task
+    Ui {
+        /// Repetitions of each measurement
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        #[command(flatten)]
+        common: CommonBuildFlags,
+    },
     /// The performance card, docs/performance.md: every image built (for its size), the sandbox
     /// bench's figures with their p95, the time to a first command against a bare container,
     /// the machine, and the peers' published figures apart. Needs NET_ADMIN; about 15 minutes.

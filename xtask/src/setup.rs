@@ -102,6 +102,10 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
                 m.packages.push(program);
             }
         }
+        // The ui:: suite drives the launcher's web page in headless Chromium through its driver.
+        if !has("chromedriver") {
+            m.packages.extend(["chromium", "chromium-driver"]);
+        }
         if !found.kubernetes_validate && !found.python_venv {
             m.packages.push("python3-venv");
         }
@@ -293,7 +297,16 @@ impl SetupFlags {
 
 /// What the machine has now.
 async fn look(root: &Path) -> Found {
-    let programs = ["dockerd", "mmdebstrap", "docker-registry", "npm", "git", "docker-compose", "podman"];
+    let programs = [
+        "dockerd",
+        "mmdebstrap",
+        "docker-registry",
+        "npm",
+        "git",
+        "docker-compose",
+        "podman",
+        "chromedriver",
+    ];
     let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
     let components = std::process::Command::new("rustup")
         .args(["component", "list", "--installed"])
@@ -436,6 +449,8 @@ mod tests {
                 "git",
                 "docker-compose",
                 "podman",
+                "chromium",
+                "chromium-driver",
                 "python3-venv"
             ]
         );
@@ -452,7 +467,15 @@ mod tests {
     fn what_is_there_is_not_installed_again() {
         let ready = Found {
             engine_answers: true,
-            on_path: vec!["mmdebstrap", "docker-registry", "npm", "git", "docker-compose", "podman"],
+            on_path: vec![
+                "mmdebstrap",
+                "docker-registry",
+                "npm",
+                "git",
+                "docker-compose",
+                "podman",
+                "chromedriver",
+            ],
             nextest: true,
             components: vec![
                 "rustfmt-x86_64-unknown-linux-gnu".into(),

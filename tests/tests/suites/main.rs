@@ -2,6 +2,7 @@
 
 mod agents;
 mod attacks;
+mod browser;
 mod build;
 mod contract;
 mod examples;
@@ -19,3 +20,4 @@ mod publish;
 mod refusals;
 mod session;
 mod state;
+mod ui;

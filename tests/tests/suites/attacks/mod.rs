@@ -5,7 +5,7 @@
 //! same test, so it cannot pass because something else broke.
 //!
 //! `network::`, `names::`, `forwarder::`, `services::`, `budgets::`, `sidecar::` and `verify::` need NET_ADMIN (the firewall) and are left out of
-//! `cargo xtask test --ci`; `process::` needs no capability and runs in both modes.
+//! `cargo xtask test --ci`; `process::` and `ui::` need no capability and run in both modes.
 
 mod budgets;
 mod forwarder;
@@ -14,6 +14,7 @@ mod network;
 mod process;
 mod services;
 mod sidecar;
+mod ui;
 mod verify;
 
 /// The name the attacks' policies allow, a peer's alias.
