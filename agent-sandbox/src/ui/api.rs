@@ -161,12 +161,21 @@ pub async fn screen(State(ui): State<Arc<Ui>>, Path(name): Path<String>) -> Answ
 }
 
 /// What of the agent's screen text may reach the page: filtered as `attach` filters, then only
-/// printable characters, newlines and tabs.
+/// printable characters, newlines and tabs, without the pane's empty rows at the end.
 pub fn screen_text(raw: &[u8]) -> String {
     let mut sanitizer = sandbox_policy::terminal::Sanitizer::default();
     let mut bytes = sanitizer.filter(raw);
     bytes.extend(sanitizer.finish());
-    String::from_utf8_lossy(&bytes).chars().filter(|c| !c.is_control() || *c == '\n' || *c == '\t').collect()
+    let text: String = String::from_utf8_lossy(&bytes)
+        .chars()
+        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+        .collect();
+    // The pane's empty rows below the last line written are not shown.
+    let kept = text.trim_end_matches(|c: char| c.is_whitespace()).len();
+    let mut text = text;
+    text.truncate(kept);
+    text.push('\n');
+    text
 }
 
 #[derive(Debug, Deserialize)]
@@ -254,6 +263,7 @@ mod tests {
         assert!(text.contains(" red"), "{text:?}");
         assert!(text.contains("end"), "{text:?}");
         assert!(!text.contains("52;") && !text.contains("c2VjcmV0") && !text.contains('\x1b'), "{text:?}");
+        assert_eq!(screen_text(b"$ ls\nfile\n\n   \n\n"), "$ ls\nfile\n", "the pane's empty rows go");
     }
 
     #[test]
