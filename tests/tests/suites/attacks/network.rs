@@ -578,7 +578,7 @@ async fn a_connection_in_through_a_closed_port_is_cut_at_reload() -> anyhow::Res
     // line was the readiness probe's), and have had time to ping: a slow exec must not make the
     // reload race the connection it is meant to cut.
     eventually("both holds accepted by the agent's echo server", || async {
-        let text = sb.exec(&["cat", log]).await?.stdout;
+        let text = sb.as_agent(&["cat", log]).await?.stdout;
         let opened = |port: &str| text.lines().filter(|l| l.starts_with(&format!("open {port} "))).count();
         Ok(opened("3000") >= 1 && opened("3001") >= 2)
     })
