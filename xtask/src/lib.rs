@@ -17,6 +17,7 @@ pub mod new_agent;
 pub mod options;
 pub mod os;
 pub mod plan;
+pub mod platform;
 pub mod progress;
 pub mod project;
 pub mod prune;

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::platform::Platform;
 use anyhow::Context as _;
 use xshell::{Shell, cmd};
 
@@ -40,15 +41,6 @@ fn parse_revision(status: &str) -> Option<String> {
     }
     let dirty = status.lines().any(|l| !l.starts_with('#') && !l.trim().is_empty());
     Some(format!("{}{}", &oid[..12], if dirty { "-dirty" } else { "" }))
-}
-
-/// The host's target triple, for building sandbox-init statically.
-pub fn host_triple(sh: &Shell) -> anyhow::Result<String> {
-    let info = cmd!(sh, "rustc -vV").quiet().read().context("cannot run rustc -vV")?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .map(str::to_string)
-        .context("rustc -vV printed no host triple")
 }
 
 /// Whether an executable `program` is on PATH.
@@ -98,29 +90,59 @@ pub fn sandbox_init_sources_hash(root: &Path) -> anyhow::Result<String> {
 
 /// A workspace package's binary of the same name, built static for the host's architecture so
 /// it runs in any image.
+pub fn static_binary(sh: &Shell, root: &Path, package: &str, sources: &[&str]) -> anyhow::Result<Vec<u8>> {
+    static_binary_for(sh, root, package, sources, Platform::host())
+}
+
+/// sandbox-init, static, for `platform` (another one than the host's through Debian's cross
+/// linker).
+pub fn sandbox_init_binary_for(sh: &Shell, root: &Path, platform: Platform) -> anyhow::Result<Vec<u8>> {
+    static_binary_for(sh, root, "sandbox-init", SANDBOX_INIT_SOURCES, platform)
+}
+
+/// A workspace package's binary of the same name, built static for `platform`.
 ///
 /// Cargo's own no-op check costs more than the rest of a no-op image build, so the binary is
-/// kept beside a stamp of its sources' hash and cargo runs only when they changed. Concurrent
-/// callers (test processes) may both build; each installs its copy by an atomic rename.
-pub fn static_binary(sh: &Shell, root: &Path, package: &str, sources: &[&str]) -> anyhow::Result<Vec<u8>> {
+/// kept beside a stamp of its sources' hash and the target's triple, and cargo runs only when
+/// either changed. Concurrent callers (test processes) may both build; each installs its copy
+/// by an atomic rename.
+pub fn static_binary_for(
+    sh: &Shell,
+    root: &Path,
+    package: &str,
+    sources: &[&str],
+    platform: Platform,
+) -> anyhow::Result<Vec<u8>> {
     let target_dir = target_dir(root);
-    let binary = static_binary_path(root, package);
+    let binary = static_binary_path_for(root, package, platform);
     let cache = binary.parent().expect("in the cache directory").to_path_buf();
     let stamp = cache.join(format!("{package}.sources"));
-    let hash = sources_hash(root, sources)?;
+    let triple = platform.triple();
+    let hash = format!("{} {triple}", sources_hash(root, sources)?);
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == hash)
         && let Ok(bytes) = std::fs::read(&binary)
     {
         return Ok(bytes);
     }
     let _dir = sh.push_dir(root);
-    let triple = host_triple(sh)?;
     let _flags = sh.push_env("RUSTFLAGS", "-C target-feature=+crt-static");
+    let cross = platform.cross_linker(Platform::host());
+    let _linker = cross.as_ref().map(|(var, linker)| sh.push_env(var, linker));
+    if let Some((_, linker)) = &cross {
+        anyhow::ensure!(
+            on_path(linker),
+            "building {package} for {platform} needs the cross linker {linker}: install {} (and \
+             `rustup target add {triple}`), or run `cargo xtask setup --tests`",
+            platform.cross_package()
+        );
+    }
     cmd!(sh, "cargo build --quiet --release --package {package} --target {triple}")
         .quiet()
         .run()
-        .with_context(|| format!("cannot build {package}"))?;
-    let built = target_dir.join(&triple).join("release").join(package);
+        .with_context(|| {
+            format!("cannot build {package} for {platform} (is `rustup target add {triple}` done?)")
+        })?;
+    let built = target_dir.join(triple).join("release").join(package);
     std::fs::create_dir_all(&cache).with_context(|| format!("cannot create {}", cache.display()))?;
     let tmp = cache.join(format!("{package}.{}", std::process::id()));
     std::fs::copy(&built, &tmp).with_context(|| format!("cannot copy {}", built.display()))?;
@@ -131,7 +153,18 @@ pub fn static_binary(sh: &Shell, root: &Path, package: &str, sources: &[&str]) -
 
 /// Where [`static_binary`] keeps `package`'s binary.
 pub fn static_binary_path(root: &Path, package: &str) -> PathBuf {
-    target_dir(root).join("agent-sandbox").join(package)
+    static_binary_path_for(root, package, Platform::host())
+}
+
+/// Where [`static_binary_for`] keeps `package`'s binary for `platform`: the host's where it
+/// always was, another platform's in a folder of its own.
+pub fn static_binary_path_for(root: &Path, package: &str, platform: Platform) -> PathBuf {
+    let cache = target_dir(root).join("agent-sandbox");
+    if platform == Platform::host() {
+        cache.join(package)
+    } else {
+        cache.join(platform.debian_arch()).join(package)
+    }
 }
 
 fn target_dir(root: &Path) -> PathBuf {

@@ -46,6 +46,9 @@ pub struct Missing {
     pub nextest: bool,
     /// rustup components.
     pub components: Vec<&'static str>,
+    /// rustup targets: the arm64 chain's static builds (the build:: suite builds sandbox-init
+    /// for arm64 and runs it under qemu-user).
+    pub targets: Vec<&'static str>,
     pub devcontainer: bool,
     pub kubernetes_validate: bool,
     /// gVisor's runsc, for sidecar mode's agent containers (gvisor.rs): to install, and to
@@ -61,6 +64,8 @@ pub struct Found {
     pub on_path: Vec<&'static str>,
     pub nextest: bool,
     pub components: Vec<String>,
+    /// `rustup target list --installed`.
+    pub targets: Vec<String>,
     pub devcontainer: bool,
     pub kubernetes_validate: bool,
     /// Python's `venv` works (Debian puts it in python3-venv).
@@ -102,6 +107,18 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
                 m.packages.push(program);
             }
         }
+        // The arm64 chain: sandbox-init built static for arm64 (the cross linker and its C
+        // library), run under qemu-user.
+        if !has("aarch64-linux-gnu-gcc") {
+            m.packages.extend(["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"]);
+        }
+        if !has("qemu-aarch64-static") {
+            m.packages.push("qemu-user-static");
+        }
+        m.targets = [crate::platform::Platform::Arm64.triple()]
+            .into_iter()
+            .filter(|t| !found.targets.iter().any(|f| f == t))
+            .collect();
         // The ui:: suite drives the launcher's web page in headless Chromium through its driver.
         if !has("chromedriver") {
             m.packages.extend(["chromium", "chromium-driver"]);
@@ -145,6 +162,7 @@ impl SetupFlags {
             .map(|p| p.to_string())
             .chain(need.nextest.then(|| "cargo-nextest (cargo install)".to_string()))
             .chain(need.components.iter().map(|c| format!("{c} (rustup component)")))
+            .chain(need.targets.iter().map(|t| format!("{t} (rustup target)")))
             .chain(
                 need.devcontainer
                     .then(|| format!("@devcontainers/cli@{DEVCONTAINER_VERSION} (npm, under target/)")),
@@ -233,6 +251,10 @@ impl SetupFlags {
             cmd!(sh, "rustup component add {component}").run()?;
             done.push(format!("added the {component} component"));
         }
+        for target in &need.targets {
+            cmd!(sh, "rustup target add {target}").run()?;
+            done.push(format!("added the {target} target"));
+        }
         if need.devcontainer {
             let prefix = root.join(DEVCONTAINER_DIR);
             let package = format!("@devcontainers/cli@{DEVCONTAINER_VERSION}");
@@ -306,10 +328,17 @@ async fn look(root: &Path) -> Found {
         "docker-compose",
         "podman",
         "chromedriver",
+        "aarch64-linux-gnu-gcc",
+        "qemu-aarch64-static",
     ];
     let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
     let components = std::process::Command::new("rustup")
         .args(["component", "list", "--installed"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect())
+        .unwrap_or_default();
+    let targets = std::process::Command::new("rustup")
+        .args(["target", "list", "--installed"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect())
         .unwrap_or_default();
@@ -328,6 +357,7 @@ async fn look(root: &Path) -> Found {
             .output()
             .is_ok_and(|o| o.status.success()),
         components,
+        targets,
         devcontainer: root.join(DEVCONTAINER_DIR).join("node_modules/.bin/devcontainer").is_file(),
         kubernetes_validate: root.join(KUBERNETES_VALIDATE_DIR).join("bin/kubernetes-validate").is_file(),
         python_venv: std::process::Command::new("python3")
@@ -449,12 +479,17 @@ mod tests {
                 "git",
                 "docker-compose",
                 "podman",
+                "gcc-aarch64-linux-gnu",
+                "libc6-dev-arm64-cross",
+                "qemu-user-static",
                 "chromium",
                 "chromium-driver",
                 "python3-venv"
             ]
         );
         assert_eq!(tests.components, ["rustfmt", "clippy"]);
+        assert_eq!(tests.targets, ["aarch64-unknown-linux-gnu"]);
+        assert!(quick.targets.is_empty(), "the arm64 chain is the suites' need");
         assert!(tests.nextest && tests.devcontainer && tests.runsc && tests.register_runsc);
         assert!(tests.kubernetes_validate && !quick.kubernetes_validate);
         // Python's venv there already: only the validator.
@@ -475,12 +510,15 @@ mod tests {
                 "docker-compose",
                 "podman",
                 "chromedriver",
+                "aarch64-linux-gnu-gcc",
+                "qemu-aarch64-static",
             ],
             nextest: true,
             components: vec![
                 "rustfmt-x86_64-unknown-linux-gnu".into(),
                 "clippy-x86_64-unknown-linux-gnu".into(),
             ],
+            targets: vec!["x86_64-unknown-linux-gnu".into(), "aarch64-unknown-linux-gnu".into()],
             devcontainer: true,
             kubernetes_validate: true,
             python_venv: true,

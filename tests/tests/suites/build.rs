@@ -315,3 +315,63 @@ async fn the_build_benchmark_leaves_no_tag_behind() -> anyhow::Result<()> {
     assert_eq!(bench_tags().await?, Vec::<String>::new(), "the benchmark's copies stayed");
     Ok(())
 }
+
+/// The ELF header's machine and whether a program header asks for an interpreter (a dynamic
+/// binary's loader).
+fn elf_machine_and_interpreter(binary: &[u8]) -> anyhow::Result<(u16, bool)> {
+    anyhow::ensure!(
+        binary.len() > 64 && binary.starts_with(b"\x7fELF\x02\x01"),
+        "not a 64-bit little-endian ELF"
+    );
+    let u16_at = |at: usize| u16::from_le_bytes([binary[at], binary[at + 1]]);
+    let machine = u16_at(18);
+    let phoff = u64::from_le_bytes(binary[32..40].try_into()?) as usize;
+    let (size, count) = (u16_at(54) as usize, u16_at(56) as usize);
+    const PT_INTERP: u32 = 3;
+    let interpreter = (0..count).any(|i| {
+        let at = phoff + i * size;
+        binary
+            .get(at..at + 4)
+            .is_some_and(|t| u32::from_le_bytes(t.try_into().expect("4 bytes")) == PT_INTERP)
+    });
+    Ok((machine, interpreter))
+}
+
+/// The arm64 chain's first piece: sandbox-init built static for arm64 through Debian's cross
+/// linker, an AArch64 ELF with no interpreter, which runs under qemu-user and checks a policy
+/// (a bad one refused with 65, as on amd64). The control: the host's build is x86-64, static too.
+#[tokio::test]
+async fn sandbox_init_builds_static_for_arm64_and_runs_under_emulation() -> anyhow::Result<()> {
+    use xtask::platform::Platform;
+    const EM_X86_64: u16 = 62;
+    const EM_AARCH64: u16 = 183;
+    let sh = xshell::Shell::new()?;
+    let root = sandbox_tests::root();
+    let arm64 = xtask::project::sandbox_init_binary_for(&sh, &root, Platform::Arm64)?;
+    assert_eq!(elf_machine_and_interpreter(&arm64)?, (EM_AARCH64, false), "an AArch64 static binary");
+    let host = xtask::project::sandbox_init_binary(&sh, &root)?;
+    assert_eq!(elf_machine_and_interpreter(&host)?, (EM_X86_64, false), "the control: the host's");
+    // And the reading's own control: this test binary is dynamic, so it names its loader.
+    let this = std::fs::read(std::env::current_exe()?)?;
+    assert_eq!(elf_machine_and_interpreter(&this)?, (EM_X86_64, true), "a dynamic binary's interpreter");
+
+    let qemu = "qemu-aarch64-static";
+    anyhow::ensure!(
+        xtask::project::on_path(qemu),
+        "{qemu} is missing: `cargo xtask setup --tests` installs it"
+    );
+    let binary = xtask::project::static_binary_path_for(&root, "sandbox-init", Platform::Arm64);
+    let good = root.join("policies/claude.yaml");
+    let dir = tempfile::tempdir()?;
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "version: 1\ndomains: [\"exa mple.com\"]\n")?;
+    let run = |policy: &std::path::Path| {
+        std::process::Command::new(qemu).arg(&binary).arg("check").arg(policy).output()
+    };
+    let ok = run(&good)?;
+    let text = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success() && text.contains(": ok ("), "{ok:?}");
+    let refused = run(&bad)?;
+    assert_eq!(refused.status.code(), Some(65), "{refused:?}");
+    Ok(())
+}
