@@ -3,7 +3,8 @@
 //!
 //! - page load (the URL opened to all 20 rows drawn) vs. `agent-sandbox ls` printing the same;
 //! - live update: a sandbox started (or stopped) from the CLI, from the command's return to its
-//!   row drawn (or gone), vs. the page's poll period (1 s, the most a poll can add);
+//!   row drawn (or gone), and a name refused to an agent (on a test network, with the firewall:
+//!   NET_ADMIN) from the refusal to its line under pending, vs. the page's poll period (1 s);
 //! - the connections view: opened on 100,000 lines to the count drawn, and the API's answer
 //!   for those lines (all, and a search), vs. the same on a sandbox of a handful of lines;
 //! - responsiveness: the longest task on the page's main thread over 5 s of live updates of the
@@ -17,8 +18,9 @@ use std::time::{Duration, Instant};
 use fantoccini::Locator;
 use futures_util::StreamExt as _;
 use sandbox_tests::browser::Browser;
-use sandbox_tests::docker::exec;
+use sandbox_tests::docker::{TestNet, exec};
 use sandbox_tests::launcher::{Launcher, Project};
+use sandbox_tests::sandbox::Sandbox;
 
 const SANDBOXES: usize = 20;
 const LINES: usize = 100_000;
@@ -138,6 +140,23 @@ async fn main() -> anyhow::Result<()> {
         vanish.push(until_count(&browser, &row(&name), |n| n == 0).await?);
     }
 
+    eprintln!("a refused name to the page's pending list, {runs} names");
+    let net = TestNet::create("bench-ui").await?;
+    let shell = sandbox_tests::images::image("shell").await?;
+    let asking = Project::new()?;
+    launcher.ok(&["run", "shell", &asking.path, "--detach", "--network", &net.name, "--image", &shell]).await?;
+    let (asking_id, asking_name) = asking.sandbox().await?;
+    let agent = Sandbox::adopt(&asking_id).await?;
+    browser.goto(&format!("{}#/s/{asking_name}", ui.url)).await?;
+    until_count(&browser, "#pending li", |n| n > 0).await?;
+    let mut pending = Vec::new();
+    for i in 0..runs {
+        let name = format!("asked{i}.bench.test");
+        agent.probe(&["dns", &name]).await?;
+        // From the refusal's answer to the agent: the gate logs it before it answers.
+        pending.push(until_count(&browser, &format!("li.pending[data-name=\"{name}\"]"), |n| n == 1).await?);
+    }
+
     eprintln!("feeding {LINES} connection lines to one sandbox");
     let (big, small) = (&names[0], &names[1]);
     feed(&ids[0], LINES).await?;
@@ -187,6 +206,7 @@ async fn main() -> anyhow::Result<()> {
     line("page load to 20 rows", &load, "agent-sandbox ls", &ls);
     line("a sandbox started: CLI return to its row", &appear, "the poll period", &[POLL]);
     line("a sandbox stopped: CLI return to row gone", &vanish, "the poll period", &[POLL]);
+    line("a refused name: the agent's answer to pending", &pending, "the poll period", &[POLL]);
     line(&format!("view opened on {LINES} lines"), &open_big, "5 lines", &open_small);
     line(&format!("connections API, {LINES} lines"), &api_big, "5 lines", &api_small);
     line(&format!("a search in {LINES} lines"), &search_big, "5 lines", &search_small);
