@@ -144,7 +144,9 @@ async fn main() -> anyhow::Result<()> {
     let net = TestNet::create("bench-ui").await?;
     let shell = sandbox_tests::images::image("shell").await?;
     let asking = Project::new()?;
-    launcher.ok(&["run", "shell", &asking.path, "--detach", "--network", &net.name, "--image", &shell]).await?;
+    launcher
+        .ok(&["run", "shell", &asking.path, "--detach", "--network", &net.name, "--image", &shell])
+        .await?;
     let (asking_id, asking_name) = asking.sandbox().await?;
     let agent = Sandbox::adopt(&asking_id).await?;
     browser.goto(&format!("{}#/s/{asking_name}", ui.url)).await?;
