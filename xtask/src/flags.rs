@@ -310,8 +310,9 @@ pub enum BenchTarget {
         common: CommonBuildFlags,
     },
     /// The launcher's web page (`agent-sandbox ui`) with 20 sandboxes and 100,000 connection
-    /// lines, in headless Chromium: page load vs. `ls`, live update latency vs. the poll period,
-    /// the connections view and its API vs. a handful of lines, the longest main-thread task
+    /// lines, in headless Chromium: page load vs. `ls`, live update latency (a sandbox started
+    /// or stopped, a name refused to the agent) vs. the poll period, the connections view and its
+    /// API vs. a handful of lines, the longest main-thread task. Needs NET_ADMIN
     Ui {
         /// Repetitions of each measurement
         #[arg(long, default_value_t = 7)]
