@@ -192,8 +192,15 @@ fn same(given: &str, token: &str) -> bool {
 }
 
 async fn guard(State(ui): State<Arc<Ui>>, request: Request, next: Next) -> Response {
-    let (method, uri, headers) = (request.method().clone(), request.uri().clone(), request.headers().clone());
-    let checked = check(&ui.token, ui.port, &method, uri.path(), uri.query().unwrap_or_default(), &headers);
+    let uri = request.uri();
+    let checked = check(
+        &ui.token,
+        ui.port,
+        request.method(),
+        uri.path(),
+        uri.query().unwrap_or_default(),
+        request.headers(),
+    );
     let mut response = match checked {
         Ok(()) => next.run(request).await,
         Err(refused) => {

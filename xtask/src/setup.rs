@@ -332,16 +332,14 @@ async fn look(root: &Path) -> Found {
         "qemu-aarch64-static",
     ];
     let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
-    let components = std::process::Command::new("rustup")
-        .args(["component", "list", "--installed"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect())
-        .unwrap_or_default();
-    let targets = std::process::Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect())
-        .unwrap_or_default();
+    let installed = |what: &str| -> Vec<String> {
+        std::process::Command::new("rustup")
+            .args([what, "list", "--installed"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let (components, targets) = (installed("component"), installed("target"));
     let engine = crate::engine::Engine::connect().await.ok();
     let runtimes = match &engine {
         Some(engine) => engine.runtimes().await.unwrap_or_default(),

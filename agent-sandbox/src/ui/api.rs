@@ -47,6 +47,13 @@ async fn named(ui: &Ui, name: &str) -> Result<Sandbox> {
     })
 }
 
+/// The sandbox the page names, with its change lock held (the CLI's `approve::hold`).
+async fn held(ui: &Ui, name: &str) -> Result<(Sandbox, approve::Held)> {
+    let sandbox = named(ui, name).await?;
+    let held = approve::hold(&sandbox).await?;
+    Ok((sandbox, held))
+}
+
 #[derive(Debug, Serialize)]
 pub struct Limits {
     memory_bytes: Option<i64>,
@@ -171,11 +178,7 @@ pub fn screen_text(raw: &[u8]) -> String {
         .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
         .collect();
     // The pane's empty rows below the last line written are not shown.
-    let kept = text.trim_end_matches(|c: char| c.is_whitespace()).len();
-    let mut text = text;
-    text.truncate(kept);
-    text.push('\n');
-    text
+    format!("{}\n", text.trim_end())
 }
 
 #[derive(Debug, Deserialize)]
@@ -188,8 +191,7 @@ pub async fn approve(
     Path(name): Path<String>,
     Json(shown): Json<Shown>,
 ) -> Answer<serde_json::Value> {
-    let sandbox = named(&ui, &name).await?;
-    let _held = approve::hold(&sandbox).await?;
+    let (sandbox, _held) = held(&ui, &name).await?;
     let approved = approve::approve_shown(&sandbox, &shown.names).await?;
     eprintln!("agent-sandbox: the page approved {} for {name}", approved.join(", "));
     Ok(Json(json!({ "approved": approved })))
@@ -200,8 +202,7 @@ pub async fn dismiss(
     Path(name): Path<String>,
     Json(shown): Json<Shown>,
 ) -> Answer<serde_json::Value> {
-    let sandbox = named(&ui, &name).await?;
-    let _held = approve::hold(&sandbox).await?;
+    let (sandbox, _held) = held(&ui, &name).await?;
     let dismissed = approve::dismiss_shown(&sandbox, &shown.names).await?;
     Ok(Json(json!({ "dismissed": dismissed })))
 }
@@ -220,8 +221,7 @@ pub async fn allow(
         return Err(Failure::new(Code::BadArgument, "no name to allow"));
     }
     approve::validate("DOMAIN", &body.domains)?;
-    let sandbox = named(&ui, &name).await?;
-    let _held = approve::hold(&sandbox).await?;
+    let (sandbox, _held) = held(&ui, &name).await?;
     approve::allow(&sandbox, &body.domains, None).await?;
     eprintln!("agent-sandbox: the page allowed {} for {name}", body.domains.join(", "));
     Ok(Json(json!({ "allowed": body.domains })))
@@ -235,8 +235,7 @@ pub async fn deny(
     if body.domains.is_empty() {
         return Err(Failure::new(Code::BadArgument, "no name to deny"));
     }
-    let sandbox = named(&ui, &name).await?;
-    let _held = approve::hold(&sandbox).await?;
+    let (sandbox, _held) = held(&ui, &name).await?;
     approve::deny(&sandbox, &body.domains).await?;
     eprintln!("agent-sandbox: the page denied {} for {name}", body.domains.join(", "));
     Ok(Json(json!({ "denied": body.domains })))
