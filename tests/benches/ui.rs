@@ -142,12 +142,8 @@ async fn main() -> anyhow::Result<()> {
 
     eprintln!("a refused name to the page's pending list, {runs} names");
     let net = TestNet::create("bench-ui").await?;
-    let shell = sandbox_tests::images::image("shell").await?;
     let asking = Project::new()?;
-    launcher
-        .ok(&["run", "shell", &asking.path, "--detach", "--network", &net.name, "--image", &shell])
-        .await?;
-    let (asking_id, asking_name) = asking.sandbox().await?;
+    let (asking_id, asking_name) = launcher.shell_on(&asking, &net).await?;
     let agent = Sandbox::adopt(&asking_id).await?;
     browser.goto(&format!("{}#/s/{asking_name}", ui.url)).await?;
     until_count(&browser, "#pending li", |n| n > 0).await?;

@@ -90,6 +90,19 @@ impl Launcher {
         Ok(project.sandbox().await?.0)
     }
 
+    /// `run shell PROJECT --detach --network NET --image <the shell image>`: a sandbox with its
+    /// firewall on a test network; its (id, name).
+    pub async fn shell_on(
+        &self,
+        project: &Project,
+        net: &crate::docker::TestNet,
+    ) -> anyhow::Result<(String, String)> {
+        let shell = crate::images::image("shell").await?;
+        self.ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
+            .await?;
+        project.sandbox().await
+    }
+
     /// Runs it and requires success.
     pub async fn ok<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> anyhow::Result<Outcome> {
         let out = self.run(args).await?;

@@ -480,14 +480,10 @@ async fn net_admin_a_spent_upload_budget_is_pending_and_allow_upload_raises_it_l
 #[tokio::test]
 async fn net_admin_allow_opens_a_refused_name_live_pending_lists_it_and_deny_closes_it() -> anyhow::Result<()>
 {
-    let shell = image("shell").await?;
     let net = TestNet::create("launcher").await?;
     let _peer = Peer::start(&net, &["docs.launcher.test"]).await?;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
-    launcher
-        .ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
-        .await?;
-    let (id, name) = project.sandbox().await?;
+    let (id, name) = launcher.shell_on(&project, &net).await?;
     let sb = Sandbox::adopt(&id).await?;
     let pid = pane_pid(&id).await?;
 

@@ -186,14 +186,10 @@ async fn the_page_lists_sandboxes_live_and_shows_the_agents_screen_as_text() -> 
 /// the agent chose that hold markup are shown as text.
 #[tokio::test]
 async fn net_admin_the_page_approves_denies_and_stops_as_the_cli_does() -> anyhow::Result<()> {
-    let shell = sandbox_tests::images::image("shell").await?;
     let net = TestNet::create("ui").await?;
     let peer = Peer::start(&net, &["docs.ui.test", "late.ui.test", "later.ui.test"]).await?;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
-    launcher
-        .ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
-        .await?;
-    let (id, name) = project.sandbox().await?;
+    let (id, name) = launcher.shell_on(&project, &net).await?;
     let sb = Sandbox::adopt(&id).await?;
     let ui = launcher.ui().await?;
     let browser = Browser::start().await?;

@@ -606,7 +606,6 @@ async fn a_connection_in_through_a_closed_port_is_cut_at_reload() -> anyhow::Res
 #[tokio::test]
 async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::Result<()> {
     use sandbox_tests::launcher::{Launcher, Project};
-    let shell = sandbox_tests::images::image("shell").await?;
     let net = TestNet::create("approval").await?;
     let _peer = Peer::start(
         &net,
@@ -614,10 +613,7 @@ async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::
     )
     .await?;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
-    launcher
-        .ok(&["run", "shell", &project.path, "--detach", "--network", &net.name, "--image", &shell])
-        .await?;
-    let (id, _) = project.sandbox().await?;
+    let (id, _) = launcher.shell_on(&project, &net).await?;
     let sb = Sandbox::adopt(&id).await?;
     let asks = |name: &'static str| {
         let sb = &sb;
