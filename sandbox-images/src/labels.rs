@@ -10,8 +10,11 @@ macro_rules! ns {
 /// The graph node an image was built from (its folder name under images/).
 pub const IMAGE: &str = ns!("image");
 /// The input hash images.lock records: the context as the checkout has it, the args, the
-/// parent's input hash. The same on every machine.
+/// platform, the parent's input hash. The same on every machine.
 pub const INPUTS: &str = ns!("inputs");
+/// The platform an image was built for (`linux/amd64`, `linux/arm64`), as `cargo xtask list`
+/// shows it.
+pub const PLATFORM: &str = ns!("platform");
 /// The build key: the hash of exactly what the engine was given (the parent's id, an extra CA).
 /// What reuse matches on, with the index tag `inputs:<name>-<key>`.
 pub const BUILD: &str = ns!("build");

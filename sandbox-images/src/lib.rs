@@ -7,3 +7,4 @@ pub mod engine;
 pub mod labels;
 pub mod lock;
 pub mod naming;
+pub mod platform;

@@ -1,11 +1,13 @@
 //! images.lock, and the local record beside it.
 //!
 //! The lock is committed, so it holds only what a checkout determines and what publishing
-//! recorded: per image its parent, the Dockerfile's pinned args, its input hash (its context,
-//! args and its parent's input hash: the same on every machine) and its registry digest. What one
-//! machine's engine made of that (the image id, what exactly it was built on, the build key the
-//! engine's index and labels use, whether an extra CA went in, the tags) is local state:
-//! `images.local.json` beside the lock, which git ignores.
+//! recorded: per image its parent, the Dockerfile's pinned args, its input hash for each platform
+//! (its context, args, the platform and its parent's input hash for that platform: the same on
+//! every machine, and computed without building, so every platform's is always there) and its
+//! registry digest. What one machine's engine made of that (the image id, what exactly it was
+//! built on, the build key the engine's index and labels use, whether an extra CA went in, the
+//! tags) is local state: one record per platform beside the lock (`images.local.json` for the
+//! host's, `images.local.linux-arm64.json` for another), which git ignores.
 //!
 //! Only the version tag is recorded: the `sha-<commit>` tag names a commit, and the commit that
 //! checks the lock in cannot name itself.
@@ -17,10 +19,15 @@ use anyhow::Context as _;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::platform::Platform;
+
 pub const FILE_NAME: &str = "images.lock";
-/// The local record, beside the lock.
+/// The local record of the host's platform, beside the lock.
 pub const LOCAL_FILE_NAME: &str = "images.local.json";
-const FORMAT_VERSION: u32 = 2;
+/// The lock's format: 3 keys each image's input hash by platform.
+const LOCK_VERSION: u32 = 3;
+/// The local record's format.
+const LOCAL_VERSION: u32 = 2;
 
 /// One entry per image, keyed by its name (its folder under images/), in a versioned file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,9 +37,15 @@ pub struct Images<T> {
     pub images: BTreeMap<String, T>,
 }
 
-impl<T> Default for Images<T> {
+impl Default for ImagesLock {
     fn default() -> Self {
-        Images { version: FORMAT_VERSION, images: BTreeMap::new() }
+        Images { version: LOCK_VERSION, images: BTreeMap::new() }
+    }
+}
+
+impl Default for LocalImages {
+    fn default() -> Self {
+        Images { version: LOCAL_VERSION, images: BTreeMap::new() }
     }
 }
 
@@ -47,15 +60,23 @@ pub struct LockedImage {
     /// The graph parent, absent on roots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    /// The input hash: the context as the checkout has it, the args, and the parent's input
-    /// hash (a root's base reference). No engine id, no extra CA: the same on every machine.
-    pub inputs: String,
+    /// The input hash per platform (`linux/amd64`, `linux/arm64`): the context as the checkout
+    /// has it, the args, the platform, and the parent's input hash for the same platform (a
+    /// root's base reference). No engine id, no extra CA: the same on every machine.
+    pub inputs: BTreeMap<String, String>,
     /// The Dockerfile's own ARG defaults (the CLI versions an image pins), not the parent's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub args: BTreeMap<String, String>,
     /// `repository@sha256:…` as served by the registry, once published from these inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<String>,
+}
+
+impl LockedImage {
+    /// The input hash for `platform`, if the lock has one.
+    pub fn inputs_for(&self, platform: Platform) -> Option<&str> {
+        self.inputs.get(platform.name()).map(String::as_str)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,12 +95,25 @@ pub struct LocalImage {
     pub tags: Vec<String>,
 }
 
-/// The local record that goes with the lock at `lock`.
+/// The local record of the host's platform that goes with the lock at `lock`.
 pub fn local_path(lock: &Path) -> PathBuf {
-    lock.with_file_name(LOCAL_FILE_NAME)
+    local_path_for(lock, Platform::host())
 }
 
-impl<T: Serialize + DeserializeOwned> Images<T> {
+/// The local record of `platform`'s images: `images.local.json` for the host's platform,
+/// `images.local.linux-arm64.json` for another.
+pub fn local_path_for(lock: &Path, platform: Platform) -> PathBuf {
+    if platform == Platform::host() {
+        lock.with_file_name(LOCAL_FILE_NAME)
+    } else {
+        lock.with_file_name(format!("images.local.{}.json", platform.name().replace('/', "-")))
+    }
+}
+
+impl<T: Serialize + DeserializeOwned> Images<T>
+where
+    Images<T>: Default,
+{
     /// Reads the file at `path`; a missing file is empty.
     fn read_file(path: &Path) -> anyhow::Result<Images<T>> {
         let text = match std::fs::read_to_string(path) {
@@ -87,10 +121,11 @@ impl<T: Serialize + DeserializeOwned> Images<T> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Images::default()),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         };
+        let expected = Images::<T>::default().version;
         let found = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["version"].as_u64());
-        if let Some(found) = found.filter(|v| *v != u64::from(FORMAT_VERSION)) {
+        if let Some(found) = found.filter(|v| *v != u64::from(expected)) {
             anyhow::bail!(
-                "{}: format version {found} is not supported (this xtask writes {FORMAT_VERSION}); \
+                "{}: format version {found} is not supported (this xtask writes {expected}); \
                  delete it and build again",
                 path.display()
             );
@@ -121,13 +156,19 @@ impl ImagesLock {
 }
 
 impl LocalImages {
-    /// Reads the local record of the lock at `lock`; missing is empty.
+    /// Reads the local record of the host platform's images of the lock at `lock`; missing is
+    /// empty.
     pub fn read(lock: &Path) -> anyhow::Result<LocalImages> {
-        Self::read_file(&local_path(lock))
+        Self::read_for(lock, Platform::host())
     }
 
-    pub fn write(&self, lock: &Path) -> anyhow::Result<()> {
-        self.write_file(&local_path(lock))
+    /// Reads the local record of `platform`'s images; missing is empty.
+    pub fn read_for(lock: &Path, platform: Platform) -> anyhow::Result<LocalImages> {
+        Self::read_file(&local_path_for(lock, platform))
+    }
+
+    pub fn write_for(&self, lock: &Path, platform: Platform) -> anyhow::Result<()> {
+        self.write_file(&local_path_for(lock, platform))
     }
 }
 
@@ -136,7 +177,8 @@ mod tests {
     use super::*;
 
     fn entry(inputs: &str) -> LockedImage {
-        LockedImage { parent: Some("os".into()), inputs: inputs.into(), args: BTreeMap::new(), pinned: None }
+        let inputs = BTreeMap::from([("linux/amd64".to_string(), inputs.to_string())]);
+        LockedImage { parent: Some("os".into()), inputs, args: BTreeMap::new(), pinned: None }
     }
 
     #[test]
@@ -161,9 +203,16 @@ mod tests {
             tags: vec!["localhost/agent-sandbox/agent-base:0.1.0".into()],
         };
         local.images.insert("base".into(), image);
-        local.write(&path).unwrap();
+        local.write_for(&path, Platform::host()).unwrap();
         assert!(dir.path().join(LOCAL_FILE_NAME).exists());
         assert_eq!(LocalImages::read(&path).unwrap(), local);
+        let other = if Platform::host() == Platform::Amd64 { Platform::Arm64 } else { Platform::Amd64 };
+        assert_eq!(LocalImages::read_for(&path, other).unwrap(), LocalImages::default(), "one per platform");
+        local.write_for(&path, other).unwrap();
+        let name = format!("images.local.{}.json", other.name().replace('/', "-"));
+        assert!(dir.path().join(name).exists());
+        assert_eq!(lock.images["base"].inputs_for(Platform::Amd64), Some("sha256:1"));
+        assert_eq!(lock.images["base"].inputs_for(Platform::Arm64), None);
         assert_eq!(ImagesLock::read(&path).unwrap(), lock, "the lock is left alone");
     }
 
@@ -178,7 +227,7 @@ mod tests {
     fn a_broken_lock_names_file_line_and_column() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
-        std::fs::write(&path, "{\n  \"version\": 2,\n  \"images\": {},\n  \"extra\": 2\n}\n").unwrap();
+        std::fs::write(&path, "{\n  \"version\": 3,\n  \"images\": {},\n  \"extra\": 2\n}\n").unwrap();
         let err = ImagesLock::read(&path).unwrap_err().to_string();
         assert!(err.starts_with(&format!("{}:4:", path.display())), "{err}");
         assert!(err.contains("unknown field `extra`"), "{err}");
@@ -188,8 +237,8 @@ mod tests {
     fn an_older_format_says_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
-        std::fs::write(&path, "{\"version\": 1, \"images\": {}}\n").unwrap();
+        std::fs::write(&path, "{\"version\": 2, \"images\": {}}\n").unwrap();
         let err = ImagesLock::read(&path).unwrap_err().to_string();
-        assert!(err.contains("format version 1 is not supported") && err.contains("build again"), "{err}");
+        assert!(err.contains("format version 2 is not supported") && err.contains("build again"), "{err}");
     }
 }

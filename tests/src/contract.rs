@@ -10,9 +10,10 @@ use xtask::engine::Engine;
 
 use crate::assert::{assert_blocked, assert_reaches};
 use crate::docker::{TestNet, TestVolume};
-use crate::images::image;
+use crate::images::image_for;
 use crate::peers::Peer;
 use crate::spec::SandboxSpec;
+use xtask::platform::Platform;
 
 /// An image under contract: its name, the tag to run, and the checkout it was built from (whose
 /// images.lock and policies/ it must agree with): the repository, or a scratch copy.
@@ -20,11 +21,23 @@ pub struct Subject {
     pub name: String,
     pub tag: String,
     pub root: std::path::PathBuf,
+    /// The platform it was built for: another than the host's runs under emulation.
+    pub platform: Platform,
 }
 
 impl Subject {
     pub async fn of_repository(name: &str) -> anyhow::Result<Subject> {
-        Ok(Subject { name: name.to_string(), tag: image(name).await?, root: crate::root() })
+        Subject::of_repository_for(name, Platform::host()).await
+    }
+
+    /// The repository's image `name` for `platform`.
+    pub async fn of_repository_for(name: &str, platform: Platform) -> anyhow::Result<Subject> {
+        Ok(Subject {
+            name: name.to_string(),
+            tag: image_for(name, platform).await?,
+            root: crate::root(),
+            platform,
+        })
     }
 
     fn lock(&self) -> anyhow::Result<xtask::lock::ImagesLock> {
@@ -95,12 +108,24 @@ pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
     let local = engine.find(&facts.tag).await?.expect("just built");
     let lock = subject.lock()?;
     let entry = lock.images.get(name).unwrap_or_else(|| panic!("{name} is not in images.lock"));
-    let here = xtask::lock::LocalImages::read(&subject.root.join("images.lock"))?;
+    let here = xtask::lock::LocalImages::read_for(&subject.root.join("images.lock"), subject.platform)?;
     let record = here.images.get(name).unwrap_or_else(|| panic!("{name} is not in images.local.json"));
     assert_eq!(record.id, local.id, "the local record's id for {name}");
     assert!(record.tags.contains(&facts.tag), "{:?} lacks {}", record.tags, facts.tag);
     assert_eq!(local.labels.get(xtask::labels::IMAGE), Some(&name.to_string()));
-    assert_eq!(local.labels.get(xtask::labels::INPUTS), Some(&entry.inputs));
+    assert_eq!(
+        local.labels.get(xtask::labels::INPUTS).map(String::as_str),
+        entry.inputs_for(subject.platform),
+        "{name}'s input hash for {}",
+        subject.platform
+    );
+    assert_eq!(local.labels.get(xtask::labels::PLATFORM).map(String::as_str), Some(subject.platform.name()));
+    let inspect = engine.docker().inspect_image(&facts.tag).await?;
+    assert_eq!(
+        (inspect.architecture.as_deref(), inspect.variant.as_deref()),
+        (Some(subject.platform.debian_arch()), subject.platform.variant()),
+        "{name}: the engine's record of its platform"
+    );
     assert_eq!(local.labels.get(xtask::labels::BUILD), Some(&record.build));
     assert_eq!(local.labels.get(xtask::labels::PARENT), entry.parent.as_ref(), "{name}'s parent label");
     // An agent image's pinned CLI version is a build arg the lock records.
@@ -133,6 +158,23 @@ pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyho
     // the container's capabilities.
     let found = crate::assert::privileged_files(&sb).await?;
     assert!(found.is_empty(), "{} has privileged files: {found:?}", subject.name);
+    Ok(())
+}
+
+/// The image's processes are `machine`'s (`uname -m`: `aarch64` under emulation), as the agent
+/// sees them; the control is the host's own, which must differ where the image is emulated.
+pub async fn runs_as(subject: &Subject, machine: &str) -> anyhow::Result<()> {
+    let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
+    let sb = facts.offline().start().await?;
+    let seen = sb.as_agent(&["uname", "-m"]).await?;
+    assert_eq!(seen.stdout.trim(), machine, "{}: {seen:?}", subject.name);
+    let host = std::process::Command::new("uname").arg("-m").output()?;
+    let host = String::from_utf8_lossy(&host.stdout).trim().to_string();
+    assert_eq!(
+        host != machine,
+        subject.platform != Platform::host(),
+        "the host is {host}: the image is emulated exactly when its platform is not the host's"
+    );
     Ok(())
 }
 

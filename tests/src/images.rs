@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use xtask::build::BuildOptions;
 use xtask::engine::Engine;
+use xtask::platform::Platform;
 use xtask::progress::ProgressMode;
 
 use crate::docker::{TEST_LABEL, drop_async};
@@ -17,14 +18,26 @@ use crate::root;
 /// The image `name`, built or found up to date through the xtask library with the settings
 /// `cargo xtask test` exported.
 pub async fn image(name: &str) -> anyhow::Result<String> {
-    let report = built(&[name]).await?;
+    image_for(name, Platform::host()).await
+}
+
+/// The image `name` for `platform` (another than the host's runs under emulation), built or
+/// found up to date: its tag.
+pub async fn image_for(name: &str, platform: Platform) -> anyhow::Result<String> {
+    let report = built_for(&[name], platform).await?;
     report.id(name).context("the build reported no id")?;
-    Ok(format!("{}:{}", xtask::project::repository(&report.prefix, name), xtask::project::VERSION))
+    let tag = platform.tag(xtask::project::VERSION);
+    Ok(format!("{}:{tag}", xtask::project::repository(&report.prefix, name)))
 }
 
 /// The repository's images `names` (all when empty), built or found up to date. Builds are
 /// serialised across test processes by a file lock.
 pub async fn built(names: &[&str]) -> anyhow::Result<BuiltImages> {
+    built_for(names, Platform::host()).await
+}
+
+/// [`built`] for `platform`.
+pub async fn built_for(names: &[&str], platform: Platform) -> anyhow::Result<BuiltImages> {
     let root = root();
     let lock_dir = root.join("target/agent-sandbox");
     std::fs::create_dir_all(&lock_dir)?;
@@ -34,6 +47,7 @@ pub async fn built(names: &[&str]) -> anyhow::Result<BuiltImages> {
         lock.lock()?;
         let mut opts = xtask::build::BuildOptions::from_env(&root)?;
         opts.images = names;
+        opts.platform = platform;
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let report = rt.block_on(xtask::build::build(&opts))?;
         report.ensure_success()?;

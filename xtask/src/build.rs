@@ -3,6 +3,9 @@
 
 use std::path::Path;
 
+use crate::platform::Platform;
+use crate::progress::ProgressMode;
+
 pub use crate::options::BuildOptions;
 pub use crate::plan::{BuildPlan, short};
 pub use crate::report::{BuildReport, ImageResult, Outcome};
@@ -28,24 +31,66 @@ impl crate::flags::CommonBuildFlags {
     }
 }
 
+/// Builds `opts` for each of `platforms` at once, `opts.jobs` shared between them; one report
+/// each, in the order given. Every walk computes every platform's input hashes, so the lock
+/// each writes is the same.
+pub async fn build_platforms(
+    opts: &BuildOptions,
+    platforms: &[Platform],
+) -> Vec<anyhow::Result<BuildReport>> {
+    let per_platform: Vec<BuildOptions> = platforms
+        .iter()
+        .map(|&platform| {
+            let mut opts = opts.clone();
+            opts.platform = platform;
+            opts.jobs = (opts.jobs / platforms.len().max(1)).max(1);
+            if platforms.len() > 1 && opts.progress == ProgressMode::Auto {
+                // Two sets of bars cannot share a terminal.
+                opts.progress = ProgressMode::Plain;
+            }
+            opts
+        })
+        .collect();
+    futures_util::future::join_all(per_platform.iter().map(build)).await
+}
+
 impl crate::flags::BuildFlags {
     pub async fn run(self, root: &Path) -> anyhow::Result<()> {
         let mut opts = BuildOptions::new(root);
         self.common.apply(&mut opts);
         opts.images = self.images;
         opts.locked = self.locked;
-        let report = build(&opts).await?;
-        report.ensure_success()?;
-        eprintln!(
-            "{} images: {} built, {} up to date (OS layer: {}); {} {}",
-            report.results.len(),
-            report.built().len(),
-            report.up_to_date().len(),
-            report.os_source,
-            if opts.locked { "verified against" } else { "recorded in" },
-            opts.lock_path.display()
-        );
-        Ok(())
+        let mut platforms = self.platform;
+        platforms.dedup();
+        if platforms.is_empty() {
+            platforms.push(Platform::host());
+        }
+        let mut failed = Vec::new();
+        for (platform, report) in platforms.iter().zip(build_platforms(&opts, &platforms).await) {
+            let report = match report.and_then(|report| report.ensure_success().map(|()| report)) {
+                Ok(report) => report,
+                Err(e) if platforms.len() > 1 => {
+                    failed.push(e.context(format!("the build for {platform} failed")));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            eprintln!(
+                "{platform}: {} images: {} built, {} up to date (OS layer: {}); {} {}",
+                report.results.len(),
+                report.built().len(),
+                report.up_to_date().len(),
+                report.os_source,
+                if opts.locked { "verified against" } else { "recorded in" },
+                opts.lock_path.display()
+            );
+        }
+        // One platform's failure is the error; of several, each is printed and the first returned.
+        let first = failed.pop();
+        for e in failed {
+            eprintln!("error: {e:#}");
+        }
+        first.map_or(Ok(()), Err)
     }
 }
 

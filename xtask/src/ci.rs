@@ -10,6 +10,14 @@ use clap::ValueEnum as _;
 use xshell::{Shell, cmd};
 
 use crate::build::{self, BuildOptions};
+use crate::platform::Platform;
+use crate::progress::ProgressMode;
+
+/// The images every CI run builds for arm64 as well (under emulation on an amd64 machine) and
+/// whose contract `arm64::` checks. Every build step of the chain runs under qemu-user, base's
+/// (apt, dpkg, perl) for most of the time: claude's chain (Debian's nodejs and npm, then npm)
+/// takes far longer, so it is `cargo xtask test --arm64`'s (crate::test::ARM64_IMAGES).
+pub const EMULATED_IMAGES: &[&str] = &["shell"];
 use crate::flags::{CiFlags, CiStep, TestFlags};
 
 impl CiFlags {
@@ -46,7 +54,28 @@ impl CiFlags {
             CiStep::Build => {
                 let mut opts = BuildOptions::new(root);
                 self.common.apply(&mut opts);
-                build::build(&opts).await?.ensure_success()?;
+                // The arm64 chain of the images the arm64:: suite checks, beside the host's
+                // images (on an arm64 host, among them).
+                let mut other = opts.clone();
+                other.platform = Platform::Arm64;
+                other.images = EMULATED_IMAGES.iter().map(|i| i.to_string()).collect();
+                other.jobs = 1;
+                for opts in [&mut opts, &mut other] {
+                    if opts.progress == ProgressMode::Auto {
+                        opts.progress = ProgressMode::Plain;
+                    }
+                }
+                let other = async {
+                    match Platform::host() {
+                        Platform::Arm64 => Ok(None),
+                        Platform::Amd64 => build::build(&other).await.map(Some),
+                    }
+                };
+                let (host, other) = tokio::join!(build::build(&opts), other);
+                host?.ensure_success()?;
+                if let Some(other) = other? {
+                    other.ensure_success()?;
+                }
             }
             CiStep::Lock => cmd!(sh, "git diff --exit-code -- images.lock").run().context(
                 "the build changed images.lock: commit what `cargo xtask build` recorded with the change that caused it",
@@ -58,6 +87,7 @@ impl CiFlags {
                     ci: step == CiStep::TestCi,
                     shape: None,
                     net_admin_only: step == CiStep::Test,
+                    arm64: false,
                     common: self.common.clone(),
                     nextest_args: Vec::new(),
                 };
@@ -77,7 +107,7 @@ fn describe(step: CiStep) -> &'static str {
     match step {
         CiStep::Fmt => "fmt: cargo fmt --all -- --check",
         CiStep::Clippy => "clippy: cargo clippy --workspace --all-targets -- -D warnings",
-        CiStep::Build => "build: every image",
+        CiStep::Build => "build: every image, and the arm64 chain of shell and claude",
         CiStep::Lock => "lock: images.lock unchanged by the build",
         CiStep::Test => "test: the suites, NET_ADMIN allowed",
         CiStep::TestCi => "test-ci: the suites that need no capability (JUnit)",

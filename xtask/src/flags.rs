@@ -242,6 +242,12 @@ pub struct BuildFlags {
     /// Verify only: fail if building would change images.lock (nothing is built)
     #[arg(long)]
     pub locked: bool,
+    /// The platforms to build for, comma-separated: linux/amd64, linux/arm64 [default: the
+    /// host's]. Another platform than the host's needs qemu-user-static registered with
+    /// binfmt_misc (`cargo xtask setup --tests`) and `--os-source mirror`; its images are tagged
+    /// <version>-<arch>. The platforms' chains build at once, `--jobs` shared between them
+    #[arg(long, value_delimiter = ',', value_name = "PLATFORM")]
+    pub platform: Vec<crate::platform::Platform>,
 }
 
 /// Build settings shared by every command that builds images.
@@ -351,6 +357,12 @@ pub struct TestFlags {
     /// then the other passes as always: with a `--ci` run, every test once (`cargo xtask ci`)
     #[arg(long, conflicts_with = "ci")]
     pub net_admin_only: bool,
+    /// Only the arm64 chain's suite (arm64::, its release part included): shell and claude built
+    /// for linux/arm64, under qemu-user where the host is amd64 (registered by `cargo xtask
+    /// setup --tests`), and their contract checked there. The release workflow runs it; every
+    /// CI run checks shell's part
+    #[arg(long, conflicts_with_all = ["ci", "shape", "net_admin_only"])]
+    pub arm64: bool,
     #[command(flatten)]
     pub common: CommonBuildFlags,
     /// Arguments passed on to `cargo nextest run`

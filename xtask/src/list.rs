@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use crate::engine::{Engine, ListedImage};
 use crate::labels;
 use crate::lock::LocalImages;
+use crate::platform::Platform;
 
 /// What an image adds to the image it was built on (`built_on`: image id → that image's id, from
 /// the local record), when both are listed.
@@ -15,11 +16,14 @@ fn own_bytes(image: &ListedImage, images: &[ListedImage], built_on: &HashMap<Str
     Some(image.size.saturating_sub(parent.size))
 }
 
-/// Image id → the id it was built on, for every image the local record of `lock` names.
+/// Image id → the id it was built on, for every image the local records of `lock` name (every
+/// platform's).
 pub fn built_on(lock: &std::path::Path) -> HashMap<String, String> {
-    LocalImages::read(lock)
-        .map(|local| local.images.into_values().map(|i| (i.id, i.from)).collect())
-        .unwrap_or_default()
+    Platform::ALL
+        .iter()
+        .filter_map(|&platform| LocalImages::read_for(lock, platform).ok())
+        .flat_map(|local| local.images.into_values().map(|i| (i.id, i.from)))
+        .collect()
 }
 
 /// The images to show: the agent images, or with `all` every image of the project.
@@ -31,7 +35,7 @@ fn shown(images: &[ListedImage], all: bool) -> impl Iterator<Item = &ListedImage
 /// left out: bookkeeping), sorted by image name then id. OWN is what the image adds to the one
 /// it was built on.
 pub fn render(images: &[ListedImage], all: bool, built_on: &HashMap<String, String>) -> String {
-    let mut rows: Vec<[String; 6]> = Vec::new();
+    let mut rows: Vec<[String; 7]> = Vec::new();
     for image in shown(images, all) {
         let name = image.labels.get(labels::IMAGE).cloned().unwrap_or_default();
         let version = image.labels.get(labels::AGENT_VERSION).cloned().unwrap_or("-".into());
@@ -50,11 +54,12 @@ pub fn render(images: &[ListedImage], all: bool, built_on: &HashMap<String, Stri
             .collect();
         tags.sort();
         let tags = if tags.is_empty() { "-".to_string() } else { tags.join(", ") };
-        rows.push([name, id, size, own, version, tags]);
+        let platform = image.labels.get(labels::PLATFORM).cloned().unwrap_or("-".into());
+        rows.push([name, platform, id, size, own, version, tags]);
     }
     rows.sort();
-    let header = ["IMAGE", "ID", "SIZE", "OWN", "CLI VERSION", "TAGS"].map(String::from);
-    let widths: Vec<usize> = (0..6)
+    let header = ["IMAGE", "PLATFORM", "ID", "SIZE", "OWN", "CLI VERSION", "TAGS"].map(String::from);
+    let widths: Vec<usize> = (0..7)
         .map(|c| rows.iter().chain([&header]).map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -74,6 +79,7 @@ pub fn render_json(images: &[ListedImage], all: bool, built_on: &HashMap<String,
             tags.sort();
             serde_json::json!({
                 "image": image.labels.get(labels::IMAGE),
+                "platform": image.labels.get(labels::PLATFORM),
                 "id": image.id,
                 "tags": tags,
                 "size": image.size,
@@ -82,7 +88,7 @@ pub fn render_json(images: &[ListedImage], all: bool, built_on: &HashMap<String,
             })
         })
         .collect();
-    list.sort_by_key(|v| (v["image"].to_string(), v["id"].to_string()));
+    list.sort_by_key(|v| (v["image"].to_string(), v["platform"].to_string(), v["id"].to_string()));
     serde_json::to_string_pretty(&list).unwrap_or_default() + "\n"
 }
 
@@ -107,13 +113,18 @@ mod tests {
     #[test]
     fn agent_images_one_row_per_image_with_its_tags_gathered() {
         let image = |name: &str, agent: Option<&str>, tags: &[&str]| {
-            let mut labels = HashMap::from([(labels::IMAGE.to_string(), name.to_string())]);
+            let platform =
+                if tags.iter().any(|t| t.ends_with("-arm64")) { "linux/arm64" } else { "linux/amd64" };
+            let mut labels = HashMap::from([
+                (labels::IMAGE.to_string(), name.to_string()),
+                (labels::PLATFORM.to_string(), platform.to_string()),
+            ]);
             if let Some(version) = agent {
                 labels.insert(labels::AGENT_NAME.to_string(), name.to_string());
                 labels.insert(labels::AGENT_VERSION.to_string(), version.to_string());
             }
             ListedImage {
-                id: format!("sha256:{name}0123456789abcdef"),
+                id: format!("sha256:{name}{}0123456789abcdef", &platform[6..]),
                 tags: tags.iter().map(|t| t.to_string()).collect(),
                 labels,
                 size: if name == "base" { 252_000_000 } else { 1_720_000_000 },
@@ -133,6 +144,7 @@ mod tests {
             ),
             image("base", None, &["localhost/agent-sandbox/agent-base:0.1.0"]),
             image("codex", Some("0.169.0"), &["localhost/agent-sandbox/agent-codex:0.1.0"]),
+            image("claude", Some("2.1.332"), &["localhost/agent-sandbox/agent-claude:0.1.0-arm64"]),
         ];
         // claude was built on base; codex on an image no longer listed.
         let built_on = HashMap::from([

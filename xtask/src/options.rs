@@ -17,6 +17,8 @@ pub struct BuildOptions {
     /// The images to build (with their ancestors); empty means all.
     pub images: Vec<String>,
     pub jobs: usize,
+    /// The platform this build's chain is for (the host's unless `--platform` says otherwise).
+    pub platform: crate::platform::Platform,
     /// `None`: mirror where mmdebstrap is installed, else registry.
     pub os_source: Option<OsSource>,
     pub bootstrap: Bootstrap,
@@ -78,6 +80,7 @@ impl BuildOptions {
             lock_path: root.join(crate::lock::FILE_NAME),
             images: Vec::new(),
             jobs: 2,
+            platform: crate::platform::Platform::host(),
             os_source: None,
             bootstrap: Bootstrap::default(),
             refresh_os: false,

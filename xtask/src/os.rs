@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use xshell::{Shell, cmd};
 
 use crate::engine::Engine;
+use crate::platform::Platform;
 
 pub use crate::graph::OS_ARG;
 pub const SUITE: &str = "trixie";
@@ -48,6 +49,8 @@ pub struct OsLayer<'a> {
     pub bootstrap: &'a Bootstrap,
     /// Bootstrap again even if an earlier bootstrap with the same settings exists.
     pub refresh: bool,
+    /// The platform the layer is for: mmdebstrap bootstraps its Debian architecture.
+    pub platform: Platform,
 }
 
 impl OsLayer<'_> {
@@ -63,9 +66,18 @@ impl OsLayer<'_> {
     ) -> anyhow::Result<Option<String>> {
         match self.source {
             OsSource::Mirror => {
-                progress.note(&format!("OS layer: mmdebstrap bootstrap from {}", self.bootstrap.mirror));
-                Ok(Some(self.bootstrap.ensure(engine, sh, self.refresh).await?))
+                progress.note(&format!(
+                    "OS layer: mmdebstrap bootstrap of {} from {}",
+                    self.platform.debian_arch(),
+                    self.bootstrap.mirror
+                ));
+                Ok(Some(self.bootstrap.ensure(engine, sh, self.refresh, self.platform).await?))
             }
+            OsSource::Registry if self.platform != Platform::host() => anyhow::bail!(
+                "--platform {}: the OS layer of another platform than the host's comes from \
+                 mmdebstrap only; use `--os-source mirror`",
+                self.platform
+            ),
             OsSource::Registry => {
                 progress.note(&format!("OS layer: {reference} from its registry"));
                 engine.ensure_pulled(reference).await.map_err(|e| {
@@ -135,66 +147,95 @@ impl Bootstrap {
         sources
     }
 
-    /// The tag a bootstrap with these settings is kept under.
-    pub fn reference(&self) -> String {
+    /// The tag a bootstrap with these settings for `platform` is kept under.
+    pub fn reference(&self, platform: Platform) -> String {
         let mut h = Sha256::new();
         h.update(format!(
-            "v2\n{SUITE}\nminbase\n{}\n{:?}\n{SLIM_PATHS:?}\n{SLIM_HOOK}\n",
+            "v3\n{SUITE}\nminbase\n{}\n{}\n{:?}\n{SLIM_PATHS:?}\n{SLIM_HOOK}\n",
+            platform.debian_arch(),
             self.source_date_epoch,
             self.sources()
         ));
         format!("{BOOTSTRAP_REPOSITORY}:{SUITE}-{}", &format!("{:x}", h.finalize())[..12])
     }
 
-    /// Runs mmdebstrap into `out` (a tar).
-    pub fn run_mmdebstrap(&self, sh: &Shell, out: &Path) -> anyhow::Result<()> {
+    /// Runs mmdebstrap into `out` (a tar) for `platform`'s architecture.
+    pub fn run_mmdebstrap(&self, sh: &Shell, out: &Path, platform: Platform) -> anyhow::Result<()> {
         if !crate::project::on_path("mmdebstrap") {
             anyhow::bail!(
                 "mmdebstrap is not installed: install it (Debian: `sudo apt-get install mmdebstrap`) \
                  or use `--os-source registry`"
             );
         }
+        if platform != Platform::host() {
+            crate::emulation::ensure(platform)?;
+        }
+        let arch = format!("--architectures={}", platform.debian_arch());
         let epoch = self.source_date_epoch.to_string();
         let _epoch = sh.push_env("SOURCE_DATE_EPOCH", &epoch);
         let sources = self.sources();
         let mut slim: Vec<String> = SLIM_PATHS.iter().map(|p| format!("--dpkgopt={p}")).collect();
         slim.push(format!("--customize-hook={SLIM_HOOK}"));
-        cmd!(sh, "mmdebstrap --variant=minbase --format=tar --quiet {slim...} {SUITE} {out} {sources...}")
-            .run()
-            .with_context(|| {
-                format!(
-                    "mmdebstrap could not bootstrap Debian {SUITE} from {} (is the archive reachable? \
+        cmd!(
+            sh,
+            "mmdebstrap --variant=minbase {arch} --format=tar --quiet {slim...} {SUITE} {out} {sources...}"
+        )
+        .run()
+        .with_context(|| {
+            format!(
+                "mmdebstrap could not bootstrap Debian {SUITE} from {} (is the archive reachable? \
                      choose another with --debian-mirror, or use --os-source registry)",
-                    self.mirror
-                )
-            })
+                self.mirror
+            )
+        })
     }
 
     /// Returns the bootstrap image's id, bootstrapping and loading it unless it already exists
     /// (or `refresh` asks for a new one, to pick up archive updates).
-    pub async fn ensure(&self, engine: &Engine, sh: &Shell, refresh: bool) -> anyhow::Result<String> {
-        let reference = self.reference();
+    pub async fn ensure(
+        &self,
+        engine: &Engine,
+        sh: &Shell,
+        refresh: bool,
+        platform: Platform,
+    ) -> anyhow::Result<String> {
+        let reference = self.reference(platform);
         if !refresh && let Some(id) = engine.image_id(&reference).await? {
             return Ok(id);
         }
         let dir = tempfile::tempdir().context("cannot create a temporary folder")?;
         let tar = dir.path().join("rootfs.tar");
-        eprintln!("bootstrapping Debian {SUITE} from {} with mmdebstrap", self.mirror);
-        self.run_mmdebstrap(sh, &tar)?;
+        eprintln!(
+            "bootstrapping Debian {SUITE} ({}) from {} with mmdebstrap",
+            platform.debian_arch(),
+            self.mirror
+        );
+        self.run_mmdebstrap(sh, &tar, platform)?;
         let rootfs = std::fs::read(&tar).with_context(|| format!("cannot read {}", tar.display()))?;
-        let (archive, id) = self.image_archive(rootfs, &reference)?;
+        let (archive, id) = self.image_archive(rootfs, &reference, platform)?;
         engine.load(archive).await.context("cannot load the bootstrapped OS image")?;
         Ok(id)
     }
 
-    /// A `docker save`-format archive holding one image: `rootfs` as its single layer.
-    /// Returns the archive and the image id the engine will give it.
-    pub fn image_archive(&self, rootfs: Vec<u8>, tag: &str) -> anyhow::Result<(Vec<u8>, String)> {
+    /// A `docker save`-format archive holding one image for `platform`: `rootfs` as its single
+    /// layer. Returns the archive and the image id the engine will give it. The configuration
+    /// names the platform itself (`docker import --platform` would record the host's), and every
+    /// image built on it inherits it.
+    pub fn image_archive(
+        &self,
+        rootfs: Vec<u8>,
+        tag: &str,
+        platform: Platform,
+    ) -> anyhow::Result<(Vec<u8>, String)> {
         let layer_digest = format!("{:x}", Sha256::digest(&rootfs));
         let created = rfc3339(self.source_date_epoch);
-        let config = ImageConfigurationBuilder::default()
+        let architecture = match platform {
+            Platform::Amd64 => Arch::Amd64,
+            Platform::Arm64 => Arch::ARM64,
+        };
+        let mut config = ImageConfigurationBuilder::default()
             .created(created.clone())
-            .architecture(Arch::default())
+            .architecture(architecture)
             .os(Os::Linux)
             .config(
                 ConfigBuilder::default()
@@ -215,6 +256,7 @@ impl Bootstrap {
                     .build()?,
             ])
             .build()?;
+        config.set_variant(platform.variant().map(str::to_string));
         let config = serde_json::to_vec(&config)?;
         let config_digest = format!("{:x}", Sha256::digest(&config));
         let manifest = serde_json::to_vec(&serde_json::json!([{
@@ -260,11 +302,29 @@ mod tests {
     #[test]
     fn the_archive_is_deterministic_and_names_its_config_digest() {
         let b = Bootstrap::default();
-        let (a1, id1) = b.image_archive(b"layer bytes".to_vec(), "x:y").unwrap();
-        let (a2, id2) = b.image_archive(b"layer bytes".to_vec(), "x:y").unwrap();
+        let (a1, id1) = b.image_archive(b"layer bytes".to_vec(), "x:y", Platform::Amd64).unwrap();
+        let (a2, id2) = b.image_archive(b"layer bytes".to_vec(), "x:y", Platform::Amd64).unwrap();
         assert_eq!((a1.clone(), &id1), (a2, &id2));
-        let (_, other) = b.image_archive(b"other bytes".to_vec(), "x:y").unwrap();
+        let (_, other) = b.image_archive(b"other bytes".to_vec(), "x:y", Platform::Amd64).unwrap();
         assert_ne!(id1, other, "the layer is part of the identity");
+        let (arm64, arm64_id) = b.image_archive(b"layer bytes".to_vec(), "x:y", Platform::Arm64).unwrap();
+        assert_ne!(id1, arm64_id, "the platform is part of the identity");
+        let config = |archive: Vec<u8>| -> serde_json::Value {
+            let mut archive = tar::Archive::new(std::io::Cursor::new(archive));
+            let mut entry = archive
+                .entries()
+                .unwrap()
+                .map(Result::unwrap)
+                .find(|e| {
+                    e.path().unwrap().to_string_lossy().ends_with(".json")
+                        && e.path().unwrap().to_string_lossy() != "manifest.json"
+                })
+                .unwrap();
+            serde_json::from_reader(&mut entry).unwrap()
+        };
+        let (amd64, arm64) = (config(a1.clone()), config(arm64));
+        assert_eq!((amd64["architecture"].as_str(), amd64.get("variant")), (Some("amd64"), None));
+        assert_eq!((arm64["architecture"].as_str(), arm64["variant"].as_str()), (Some("arm64"), Some("v8")));
 
         let mut archive = tar::Archive::new(std::io::Cursor::new(a1));
         let mut config = None;
@@ -291,8 +351,13 @@ mod tests {
         other_mirror.mirror = "http://mirror.example/debian".into();
         let mut no_security = b.clone();
         no_security.security_mirror = None;
-        let refs =
-            [b.reference(), other_epoch.reference(), other_mirror.reference(), no_security.reference()];
+        let refs = [
+            b.reference(Platform::Amd64),
+            b.reference(Platform::Arm64),
+            other_epoch.reference(Platform::Amd64),
+            other_mirror.reference(Platform::Amd64),
+            no_security.reference(Platform::Amd64),
+        ];
         for (i, r) in refs.iter().enumerate() {
             assert!(r.starts_with("localhost/agent-sandbox/bootstrap:trixie-"), "{r}");
             assert!(refs.iter().skip(i + 1).all(|o| o != r), "{refs:?}");

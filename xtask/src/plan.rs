@@ -13,6 +13,7 @@ use crate::context::BuildContext;
 use crate::dockerfile::{copies, pinned_args};
 use crate::graph::{Base, ImageNode, OS_ARG};
 use crate::lock::LockedImage;
+use crate::platform::Platform;
 use crate::{labels, project};
 
 /// Files the xtask makes and puts into any context whose Dockerfile copies them.
@@ -33,8 +34,12 @@ pub struct BuildPlan {
     pub labels: HashMap<String, String>,
     /// Exactly what the image is built on: the parent's id or an external reference.
     pub from: String,
-    /// The input hash images.lock records (the same on every machine).
+    /// The platform it is built for.
+    pub platform: Platform,
+    /// The input hash images.lock records for that platform (the same on every machine).
     pub inputs: String,
+    /// The input hash for every platform, computed without building (the lock keeps them all).
+    pub all_inputs: BTreeMap<String, String>,
     /// The build key: the input hash of exactly what the engine is given (local).
     pub build_key: String,
     /// The Dockerfile's ARG defaults other than the parent's, recorded in the lock.
@@ -52,13 +57,14 @@ pub struct Shared<'a> {
     pub os_base: Option<&'a str>,
     pub prefix: &'a str,
     pub revision: Option<&'a str>,
+    pub platform: Platform,
 }
 
-/// The parent as the walk found it: its image id and its input hash.
+/// The parent as the walk found it: its image id and its input hash for every platform.
 #[derive(Clone, Copy, Debug)]
 pub struct Parent<'a> {
     pub id: &'a str,
-    pub inputs: &'a str,
+    pub inputs: &'a BTreeMap<String, String>,
 }
 
 /// The plan of `node`, whose parent (if it has a local one) was built or found as `parent`.
@@ -97,26 +103,34 @@ pub fn plan(node: &ImageNode, parent: Option<Parent>, shared: Shared) -> anyhow:
         context.insert(POLICY, 0o644, policy);
     }
     // The input hash the lock records: the context as the checkout has it (no extra CA,
-    // sandbox-init by the hash of its sources, since its bytes depend on the toolchain), and
-    // the parent by its input hash (a root by the reference its Dockerfile names), not by what
-    // this engine made of it.
+    // sandbox-init by the hash of its sources, since its bytes depend on the toolchain), the
+    // platform, and the parent by its input hash for that platform (a root by the reference its
+    // Dockerfile names), not by what this engine made of it. Every platform's, since none needs
+    // the engine.
     let mut checkout_args = build_args.clone();
     if let Some(arg) = node.base.arg() {
         checkout_args.remove(arg);
     }
-    let checkout_from = match (&node.base, parent) {
-        (Base::Local { image, .. }, Some(parent)) => format!("{image}@{}", parent.inputs),
-        (Base::Local { image, .. }, None) => image.clone(),
-        (Base::External { reference, .. }, _) => reference.clone(),
-    };
-    let inputs = match init_sources {
-        Some(sources) => {
-            let mut checkout = context.clone();
-            checkout.insert(SANDBOX_INIT, 0o755, format!("sources {sources}").into_bytes());
-            checkout.input_hash(&checkout_args, &checkout_from)
-        }
-        None => context.input_hash(&checkout_args, &checkout_from),
-    };
+    let mut checkout = context.clone();
+    if let Some(sources) = init_sources {
+        checkout.insert(SANDBOX_INIT, 0o755, format!("sources {sources}").into_bytes());
+    }
+    let mut all_inputs = BTreeMap::new();
+    for platform in Platform::ALL {
+        let checkout_from = match (&node.base, parent) {
+            (Base::Local { image, .. }, Some(parent)) => {
+                let inputs = parent.inputs.get(platform.name()).with_context(|| {
+                    format!("'{image}' has no input hash for {platform}, so '{name}' has none")
+                })?;
+                format!("{image}@{inputs}")
+            }
+            (Base::Local { image, .. }, None) => image.clone(),
+            (Base::External { reference, .. }, _) => reference.clone(),
+        };
+        let inputs = checkout.input_hash(&checkout_args, &format!("{checkout_from} {platform}"));
+        all_inputs.insert(platform.name().to_string(), inputs);
+    }
+    let inputs = all_inputs[shared.platform.name()].clone();
     if let (Some(ca), Base::External { .. }) = (shared.extra_ca, &node.base) {
         inject_ca(&mut context, ca);
     }
@@ -125,7 +139,18 @@ pub fn plan(node: &ImageNode, parent: Option<Parent>, shared: Shared) -> anyhow:
     let build_key = context.input_hash(&build_args, &format!("{from} {inputs}"));
     let args = pinned_args(&node.dockerfile, node.base.arg());
     let labels = image_labels(node, (&inputs, &build_key), shared);
-    Ok(BuildPlan { name: name.to_string(), context, build_args, labels, from, inputs, build_key, args })
+    Ok(BuildPlan {
+        name: name.to_string(),
+        platform: shared.platform,
+        context,
+        build_args,
+        labels,
+        from,
+        inputs,
+        all_inputs,
+        build_key,
+        args,
+    })
 }
 
 /// What differs between the lock's entry for an image and its plan, if anything.
@@ -136,12 +161,14 @@ pub fn mismatch(
     parent: &Option<String>,
 ) -> Option<String> {
     let Some(entry) = entry else { return Some(format!("{name}: not in the lock")) };
-    if entry.inputs != plan.inputs {
-        return Some(format!(
-            "{name}: inputs changed ({} in the lock, {} in the checkout)",
-            short(&entry.inputs),
-            short(&plan.inputs)
-        ));
+    for (platform, inputs) in &plan.all_inputs {
+        let locked = entry.inputs.get(platform).map_or("none", |i| short(i));
+        if locked != short(inputs) {
+            return Some(format!(
+                "{name}: inputs for {platform} changed ({locked} in the lock, {} in the checkout)",
+                short(inputs)
+            ));
+        }
     }
     if entry.parent != *parent || entry.args != plan.args {
         return Some(format!("{name}: parent or args changed"));
@@ -177,6 +204,7 @@ fn image_labels(
     let mut l = HashMap::from([
         (labels::IMAGE.to_string(), node.name.clone()),
         (labels::INPUTS.to_string(), inputs.to_string()),
+        (labels::PLATFORM.to_string(), shared.platform.name().to_string()),
         (labels::BUILD.to_string(), build_key.to_string()),
         (labels::OCI_TITLE.to_string(), format!("{}{}", project::LOCAL_PREFIX, node.name)),
         (labels::OCI_VERSION.to_string(), project::VERSION.to_string()),
@@ -231,6 +259,14 @@ mod tests {
         Shared { sandbox_init: Some((b"binary-1", "sources-1")), prefix: "localhost/x", ..Shared::default() }
     }
 
+    /// An input hash for every platform.
+    fn every(inputs: &str) -> BTreeMap<String, String> {
+        Platform::ALL
+            .iter()
+            .map(|p| (p.name().to_string(), format!("{inputs}-{}", p.debian_arch())))
+            .collect()
+    }
+
     #[test]
     fn the_ca_goes_after_the_dockerfile() {
         let mut ctx = BuildContext::default();
@@ -260,22 +296,49 @@ mod tests {
         assert!(with.context.files.contains_key(EXTRA_CA_NAME));
         // A child is not given the CA: it inherits it from its root.
         let base = graph.get("base").unwrap();
-        let parent = Parent { id: "sha256:os", inputs: &without.inputs };
+        let parent = Parent { id: "sha256:os", inputs: &without.all_inputs };
         let child = plan(base, Some(parent), Shared { extra_ca: Some(b"ca"), ..shared() }).unwrap();
         assert!(!child.context.files.contains_key(EXTRA_CA_NAME));
+    }
+
+    #[test]
+    fn every_platform_has_its_own_inputs_and_build_key() {
+        let (_root, graph) = checkout();
+        let os = graph.get("os").unwrap();
+        let amd64 = plan(os, None, Shared { platform: Platform::Amd64, ..shared() }).unwrap();
+        let arm64 = plan(os, None, Shared { platform: Platform::Arm64, ..shared() }).unwrap();
+        assert_eq!(amd64.all_inputs, arm64.all_inputs, "each walk computes every platform's");
+        assert_eq!(amd64.all_inputs.len(), Platform::ALL.len());
+        assert_ne!(amd64.inputs, arm64.inputs);
+        assert_eq!(arm64.inputs, arm64.all_inputs["linux/arm64"]);
+        assert_ne!(amd64.build_key, arm64.build_key, "an image is never reused for another platform");
+        assert_eq!(arm64.labels[labels::PLATFORM], "linux/arm64");
+
+        let base = graph.get("base").unwrap();
+        let parent = Parent { id: "sha256:os", inputs: &amd64.all_inputs };
+        let on_arm64 = plan(base, Some(parent), Shared { platform: Platform::Arm64, ..shared() }).unwrap();
+        let mut changed = amd64.all_inputs.clone();
+        changed.insert("linux/arm64".into(), "sha256:changed".into());
+        let changed = plan(base, Some(Parent { inputs: &changed, ..parent }), shared()).unwrap();
+        assert_eq!(changed.all_inputs["linux/amd64"], on_arm64.all_inputs["linux/amd64"]);
+        assert_ne!(changed.all_inputs["linux/arm64"], on_arm64.all_inputs["linux/arm64"], "per platform");
+
+        let only_amd64 = BTreeMap::from([("linux/amd64".to_string(), "sha256:x".to_string())]);
+        let err = plan(base, Some(Parent { inputs: &only_amd64, ..parent }), shared()).unwrap_err();
+        assert!(err.to_string().contains("no input hash for linux/arm64"), "{err}");
     }
 
     #[test]
     fn a_new_parent_id_changes_the_childs_key_and_its_inputs_only_with_the_parents() {
         let (_root, graph) = checkout();
         let base = graph.get("base").unwrap();
-        let first = plan(base, Some(Parent { id: "sha256:one", inputs: "sha256:in" }), shared()).unwrap();
-        let rebuilt = plan(base, Some(Parent { id: "sha256:two", inputs: "sha256:in" }), shared()).unwrap();
+        let (inputs, other) = (every("sha256:in"), every("sha256:other"));
+        let first = plan(base, Some(Parent { id: "sha256:one", inputs: &inputs }), shared()).unwrap();
+        let rebuilt = plan(base, Some(Parent { id: "sha256:two", inputs: &inputs }), shared()).unwrap();
         assert_eq!(rebuilt.inputs, first.inputs, "the parent rebuilt from the same inputs");
         assert_ne!(rebuilt.build_key, first.build_key, "but a child of another image");
         assert_eq!(rebuilt.build_args["BASE_IMAGE"], "sha256:two");
-        let changed =
-            plan(base, Some(Parent { id: "sha256:two", inputs: "sha256:other" }), shared()).unwrap();
+        let changed = plan(base, Some(Parent { id: "sha256:two", inputs: &other }), shared()).unwrap();
         assert_ne!(changed.inputs, first.inputs, "the parent's inputs changed");
     }
 
@@ -283,7 +346,8 @@ mod tests {
     fn sandbox_init_enters_by_its_sources_hash() {
         let (_root, graph) = checkout();
         let base = graph.get("base").unwrap();
-        let parent = Some(Parent { id: "sha256:os", inputs: "sha256:in" });
+        let inputs = every("sha256:in");
+        let parent = Some(Parent { id: "sha256:os", inputs: &inputs });
         let built = plan(base, parent, shared()).unwrap();
         assert_eq!(built.context.files[SANDBOX_INIT].data, b"binary-1", "the engine gets the binary");
         assert!(built.context.files.contains_key(POLICY), "and policies/base.yaml");
@@ -301,14 +365,17 @@ mod tests {
     #[test]
     fn a_pinned_arg_default_enters_args_and_the_parents_does_not() {
         let (_root, graph) = checkout();
-        let cli =
-            plan(graph.get("cli").unwrap(), Some(Parent { id: "sha256:b", inputs: "sha256:bi" }), shared())
-                .unwrap();
+        let cli = plan(
+            graph.get("cli").unwrap(),
+            Some(Parent { id: "sha256:b", inputs: &every("sha256:bi") }),
+            shared(),
+        )
+        .unwrap();
         assert_eq!(cli.args, BTreeMap::from([("CLI_VERSION".to_string(), "1.2.3".to_string())]));
         assert_eq!(cli.labels[labels::PARENT], "base");
         let entry = LockedImage {
             parent: Some("base".into()),
-            inputs: cli.inputs.clone(),
+            inputs: cli.all_inputs.clone(),
             args: cli.args.clone(),
             pinned: None,
         };

@@ -22,6 +22,8 @@ pub struct Progress {
     start: Instant,
     bars: Option<Bars>,
     quiet: bool,
+    /// Added to every image's name: the platform, when a walk builds another than the host's.
+    suffix: String,
 }
 
 struct Bars {
@@ -43,7 +45,13 @@ impl Progress {
             overall.enable_steady_tick(Duration::from_millis(200));
             Bars { multi, overall, images: Mutex::new(Vec::new()) }
         });
-        Progress { start: Instant::now(), bars, quiet: mode == ProgressMode::Quiet }
+        Progress { start: Instant::now(), bars, quiet: mode == ProgressMode::Quiet, suffix: String::new() }
+    }
+
+    /// Every image's name followed by ` (what)`: two walks' lines told apart.
+    pub fn naming(mut self, what: &str) -> Progress {
+        self.suffix = format!(" ({what})");
+        self
     }
 
     fn bar(&self, bars: &Bars, name: &str) -> ProgressBar {
@@ -56,7 +64,7 @@ impl Progress {
             ProgressStyle::with_template("{spinner} {elapsed:>5} {prefix:<10} {wide_msg}")
                 .expect("a valid template"),
         );
-        bar.set_prefix(name.to_string());
+        bar.set_prefix(format!("{name}{}", self.suffix));
         bar.enable_steady_tick(Duration::from_millis(120));
         images.push((name.to_string(), bar.clone()));
         bar
@@ -96,7 +104,7 @@ impl Progress {
     }
 
     fn line(&self, name: &str, message: &str) {
-        eprintln!("[{:>6.1}s] {name}: {message}", self.start.elapsed().as_secs_f64());
+        eprintln!("[{:>6.1}s] {name}{}: {message}", self.start.elapsed().as_secs_f64(), self.suffix);
     }
 
     pub fn done(&self) {

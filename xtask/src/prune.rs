@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::engine::{Engine, ListedImage};
+use crate::platform::Platform;
 use crate::{labels, lock::LocalImages, project};
 
 impl crate::flags::PruneFlags {
@@ -74,11 +75,12 @@ pub fn plan(
 ) -> Vec<Superseded> {
     let prefix_repo = format!("{}/{}", prefix.trim_end_matches('/'), crate::project::LOCAL_PREFIX);
     let inputs_repo = format!("{}:", project::INPUTS_REPOSITORY);
-    let version_tag = format!(":{}", project::VERSION);
-    // The version tag moves to every new build of an image: it names the latest, whichever
-    // checkout made it, even when this checkout's lock is older.
+    let version_tags: Vec<String> =
+        Platform::ALL.iter().map(|p| format!(":{}", p.tag(project::VERSION))).collect();
+    // The version tag (one per platform) moves to every new build of an image: it names the
+    // latest, whichever checkout made it, even when this checkout's lock is older.
     let latest = |image: &ListedImage| {
-        image.tags.iter().any(|t| t.starts_with(&prefix_repo) && t.ends_with(&version_tag))
+        image.tags.iter().any(|t| t.starts_with(&prefix_repo) && version_tags.iter().any(|v| t.ends_with(v)))
     };
     let bench_repo = format!("{}/", project::BENCH_REPOSITORY);
     // What `bench build` left behind: its tags go from any image of ours, kept or not.
@@ -222,7 +224,13 @@ pub async fn prune(
     opts: &PruneOptions,
     mut on_image: impl FnMut(&Superseded, &Outcome),
 ) -> anyhow::Result<PruneReport> {
-    let local = LocalImages::read(&opts.lock_path)?;
+    let mut local = LocalImages::default();
+    for platform in Platform::ALL {
+        let record = LocalImages::read_for(&opts.lock_path, platform)?;
+        local
+            .images
+            .extend(record.images.into_iter().map(|(name, image)| (format!("{name} {platform}"), image)));
+    }
     if local.images.is_empty() {
         // A fresh checkout: nothing recorded, so only the version tags (the latest of each
         // image) say what stays.
@@ -340,6 +348,23 @@ mod tests {
                 ),
                 ("older".into(), vec!["localhost/agent-sandbox/agent-base:sha-a223551a0513".into()], true),
             ]
+        );
+    }
+
+    #[test]
+    fn the_latest_of_each_platform_stays() {
+        let other = if Platform::host() == Platform::Amd64 { Platform::Arm64 } else { Platform::Amd64 };
+        let (version, sha) = (other.tag("0.1.0"), other.tag("sha-0a8f9309fb64"));
+        let images = [
+            image("host", "shell", &["localhost/agent-sandbox/agent-shell:0.1.0"], 5),
+            image("other", "shell", &[&format!("localhost/agent-sandbox/agent-shell:{version}")], 5),
+            image("old-other", "shell", &[&format!("localhost/agent-sandbox/agent-shell:{sha}")], 3600),
+        ];
+        let planned = run(&images, &[]);
+        assert_eq!(
+            planned,
+            vec![("old-other".into(), vec![format!("localhost/agent-sandbox/agent-shell:{sha}")], true)],
+            "only the other platform's older build goes"
         );
     }
 

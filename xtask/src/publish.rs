@@ -205,7 +205,7 @@ mod tests {
                 name.into(),
                 crate::lock::LockedImage {
                     parent: None,
-                    inputs: "sha256:1".into(),
+                    inputs: [("linux/amd64".to_string(), "sha256:1".to_string())].into(),
                     args: Default::default(),
                     pinned: pinned.map(str::to_string),
                 },

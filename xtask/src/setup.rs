@@ -55,6 +55,9 @@ pub struct Missing {
     /// register with the engine.
     pub runsc: bool,
     pub register_runsc: bool,
+    /// arm64 programs are not run here yet: qemu-user-static to register with binfmt_misc, for
+    /// the arm64 chain's images (emulation.rs).
+    pub register_arm64: bool,
 }
 
 /// What was found on the machine, for [`missing`].
@@ -75,6 +78,8 @@ pub struct Found {
     /// runsc is installed, and the engine has it registered.
     pub runsc: bool,
     pub runsc_registered: bool,
+    /// The kernel runs arm64 programs (binfmt_misc).
+    pub runs_arm64: bool,
 }
 
 /// What is missing for the quick start, and with `tests` for the test command. Pure.
@@ -135,6 +140,7 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
         m.kubernetes_validate = !found.kubernetes_validate;
         m.runsc = !found.runsc;
         m.register_runsc = !found.runsc_registered;
+        m.register_arm64 = !found.runs_arm64;
     }
     m
 }
@@ -174,6 +180,7 @@ impl SetupFlags {
             )
             .chain(need.runsc.then(|| "runsc (gVisor, Debian trixie's)".to_string()))
             .chain(need.register_runsc.then(|| format!("runsc registered in {}", crate::gvisor::DAEMON_JSON)))
+            .chain(need.register_arm64.then(|| "qemu-aarch64 registered with binfmt_misc".to_string()))
             .collect();
         if need.engine {
             eprintln!("==> setup: no container engine answers: it is started once installed");
@@ -238,6 +245,15 @@ impl SetupFlags {
             // Before the engine starts, which then reads it; a running one is told (SIGHUP).
             crate::gvisor::register(&sh, sudo)?;
             done.push(format!("registered runsc with the engine ({})", crate::gvisor::DAEMON_JSON));
+        }
+        if need.register_arm64 {
+            // The kernel's, as root: it lasts until the machine restarts.
+            anyhow::ensure!(
+                installer == Installer::Root,
+                "registering qemu-aarch64 with binfmt_misc needs root: run `sudo cargo xtask setup --tests`"
+            );
+            crate::emulation::register(crate::platform::Platform::Arm64)?;
+            done.push("registered qemu-aarch64 with binfmt_misc (arm64 images run under emulation)".into());
         }
         if need.engine {
             done.push(start_engine(&installer).await?);
@@ -348,6 +364,7 @@ async fn look(root: &Path) -> Found {
     Found {
         runsc: crate::gvisor::installed(),
         runsc_registered: runtimes.iter().any(|r| r == crate::gvisor::RUNTIME),
+        runs_arm64: crate::emulation::runs(crate::platform::Platform::Arm64),
         engine_answers: engine.is_some(),
         on_path: programs.into_iter().filter(|p| on_path(p)).collect(),
         nextest: std::process::Command::new("cargo")
@@ -488,7 +505,13 @@ mod tests {
         assert_eq!(tests.components, ["rustfmt", "clippy"]);
         assert_eq!(tests.targets, ["aarch64-unknown-linux-gnu"]);
         assert!(quick.targets.is_empty(), "the arm64 chain is the suites' need");
-        assert!(tests.nextest && tests.devcontainer && tests.runsc && tests.register_runsc);
+        assert!(
+            tests.nextest
+                && tests.devcontainer
+                && tests.runsc
+                && tests.register_runsc
+                && tests.register_arm64
+        );
         assert!(tests.kubernetes_validate && !quick.kubernetes_validate);
         // Python's venv there already: only the validator.
         let with_venv = missing(&Found { python_venv: true, ..bare.clone() }, true);
@@ -523,8 +546,12 @@ mod tests {
             debian: true,
             runsc: true,
             runsc_registered: true,
+            runs_arm64: true,
         };
         assert_eq!(missing(&ready, true), Missing::default());
+        // After a restart binfmt_misc forgets qemu: registered again, nothing installed.
+        let forgotten = Found { runs_arm64: false, ..ready.clone() };
+        assert_eq!(missing(&forgotten, true), Missing { register_arm64: true, ..Missing::default() });
         // Installed, not registered (or the engine restarted without it): registered only.
         let unregistered = Found { runsc_registered: false, ..ready.clone() };
         assert_eq!(missing(&unregistered, true), Missing { register_runsc: true, ..Missing::default() });

@@ -17,9 +17,23 @@ impl TestFlags {
     }
 }
 
+/// The images `--arm64` builds for linux/arm64 and checks under emulation (`arm64::` and
+/// `arm64::release::`): the shell image and one npm agent.
+pub const ARM64_IMAGES: &[&str] = &["shell", "claude"];
+
+/// What `--arm64` runs: the arm64 chain's suite, its release part included.
+pub const ARM64_SUITES: &str = "package(sandbox-tests) & test(/^arm64::/)";
+
+/// What only `--arm64` runs: left out of the other passes for its time (every build step of
+/// claude's chain under qemu-user).
+pub const ARM64_RELEASE_SUITES: &str = "test(/^arm64::release::/)";
+
 async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     let mut opts = BuildOptions::new(root);
     flags.common.apply(&mut opts);
+    if flags.arm64 {
+        return run_arm64(root, flags, opts).await;
+    }
     eprintln!("building the images the suites use");
     let report = build::build(&opts).await?;
     report.ensure_success()?;
@@ -94,14 +108,35 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     result
 }
 
+/// `--arm64`: the arm64 chain of [`ARM64_IMAGES`], built under emulation, then `arm64::`.
+async fn run_arm64(root: &Path, flags: TestFlags, mut opts: BuildOptions) -> anyhow::Result<()> {
+    crate::emulation::ensure(crate::platform::Platform::Arm64)?;
+    opts.platform = crate::platform::Platform::Arm64;
+    opts.images = ARM64_IMAGES.iter().map(|i| i.to_string()).collect();
+    eprintln!("building the arm64 chain of {} (every build step under qemu-user)", ARM64_IMAGES.join(", "));
+    let report = build::build(&opts).await?;
+    report.ensure_success()?;
+    opts.os_source = Some(report.os_source);
+    let sh = Shell::new()?;
+    let _dir = sh.push_dir(root);
+    let _guards: Vec<_> = opts.export_env().into_iter().map(|(k, v)| sh.push_env(k, v)).collect();
+    let _mode = sh.push_env(MODE_ENV, "ci");
+    let args = &flags.nextest_args;
+    cmd!(sh, "cargo nextest run --workspace --profile default -E {ARM64_SUITES} {args...}")
+        .run()
+        .context("the arm64 suites failed")
+}
+
 /// What `--ci` leaves out, as a nextest filterset: the `ci` profile's default-filter in
-/// .config/nextest.toml (`not (…)`, the one list of the suites that need NET_ADMIN), inverted.
+/// .config/nextest.toml (`not (…)`, the one list of the suites that need NET_ADMIN), inverted;
+/// less what only `--arm64` runs, which the ci profile leaves out too.
 pub fn net_admin_suites(root: &Path) -> anyhow::Result<String> {
     let path = root.join(".config/nextest.toml");
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    inverted_ci_filter(&text).with_context(|| {
+    let inverted = inverted_ci_filter(&text).with_context(|| {
         format!("{}: [profile.ci] has no `default-filter = \"not (…)\"` line", path.display())
-    })
+    })?;
+    Ok(format!("({inverted}) & not {ARM64_RELEASE_SUITES}"))
 }
 
 fn inverted_ci_filter(nextest_toml: &str) -> Option<String> {
@@ -138,7 +173,9 @@ mod tests {
         for suite in ["firewall::", "agents::", "attacks::(network", "podman::"] {
             assert!(only.contains(suite), "{suite} not in {only}");
         }
-        assert!(only.starts_with("package(sandbox-tests) & ("), "{only}");
+        assert!(only.starts_with("(package(sandbox-tests) & ("), "{only}");
+        assert!(only.ends_with(&format!(") & not {ARM64_RELEASE_SUITES}")), "{only}");
+        assert!(only.contains(ARM64_RELEASE_SUITES), "the ci profile leaves it out too: {only}");
         assert_eq!(only.matches('(').count(), only.matches(')').count(), "{only}");
         let toml = "[profile.default]\nx = 1\n\n[profile.ci]\nfail-fast = false\ndefault-filter = \"not (test(/^a::/))\"\n\n[profile.ci.junit]\n";
         assert_eq!(inverted_ci_filter(toml).as_deref(), Some("test(/^a::/)"));

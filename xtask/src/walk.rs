@@ -21,6 +21,7 @@ use crate::options::BuildOptions;
 use crate::os::{OsLayer, OsSource};
 use crate::plan::short;
 use crate::plan::{BuildPlan, Parent, SANDBOX_INIT, Shared, mismatch, plan};
+use crate::platform::Platform;
 use crate::progress::Progress;
 use crate::report::{BuildReport, ImageResult, Outcome};
 use crate::{labels, project};
@@ -29,6 +30,7 @@ use crate::{labels, project};
 /// build, and the lock the walk writes.
 struct Walk<'a> {
     opts: &'a BuildOptions,
+    platform: Platform,
     engine: Engine,
     progress: Arc<Progress>,
     graph: ImageGraph,
@@ -41,9 +43,9 @@ struct Walk<'a> {
     old_lock: ImagesLock,
     lock: ImagesLock,
     local: LocalImages,
-    /// The image id and input hash of each image built or found so far.
+    /// The image id of each image built or found so far, and its input hash for every platform.
     ids: HashMap<String, String>,
-    inputs: HashMap<String, String>,
+    inputs: HashMap<String, BTreeMap<String, String>>,
 }
 
 impl<'a> Walk<'a> {
@@ -55,7 +57,14 @@ impl<'a> Walk<'a> {
     ) -> anyhow::Result<Walk<'a>> {
         let engine = Engine::connect().await?;
         let sh = Shell::new()?;
-        let progress = Arc::new(Progress::new(opts.progress, order.len()));
+        let platform = opts.platform;
+        // Read first: a lock that cannot be read stops the walk before any long work.
+        let old_lock = ImagesLock::read(&opts.lock_path)?;
+        let mut progress = Progress::new(opts.progress, order.len());
+        if platform != Platform::host() {
+            progress = progress.naming(platform.name());
+        }
+        let progress = Arc::new(progress);
         // git takes a few milliseconds: a no-op build is short enough for that to matter, so it
         // runs beside the engine calls.
         let revision = {
@@ -66,28 +75,32 @@ impl<'a> Walk<'a> {
         let needs_init =
             order.iter().any(|n| copies(&graph.get(n).expect("in graph").dockerfile, SANDBOX_INIT));
         let sandbox_init = if needs_init {
-            progress.note("building sandbox-init (static)");
-            let binary = project::sandbox_init_binary(&sh, &opts.root)?;
+            progress.note(&format!("building sandbox-init (static, {platform})"));
+            let binary = project::sandbox_init_binary_for(&sh, &opts.root, platform)?;
             Some((binary, project::sandbox_init_sources_hash(&opts.root)?))
         } else {
             None
         };
         let os_base = match graph.os_reference(order) {
             Some(reference) => {
-                let layer =
-                    OsLayer { source: os_source, bootstrap: &opts.bootstrap, refresh: opts.refresh_os };
+                let layer = OsLayer {
+                    source: os_source,
+                    bootstrap: &opts.bootstrap,
+                    refresh: opts.refresh_os,
+                    platform,
+                };
                 layer.image(reference, &engine, &sh, &progress).await?
             }
             None => None,
         };
-        let old_lock = ImagesLock::read(&opts.lock_path)?;
         let mut lock = old_lock.clone();
         lock.images.retain(|name, _| graph.get(name).is_some());
-        let mut local = LocalImages::read(&opts.lock_path)?;
+        let mut local = LocalImages::read_for(&opts.lock_path, platform)?;
         local.images.retain(|name, _| graph.get(name).is_some());
         let revision = revision.join().expect("git_revision does not panic");
         Ok(Walk {
             opts,
+            platform,
             engine,
             progress,
             graph,
@@ -120,6 +133,7 @@ impl<'a> Walk<'a> {
             os_base: self.os_base.as_deref(),
             prefix: &self.opts.prefix,
             revision: self.revision.as_deref(),
+            platform: self.platform,
         };
         plan(node, parent, shared)
     }
@@ -134,8 +148,9 @@ impl<'a> Walk<'a> {
             let (repository, tag) = inputs_tag.rsplit_once(':').expect("a tag");
             self.engine.tag(id, repository, tag).await?;
         }
-        let sha = self.revision.as_ref().map(|rev| format!("sha-{rev}"));
-        for tag in std::iter::once(project::VERSION).chain(sha.as_deref()) {
+        let version = self.platform.tag(project::VERSION);
+        let sha = self.revision.as_ref().map(|rev| self.platform.tag(&format!("sha-{rev}")));
+        for tag in std::iter::once(version.as_str()).chain(sha.as_deref()) {
             if !current_tags.contains(&format!("{repository}:{tag}")) {
                 self.engine.tag(id, &repository, tag).await?;
             }
@@ -145,12 +160,12 @@ impl<'a> Walk<'a> {
             .lock
             .images
             .get(name)
-            .filter(|old| old.inputs == plan.inputs)
+            .filter(|old| old.inputs == plan.all_inputs)
             .and_then(|old| old.pinned.clone());
         let parent = self.parent(name);
         let entry = LockedImage {
             parent: parent.clone(),
-            inputs: plan.inputs.clone(),
+            inputs: plan.all_inputs.clone(),
             args: plan.args.clone(),
             pinned,
         };
@@ -161,10 +176,10 @@ impl<'a> Walk<'a> {
             build: plan.build_key.clone(),
             // Every root of a walk with a CA gets it, and every image of the walk is built on one.
             extra_ca: self.extra_ca.is_some(),
-            tags: vec![format!("{repository}:{}", project::VERSION)],
+            tags: vec![format!("{repository}:{version}")],
         };
         self.local.images.insert(name.to_string(), local);
-        self.inputs.insert(name.to_string(), plan.inputs.clone());
+        self.inputs.insert(name.to_string(), plan.all_inputs.clone());
         self.ids.insert(name.to_string(), id.to_string());
         Ok(())
     }
@@ -270,8 +285,8 @@ pub async fn run(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
     }
     progress.done();
 
-    if walk.local != LocalImages::read(&opts.lock_path)? {
-        walk.local.write(&opts.lock_path)?;
+    if walk.local != LocalImages::read_for(&opts.lock_path, walk.platform)? {
+        walk.local.write_for(&opts.lock_path, walk.platform)?;
     }
     if opts.locked {
         if !mismatches.is_empty() {
@@ -281,8 +296,21 @@ pub async fn run(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
                 mismatches.join("\n  ")
             );
         }
-    } else if walk.lock != walk.old_lock {
-        walk.lock.write(&opts.lock_path)?;
+    } else {
+        // Only this walk's images, into the lock as it is on disk now: another platform's walk
+        // of other images may have written it since this one read it (`build --platform`).
+        let current = ImagesLock::read(&opts.lock_path)?;
+        let mut on_disk = current.clone();
+        on_disk.images.retain(|name, _| walk.graph.get(name).is_some());
+        for name in &order {
+            if let Some(entry) = walk.lock.images.get(name) {
+                on_disk.images.insert(name.clone(), entry.clone());
+            }
+        }
+        if on_disk != current {
+            on_disk.write(&opts.lock_path)?;
+        }
+        walk.lock = on_disk;
     }
     let results = order
         .iter()

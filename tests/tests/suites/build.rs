@@ -8,6 +8,7 @@ use xtask::build::{Outcome, build};
 use xtask::engine::Engine;
 use xtask::labels;
 use xtask::lock::{ImagesLock, LocalImages};
+use xtask::platform::Platform;
 use xtask::project::{VERSION, repository};
 
 #[tokio::test]
@@ -42,9 +43,11 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
 
         let labels: HashMap<String, String> = engine.image_labels(id).await?;
         assert_eq!(labels.get(labels::IMAGE), Some(&name.to_string()), "{name}: {labels:?}");
-        assert_eq!(labels.get(labels::INPUTS), Some(&entry.inputs), "{name}");
+        let inputs = entry.inputs_for(Platform::host());
+        assert_eq!(labels.get(labels::INPUTS).map(String::as_str), inputs, "{name}");
+        assert_eq!(entry.inputs.len(), Platform::ALL.len(), "{name}: every platform's input hash");
         assert_eq!(labels.get(labels::BUILD), Some(&here.build), "{name}");
-        assert_ne!(entry.inputs, here.build, "{name}: the lock's input hash names no engine id");
+        assert_ne!(inputs, Some(here.build.as_str()), "{name}: the lock's input hash names no engine id");
         assert_eq!(labels.get(labels::OCI_TITLE), Some(&format!("agent-{name}")), "{name}");
         assert_eq!(labels.get(labels::OCI_VERSION).map(String::as_str), Some(VERSION), "{name}");
         assert!(labels.contains_key(labels::OCI_SOURCE) && labels.contains_key(labels::OCI_REVISION));
@@ -93,7 +96,8 @@ async fn builds_the_graph_tags_labels_locks_and_then_skips() -> anyhow::Result<(
     std::fs::write(scratch.images_dir().join("shell/NOTES.txt"), "changed again\n")?;
     let err = build(&locked).await.expect_err("--locked must fail when inputs changed").to_string();
     assert!(
-        err.contains("--locked: the checkout's inputs differ from") && err.contains("shell: inputs changed"),
+        err.contains("--locked: the checkout's inputs differ from")
+            && err.contains("shell: inputs for linux/amd64 changed"),
         "{err}"
     );
     assert_eq!(ImagesLock::read(&scratch.lock_path())?, rebuilt, "--locked never writes the lock");
@@ -201,6 +205,7 @@ async fn a_scaffolded_agent_builds_and_passes_the_contract() -> anyhow::Result<(
         name: "scaffolded".into(),
         tag: format!("{}:{VERSION}", repository(&scratch.prefix, "scaffolded")),
         root,
+        platform: Platform::host(),
     };
     contract::labels_and_lock_entry(&subject).await?;
     contract::starts_ready_with_an_unprivileged_agent(&subject).await?;
@@ -342,7 +347,6 @@ fn elf_machine_and_interpreter(binary: &[u8]) -> anyhow::Result<(u16, bool)> {
 /// (a bad one refused with 65, as on amd64). The control: the host's build is x86-64, static too.
 #[tokio::test]
 async fn sandbox_init_builds_static_for_arm64_and_runs_under_emulation() -> anyhow::Result<()> {
-    use xtask::platform::Platform;
     const EM_X86_64: u16 = 62;
     const EM_AARCH64: u16 = 183;
     let sh = xshell::Shell::new()?;

@@ -1,6 +1,7 @@
 //! The container suites: one test binary, one module per area.
 
 mod agents;
+mod arm64;
 mod attacks;
 mod browser;
 mod build;

@@ -5,6 +5,7 @@
 use xshell::Shell;
 use xtask::engine::Engine;
 use xtask::os::Bootstrap;
+use xtask::platform::Platform;
 
 #[tokio::test]
 async fn two_bootstraps_give_the_same_digest() -> anyhow::Result<()> {
@@ -12,8 +13,8 @@ async fn two_bootstraps_give_the_same_digest() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let bootstrap = Bootstrap::default();
     let (first, second) = (dir.path().join("first.tar"), dir.path().join("second.tar"));
-    bootstrap.run_mmdebstrap(&sh, &first)?;
-    bootstrap.run_mmdebstrap(&sh, &second)?;
+    bootstrap.run_mmdebstrap(&sh, &first, Platform::host())?;
+    bootstrap.run_mmdebstrap(&sh, &second, Platform::host())?;
     let (first, second) = (std::fs::read(first)?, std::fs::read(second)?);
     assert!(first == second, "mmdebstrap gave different tars with SOURCE_DATE_EPOCH fixed");
     assert!(first.len() <= 85_000_000, "the OS layer is {} MB, more than 85", first.len() / 1_000_000);
@@ -46,8 +47,8 @@ async fn two_bootstraps_give_the_same_digest() -> anyhow::Result<()> {
     }
 
     let tag = format!("localhost/agent-sandbox-test-os-{}:bootstrap", std::process::id());
-    let (archive, id) = bootstrap.image_archive(first, &tag)?;
-    let (_, id_again) = bootstrap.image_archive(second, &tag)?;
+    let (archive, id) = bootstrap.image_archive(first, &tag, Platform::host())?;
+    let (_, id_again) = bootstrap.image_archive(second, &tag, Platform::host())?;
     assert_eq!(id, id_again);
     let engine = Engine::connect().await?;
     engine.load(archive).await?;

@@ -2,8 +2,10 @@
 //! target triple, Debian's architecture, and the cross linker a build for a platform other
 //! than the host's needs (Debian's `gcc-aarch64-linux-gnu`, `gcc-x86-64-linux-gnu`).
 //!
-//! This is the first piece of the arm64 chain (issue 28): sandbox-init and the probe build
-//! static for either platform ([`crate::project::static_binary_for`]).
+//! The build keeps one chain of images per platform: sandbox-init cross-built, the OS layer
+//! bootstrapped for the platform's Debian architecture, every image built on it under emulation
+//! (qemu-user through binfmt_misc) where the host is another, tagged with the platform's
+//! [`Platform::tag`], its input hash in images.lock under [`Platform::name`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -27,6 +29,25 @@ impl Platform {
         match self {
             Platform::Amd64 => "linux/amd64",
             Platform::Arm64 => "linux/arm64",
+        }
+    }
+
+    /// The OCI variant the engine records (`v8` for arm64), if any.
+    pub fn variant(self) -> Option<&'static str> {
+        match self {
+            Platform::Amd64 => None,
+            Platform::Arm64 => Some("v8"),
+        }
+    }
+
+    /// The tag an image of this platform gets for `version`: the version itself on the host's
+    /// platform (what the launcher runs), `<version>-arm64` on another, since one engine holds
+    /// one image per tag.
+    pub fn tag(self, version: &str) -> String {
+        if self == Platform::host() {
+            version.to_string()
+        } else {
+            format!("{version}-{}", self.debian_arch())
         }
     }
 
@@ -66,6 +87,12 @@ impl Platform {
     }
 }
 
+impl Default for Platform {
+    fn default() -> Platform {
+        Platform::host()
+    }
+}
+
 impl fmt::Display for Platform {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -99,6 +126,13 @@ mod tests {
         for platform in Platform::ALL {
             assert_eq!(platform.name().parse(), Ok(platform));
         }
+    }
+
+    #[test]
+    fn the_hosts_platform_has_the_plain_tag() {
+        let other = if Platform::host() == Platform::Amd64 { Platform::Arm64 } else { Platform::Amd64 };
+        assert_eq!(Platform::host().tag("0.1.0"), "0.1.0");
+        assert_eq!(other.tag("0.1.0"), format!("0.1.0-{}", other.debian_arch()));
     }
 
     #[test]
