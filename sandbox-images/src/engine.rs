@@ -97,7 +97,17 @@ pub async fn ensure_pulled(docker: &Docker, reference: &str) -> Result<String, E
     if let Some(id) = image_id(docker, reference).await? {
         return Ok(id);
     }
-    let options = CreateImageOptionsBuilder::default().from_image(reference).build();
+    pull(docker, reference, None).await
+}
+
+/// Pulls `reference` (for `platform`, `linux/arm64`, where it names an index; else the
+/// engine's own) whether or not the engine has it, and returns the id it then names.
+pub async fn pull(docker: &Docker, reference: &str, platform: Option<&str>) -> Result<String, EngineError> {
+    let mut options = CreateImageOptionsBuilder::default().from_image(reference);
+    if let Some(platform) = platform {
+        options = options.platform(platform);
+    }
+    let options = options.build();
     let mut stream = docker.create_image(Some(options), None, None);
     while let Some(item) = stream.next().await {
         if let Err(e) = item {

@@ -242,6 +242,11 @@ impl Engine {
         sandbox_images::engine::ensure_pulled(&self.docker, reference).await
     }
 
+    /// Pulls `reference` for `platform` (`linux/arm64`), and returns the id it then names.
+    pub async fn pull_for(&self, reference: &str, platform: &str) -> Result<String, EngineError> {
+        sandbox_images::engine::pull(&self.docker, reference, Some(platform)).await
+    }
+
     /// Loads a `docker save`-format archive (the way to add an image with a chosen config).
     pub async fn load(&self, archive: Vec<u8>) -> Result<(), EngineError> {
         let options = ImportImageOptionsBuilder::default().quiet(true).build();

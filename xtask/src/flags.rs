@@ -219,6 +219,12 @@ pub struct PublishFlags {
     /// Print what would be pushed, push nothing
     #[arg(long)]
     pub dry_run: bool,
+    /// The platforms of each image's index, comma-separated: linux/amd64, linux/arm64 [default:
+    /// the host's]. Each platform's image is pushed as `<version>-<arch>`, then one OCI image
+    /// index of them as `<version>` (and `sha-<commit>`), which `docker pull` resolves by
+    /// platform and images.lock pins
+    #[arg(long, value_delimiter = ',', value_name = "PLATFORM")]
+    pub platform: Vec<crate::platform::Platform>,
     #[command(flatten)]
     pub common: CommonBuildFlags,
 }

@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use crate::build::{self, BuildOptions};
 use crate::engine::{Engine, EngineError, PushFailure};
 use crate::lock::ImagesLock;
-use crate::registry::{self, Registry};
+use crate::platform::Platform;
+use crate::registry::{self, PlatformManifest, Registry};
 
 /// What `publish` does, resolved from flags or set by tests.
 #[derive(Debug, Clone)]
@@ -20,6 +21,8 @@ pub struct PublishOptions {
     /// The first retry waits this long; each next one twice as long.
     pub backoff: Duration,
     pub attempts: u32,
+    /// The platforms whose images go into each image's index (the host's when empty).
+    pub platforms: Vec<Platform>,
 }
 
 /// One image published.
@@ -30,21 +33,28 @@ pub struct Published {
 }
 
 pub async fn publish(opts: &PublishOptions) -> anyhow::Result<Vec<Published>> {
-    let report = build::build(&opts.build).await?;
-    report.ensure_success()?;
+    let platforms = if opts.platforms.is_empty() { vec![Platform::host()] } else { opts.platforms.clone() };
+    let mut reports = Vec::new();
+    for (platform, report) in platforms.iter().zip(build::build_platforms(&opts.build, &platforms).await) {
+        let report = report.with_context(|| format!("cannot build for {platform}"))?;
+        report.ensure_success()?;
+        reports.push((*platform, report));
+    }
     let revision = crate::project::git_revision(&xshell::Shell::new()?, &opts.build.root);
-    let names: Vec<String> = report.results.iter().map(|r| r.name.clone()).collect();
+    let names: Vec<String> = reports[0].1.results.iter().map(|r| r.name.clone()).collect();
     let credentials = registry::credentials(&opts.registry.host);
     if opts.dry_run {
         for name in &names {
-            let id = report.id(name).context("built")?;
-            println!(
-                "would push {}:{} ({}) as {}",
-                opts.registry.repository(name),
-                crate::project::VERSION,
-                &id[..19.min(id.len())],
-                credentials.as_ref().map_or("anonymous".to_string(), |c| c.username.clone())
-            );
+            for (platform, report) in &reports {
+                let id = report.id(name).context("built")?;
+                println!(
+                    "would push {}:{} ({}) as {}",
+                    opts.registry.repository(name),
+                    platform_tag(crate::project::VERSION, *platform),
+                    &id[..19.min(id.len())],
+                    credentials.as_ref().map_or("anonymous".to_string(), |c| c.username.clone())
+                );
+            }
         }
         return Ok(Vec::new());
     }
@@ -53,23 +63,53 @@ pub async fn publish(opts: &PublishOptions) -> anyhow::Result<Vec<Published>> {
     let mut published = Vec::new();
     for name in &names {
         let started = Instant::now();
-        let id = report.id(name).context("built")?.to_string();
         let repository = opts.registry.repository(name);
         let mut tags = vec![crate::project::VERSION.to_string()];
         tags.extend(revision.as_ref().map(|r| format!("sha-{r}")));
-        for tag in &tags {
-            engine.tag(&id, &repository, tag).await?;
-            push_with_retries(&engine, &repository, tag, credentials.as_ref(), opts).await?;
+        // Each platform's image under its own tags (`<tag>-amd64`), read back and checked.
+        let mut manifests = Vec::new();
+        for (platform, report) in &reports {
+            let id = report.id(name).context("built")?.to_string();
+            for tag in &tags {
+                let tag = platform_tag(tag, *platform);
+                engine.tag(&id, &repository, &tag).await?;
+                push_with_retries(&engine, &repository, &tag, credentials.as_ref(), opts).await?;
+            }
+            let (tag, image) = (platform_tag(crate::project::VERSION, *platform), name.clone());
+            let (digest, bytes) =
+                blocking(opts, move |registry, creds| registry::manifest(registry, &image, &tag, creds))
+                    .await?;
+            registry::check_manifest(&opts.registry, &bytes, &id)?;
+            manifests.push(PlatformManifest::of(*platform, &digest, &bytes));
         }
-        let (registry, name_owned, version, creds) =
-            (opts.registry.clone(), name.clone(), crate::project::VERSION, credentials.clone());
-        let (digest, bytes) = tokio::task::spawn_blocking(move || {
-            registry::manifest(&registry, &name_owned, version, creds.as_ref())
+        // One index of them under the plain tags, read back: what `docker pull` resolves by
+        // platform, and what the lock pins.
+        let index = registry::image_index(&manifests)?;
+        for tag in &tags {
+            let (tag, index, image) = (tag.clone(), index.clone(), name.clone());
+            blocking(opts, move |registry, creds| {
+                registry::put_manifest(registry, &image, &tag, MEDIA_TYPE_INDEX, &index, creds)
+            })
+            .await?;
+        }
+        let image = name.clone();
+        let (digest, bytes) = blocking(opts, move |registry, creds| {
+            registry::index(registry, &image, crate::project::VERSION, creds)
         })
-        .await??;
-        registry::check_manifest(&opts.registry, &bytes, &id)?;
+        .await?;
+        registry::check_index(&opts.registry, &bytes, &manifests)?;
+        anyhow::ensure!(
+            bytes == index,
+            "the registry {} serves {repository}:{} as other bytes than the index put",
+            opts.registry.host,
+            crate::project::VERSION
+        );
         let pinned = format!("{repository}@{digest}");
-        eprintln!("{name}: pushed {} tag(s), {pinned} ({:.1}s)", tags.len(), started.elapsed().as_secs_f64());
+        eprintln!(
+            "{name}: pushed {} platform(s) and their index, {pinned} ({:.1}s)",
+            manifests.len(),
+            started.elapsed().as_secs_f64()
+        );
         if let Some(entry) = lock.images.get_mut(name) {
             entry.pinned = Some(pinned.clone());
         }
@@ -78,6 +118,25 @@ pub async fn publish(opts: &PublishOptions) -> anyhow::Result<Vec<Published>> {
     // Only once every image is published and read back: a failure leaves the lock as it was.
     lock.write(&opts.build.lock_path)?;
     Ok(published)
+}
+
+const MEDIA_TYPE_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+
+/// A platform's own tag in the registry: `<tag>-amd64`, `<tag>-arm64` (the plain tag is the
+/// index's).
+pub fn platform_tag(tag: &str, platform: Platform) -> String {
+    format!("{tag}-{}", platform.debian_arch())
+}
+
+/// Runs a blocking registry call with the options' registry and credentials.
+async fn blocking<T: Send + 'static>(
+    opts: &PublishOptions,
+    call: impl FnOnce(&Registry, Option<&registry::Credentials>) -> Result<T, registry::RegistryError>
+    + Send
+    + 'static,
+) -> anyhow::Result<T> {
+    let (registry, credentials) = (opts.registry.clone(), registry::credentials(&opts.registry.host));
+    Ok(tokio::task::spawn_blocking(move || call(&registry, credentials.as_ref())).await??)
 }
 
 async fn push_with_retries(
@@ -131,6 +190,7 @@ impl crate::flags::PublishFlags {
             dry_run: self.dry_run,
             backoff: std::time::Duration::from_secs(2),
             attempts: 4,
+            platforms: self.platform,
         };
         let published = publish(&opts).await?;
         if !opts.dry_run {

@@ -4,6 +4,8 @@
 use std::io::Read as _;
 
 use base64::Engine as _;
+
+use crate::platform::Platform;
 use sha2::{Digest as _, Sha256};
 
 /// `HOST/NAMESPACE`, as `--registry` takes it (e.g. `ghcr.io/agent-sandbox`).
@@ -53,6 +55,10 @@ impl Registry {
 
     fn path(&self, image: &str) -> String {
         format!("{}/{}{image}", self.namespace, crate::project::LOCAL_PREFIX)
+    }
+
+    fn manifest_url(&self, image: &str, reference: &str) -> String {
+        format!("{}://{}/v2/{}/manifests/{reference}", self.scheme(), self.host, self.path(image))
     }
 
     /// Loopback registries speak plain HTTP (Docker allows that for 127.0.0.0/8 only).
@@ -137,6 +143,10 @@ fn parse_challenge(header: &str) -> Option<Challenge> {
 const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
     application/vnd.docker.distribution.manifest.v2+json";
 
+/// What an index is served as: OCI's image index (what `publish` puts) or Docker's list.
+const INDEX_TYPES: &str = "application/vnd.oci.image.index.v1+json, \
+    application/vnd.docker.distribution.manifest.list.v2+json";
+
 /// The manifest the registry serves for `image:tag`: its digest (sha256 of the bytes served)
 /// and the bytes.
 pub fn manifest(
@@ -145,8 +155,91 @@ pub fn manifest(
     tag: &str,
     credentials: Option<&Credentials>,
 ) -> Result<(String, Vec<u8>), RegistryError> {
-    let url =
-        format!("{}://{}/v2/{}/manifests/{tag}", registry.scheme(), registry.host, registry.path(image));
+    read(registry, image, tag, MANIFEST_TYPES, credentials)
+}
+
+/// The image index the registry serves for `image:reference` (a tag or a digest): its digest
+/// and bytes.
+pub fn index(
+    registry: &Registry,
+    image: &str,
+    reference: &str,
+    credentials: Option<&Credentials>,
+) -> Result<(String, Vec<u8>), RegistryError> {
+    read(registry, image, reference, INDEX_TYPES, credentials)
+}
+
+fn read(
+    registry: &Registry,
+    image: &str,
+    reference: &str,
+    accept: &str,
+    credentials: Option<&Credentials>,
+) -> Result<(String, Vec<u8>), RegistryError> {
+    let url = registry.manifest_url(image, reference);
+    let answer = send(registry, "GET", &url, ("Accept", accept), Vec::new(), credentials)?;
+    if answer.status != 200 {
+        return Err(answer.status_error(registry, url));
+    }
+    let digest = format!("sha256:{:x}", Sha256::digest(&answer.body));
+    if let Some(served) = answer.digest.filter(|d| *d != digest) {
+        return Err(RegistryError::Mismatch {
+            registry: registry.host.clone(),
+            message: format!("Docker-Content-Digest says {served}, the bytes hash to {digest}"),
+        });
+    }
+    Ok((digest, answer.body))
+}
+
+/// Puts `bytes` (of `media_type`) as the manifest `image:tag`; returns the digest the registry
+/// says it stored, which must be the bytes' own.
+pub fn put_manifest(
+    registry: &Registry,
+    image: &str,
+    tag: &str,
+    media_type: &str,
+    bytes: &[u8],
+    credentials: Option<&Credentials>,
+) -> Result<String, RegistryError> {
+    let url = registry.manifest_url(image, tag);
+    let answer = send(registry, "PUT", &url, ("Content-Type", media_type), bytes.to_vec(), credentials)?;
+    if answer.status != 201 {
+        return Err(answer.status_error(registry, url));
+    }
+    let digest = format!("sha256:{:x}", Sha256::digest(bytes));
+    match answer.digest {
+        Some(stored) if stored != digest => Err(RegistryError::Mismatch {
+            registry: registry.host.clone(),
+            message: format!("it stored {stored} for a manifest whose bytes hash to {digest}"),
+        }),
+        _ => Ok(digest),
+    }
+}
+
+/// A registry's answer: its status, its Docker-Content-Digest, its body.
+struct Answer {
+    status: u16,
+    digest: Option<String>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn status_error(&self, registry: &Registry, url: String) -> RegistryError {
+        let body = String::from_utf8_lossy(&self.body).chars().take(300).collect();
+        RegistryError::Status { registry: registry.host.clone(), status: self.status, url, body }
+    }
+}
+
+/// One request to the distribution API, answering the registry's challenge (Basic, or a Bearer
+/// token from its realm for the scope it names) once when it asks for one.
+fn send(
+    registry: &Registry,
+    method: &str,
+    url: &str,
+    (header, value): (&str, &str),
+    body: Vec<u8>,
+    credentials: Option<&Credentials>,
+) -> Result<Answer, RegistryError> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(std::time::Duration::from_secs(30)))
@@ -156,14 +249,18 @@ pub fn manifest(
         registry: registry.host.clone(),
         message: e.to_string(),
     };
-    let get = |authorization: Option<String>| {
-        let mut request = agent.get(&url).header("Accept", MANIFEST_TYPES);
-        if let Some(value) = authorization {
-            request = request.header("Authorization", &value);
+    let call = |authorization: Option<&str>| {
+        let mut request = ureq::http::Request::builder().method(method).uri(url).header(header, value);
+        if let Some(authorization) = authorization {
+            request = request.header("Authorization", authorization);
         }
-        request.call().map_err(unreachable)
+        let request = request.body(body.clone()).map_err(|e| RegistryError::Unreachable {
+            registry: registry.host.clone(),
+            message: e.to_string(),
+        })?;
+        agent.run(request).map_err(unreachable)
     };
-    let mut response = get(None)?;
+    let mut response = call(None)?;
     if response.status() == 401 {
         let challenge = response
             .headers()
@@ -200,34 +297,21 @@ pub fn manifest(
             }
             None => None,
         };
-        if authorization.is_none() {
-            return Err(unauthorized(registry, credentials));
-        }
-        response = get(authorization)?;
+        let Some(authorization) = authorization else { return Err(unauthorized(registry, credentials)) };
+        response = call(Some(&authorization))?;
         if response.status() == 401 || response.status() == 403 {
             return Err(unauthorized(registry, credentials));
         }
     }
     let status = response.status().as_u16();
-    let served_digest =
+    let digest =
         response.headers().get("docker-content-digest").and_then(|v| v.to_str().ok()).map(str::to_string);
     let mut bytes = Vec::new();
     response.body_mut().as_reader().read_to_end(&mut bytes).map_err(|e| RegistryError::Unreachable {
         registry: registry.host.clone(),
         message: e.to_string(),
     })?;
-    if status != 200 {
-        let body = String::from_utf8_lossy(&bytes).chars().take(300).collect();
-        return Err(RegistryError::Status { registry: registry.host.clone(), status, url, body });
-    }
-    let digest = format!("sha256:{:x}", Sha256::digest(&bytes));
-    if let Some(served) = served_digest.filter(|d| *d != digest) {
-        return Err(RegistryError::Mismatch {
-            registry: registry.host.clone(),
-            message: format!("Docker-Content-Digest says {served}, the bytes hash to {digest}"),
-        });
-    }
-    Ok((digest, bytes))
+    Ok(Answer { status, digest, body: bytes })
 }
 
 fn unauthorized(registry: &Registry, credentials: Option<&Credentials>) -> RegistryError {
@@ -255,9 +339,125 @@ pub fn check_manifest(registry: &Registry, bytes: &[u8], image_id: &str) -> Resu
     Ok(())
 }
 
+/// One platform's manifest as the registry serves it, for the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlatformManifest {
+    pub platform: Platform,
+    pub digest: String,
+    pub media_type: String,
+    pub size: u64,
+}
+
+impl PlatformManifest {
+    /// The manifest served as `bytes` with `digest`, for `platform`: its media type is its own
+    /// `mediaType` (the engine pushes Docker's), else OCI's.
+    pub fn of(platform: Platform, digest: &str, bytes: &[u8]) -> PlatformManifest {
+        let media_type = serde_json::from_slice::<serde_json::Value>(bytes)
+            .ok()
+            .and_then(|v| v["mediaType"].as_str().map(str::to_string))
+            .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".to_string());
+        PlatformManifest { platform, digest: digest.to_string(), media_type, size: bytes.len() as u64 }
+    }
+}
+
+/// The OCI image index of `manifests`, one per platform, as the bytes to put.
+pub fn image_index(manifests: &[PlatformManifest]) -> anyhow::Result<Vec<u8>> {
+    use oci_spec::image::{DescriptorBuilder, ImageIndexBuilder, MediaType, PlatformBuilder};
+    let descriptors = manifests
+        .iter()
+        .map(|m| {
+            let mut platform =
+                PlatformBuilder::default().architecture(arch(m.platform)).os(oci_spec::image::Os::Linux);
+            if let Some(variant) = m.platform.variant() {
+                platform = platform.variant(variant);
+            }
+            Ok(DescriptorBuilder::default()
+                .media_type(MediaType::from(m.media_type.as_str()))
+                .digest(m.digest.parse::<oci_spec::image::Digest>()?)
+                .size(m.size)
+                .platform(platform.build()?)
+                .build()?)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let index = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(descriptors)
+        .build()?;
+    Ok(serde_json::to_vec(&index)?)
+}
+
+fn arch(platform: Platform) -> oci_spec::image::Arch {
+    match platform {
+        Platform::Amd64 => oci_spec::image::Arch::Amd64,
+        Platform::Arm64 => oci_spec::image::Arch::ARM64,
+    }
+}
+
+/// Checks an index the registry served: exactly `manifests`, each under its platform.
+pub fn check_index(
+    registry: &Registry,
+    bytes: &[u8],
+    manifests: &[PlatformManifest],
+) -> Result<(), RegistryError> {
+    let mismatch = |message: String| RegistryError::Mismatch { registry: registry.host.clone(), message };
+    let index = oci_spec::image::ImageIndex::from_reader(bytes)
+        .map_err(|e| mismatch(format!("not an image index: {e}")))?;
+    let served: Vec<(String, String, Option<String>)> = index
+        .manifests()
+        .iter()
+        .map(|d| {
+            let platform = d.platform().as_ref();
+            (
+                d.digest().to_string(),
+                platform.map(|p| p.architecture().to_string()).unwrap_or_default(),
+                platform.and_then(|p| p.variant().clone()),
+            )
+        })
+        .collect();
+    let pushed: Vec<(String, String, Option<String>)> = manifests
+        .iter()
+        .map(|m| (m.digest.clone(), arch(m.platform).to_string(), m.platform.variant().map(str::to_string)))
+        .collect();
+    if served != pushed {
+        return Err(mismatch(format!("it lists {served:?}, the manifests pushed are {pushed:?}")));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_index_lists_each_platforms_manifest_and_is_checked_against_them() {
+        let manifest =
+            br#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#;
+        let manifests = [
+            PlatformManifest::of(Platform::Amd64, &format!("sha256:{}", "a".repeat(64)), manifest),
+            PlatformManifest::of(Platform::Arm64, &format!("sha256:{}", "b".repeat(64)), b"{}"),
+        ];
+        assert_eq!(manifests[0].media_type, "application/vnd.docker.distribution.manifest.v2+json");
+        assert_eq!(
+            manifests[1].media_type, "application/vnd.oci.image.manifest.v1+json",
+            "OCI's where unsaid"
+        );
+        let bytes = image_index(&manifests).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(json["mediaType"], "application/vnd.oci.image.index.v1+json", "{json}");
+        assert_eq!(json["manifests"][1]["platform"]["architecture"], "arm64", "{json}");
+        assert_eq!(json["manifests"][1]["platform"]["variant"], "v8", "{json}");
+        assert_eq!(json["manifests"][0]["size"], manifest.len(), "{json}");
+        assert_eq!(image_index(&manifests).unwrap(), bytes, "the same bytes each time: the same digest");
+
+        let registry = Registry::parse("127.0.0.1:5000/test").unwrap();
+        check_index(&registry, &bytes, &manifests).unwrap();
+        let swapped = [manifests[1].clone(), manifests[0].clone()];
+        assert!(check_index(&registry, &bytes, &swapped).is_err(), "another order is another index");
+        let other = [manifests[0].clone()];
+        assert!(check_index(&registry, &bytes, &other).is_err(), "a manifest more than pushed");
+        assert!(check_index(&registry, manifest, &manifests).is_err(), "a manifest is no index");
+    }
 
     #[test]
     fn registry_names_are_host_and_namespace() {
