@@ -51,7 +51,21 @@ pub async fn build_platforms(
             opts
         })
         .collect();
-    futures_util::future::join_all(per_platform.iter().map(build)).await
+    let walks: Vec<_> = per_platform.into_iter().map(spawn_build).collect();
+    let mut reports = Vec::new();
+    for walk in walks {
+        reports.push(walk.await);
+    }
+    reports
+}
+
+/// [`build`] on a thread and runtime of its own, so that its blocking steps (cargo, mmdebstrap
+/// under emulation) hold that thread alone, not another walk's.
+pub fn spawn_build(opts: BuildOptions) -> impl std::future::Future<Output = anyhow::Result<BuildReport>> {
+    let walk = tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(build(&opts))
+    });
+    async move { walk.await.map_err(|e| anyhow::anyhow!("a build walk panicked: {e}"))? }
 }
 
 impl crate::flags::BuildFlags {

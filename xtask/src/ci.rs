@@ -13,22 +13,42 @@ use crate::build::{self, BuildOptions};
 use crate::platform::Platform;
 use crate::progress::ProgressMode;
 
+use crate::flags::{CiFlags, CiStep, TestFlags};
+
 /// The images every CI run builds for arm64 as well (under emulation on an amd64 machine) and
 /// whose contract `arm64::` checks. Every build step of the chain runs under qemu-user, base's
-/// (apt, dpkg, perl) for most of the time: claude's chain (Debian's nodejs and npm, then npm)
-/// takes far longer, so it is `cargo xtask test --arm64`'s (crate::test::ARM64_IMAGES).
+/// (apt, dpkg, perl) for most of the time; claude's chain adds minutes more, so it is
+/// `cargo xtask test --arm64`'s (crate::test::ARM64_IMAGES).
 pub const EMULATED_IMAGES: &[&str] = &["shell"];
-use crate::flags::{CiFlags, CiStep, TestFlags};
+
+/// The arm64 walk, started with the run and awaited by the build step.
+type Pending =
+    std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<build::BuildReport>> + Send>>;
 
 impl CiFlags {
     pub async fn run(self, root: &Path) -> anyhow::Result<()> {
         let steps: Vec<CiStep> =
             CiStep::value_variants().iter().copied().filter(|step| !self.skip.contains(step)).collect();
         let mut times: Vec<(CiStep, Duration)> = Vec::new();
+        // The arm64 chain waits on emulated build steps for minutes: it starts now, on a thread
+        // of its own (its cross build in a target folder of its own), beside fmt, clippy and the
+        // host's build, and the build step waits for it.
+        let mut arm64: Option<Pending> =
+            (steps.contains(&CiStep::Build) && Platform::host() != Platform::Arm64).then(|| {
+                let mut opts = BuildOptions::new(root);
+                self.common.apply(&mut opts);
+                opts.platform = Platform::Arm64;
+                opts.images = EMULATED_IMAGES.iter().map(|i| i.to_string()).collect();
+                opts.jobs = 1;
+                if opts.progress == ProgressMode::Auto {
+                    opts.progress = ProgressMode::Plain;
+                }
+                Box::pin(build::spawn_build(opts)) as Pending
+            });
         for (n, step) in steps.iter().enumerate() {
             eprintln!("==> ci [{}/{}] {}", n + 1, steps.len(), describe(*step));
             let started = Instant::now();
-            let result = self.step(*step, root).await;
+            let result = self.step(*step, root, &mut arm64).await;
             times.push((*step, started.elapsed()));
             if let Err(e) = result {
                 eprintln!("{}", summary(&times));
@@ -45,7 +65,7 @@ impl CiFlags {
         Ok(())
     }
 
-    async fn step(&self, step: CiStep, root: &Path) -> anyhow::Result<()> {
+    async fn step(&self, step: CiStep, root: &Path, arm64: &mut Option<Pending>) -> anyhow::Result<()> {
         let sh = Shell::new()?;
         let _dir = sh.push_dir(root);
         match step {
@@ -54,27 +74,17 @@ impl CiFlags {
             CiStep::Build => {
                 let mut opts = BuildOptions::new(root);
                 self.common.apply(&mut opts);
-                // The arm64 chain of the images the arm64:: suite checks, beside the host's
-                // images (on an arm64 host, among them).
-                let mut other = opts.clone();
-                other.platform = Platform::Arm64;
-                other.images = EMULATED_IMAGES.iter().map(|i| i.to_string()).collect();
-                other.jobs = 1;
-                for opts in [&mut opts, &mut other] {
-                    if opts.progress == ProgressMode::Auto {
-                        opts.progress = ProgressMode::Plain;
-                    }
+                if opts.progress == ProgressMode::Auto {
+                    opts.progress = ProgressMode::Plain;
                 }
-                let other = async {
-                    match Platform::host() {
-                        Platform::Arm64 => Ok(None),
-                        Platform::Amd64 => build::build(&other).await.map(Some),
-                    }
+                let host = build::build(&opts).await;
+                let other = match arm64.take() {
+                    Some(walk) => Some(walk.await),
+                    None => None,
                 };
-                let (host, other) = tokio::join!(build::build(&opts), other);
                 host?.ensure_success()?;
-                if let Some(other) = other? {
-                    other.ensure_success()?;
+                if let Some(other) = other {
+                    other.context("the arm64 chain")?.ensure_success()?;
                 }
             }
             CiStep::Lock => cmd!(sh, "git diff --exit-code -- images.lock").run().context(
@@ -107,7 +117,7 @@ fn describe(step: CiStep) -> &'static str {
     match step {
         CiStep::Fmt => "fmt: cargo fmt --all -- --check",
         CiStep::Clippy => "clippy: cargo clippy --workspace --all-targets -- -D warnings",
-        CiStep::Build => "build: every image, and the arm64 chain of shell and claude",
+        CiStep::Build => "build: every image, and shell's arm64 chain (under emulation)",
         CiStep::Lock => "lock: images.lock unchanged by the build",
         CiStep::Test => "test: the suites, NET_ADMIN allowed",
         CiStep::TestCi => "test-ci: the suites that need no capability (JUnit)",

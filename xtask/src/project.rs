@@ -126,6 +126,11 @@ pub fn static_binary_for(
     }
     let _dir = sh.push_dir(root);
     let _flags = sh.push_env("RUSTFLAGS", "-C target-feature=+crt-static");
+    // Another platform's build in a target folder of its own: it never waits on the workspace's
+    // lock (clippy, the host's build), so `cargo xtask ci` runs it beside them.
+    let target_dir =
+        if platform == Platform::host() { target_dir } else { target_dir.join("agent-sandbox/cross") };
+    let _target = sh.push_env("CARGO_TARGET_DIR", &target_dir);
     let cross = platform.cross_linker(Platform::host());
     let _linker = cross.as_ref().map(|(var, linker)| sh.push_env(var, linker));
     if let Some((_, linker)) = &cross {

@@ -185,6 +185,9 @@ impl<'a> Walk<'a> {
     }
 }
 
+/// Held while a walk reads, merges and writes the lock.
+static LOCK_WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Walks the graph: builds (or, with `locked`, verifies) the selected images, parents first,
 /// siblings at once up to `opts.jobs`. Failures of single images are in the report; errors are
 /// for what stops the whole walk.
@@ -298,7 +301,9 @@ pub async fn run(opts: &BuildOptions) -> anyhow::Result<BuildReport> {
         }
     } else {
         // Only this walk's images, into the lock as it is on disk now: another platform's walk
-        // of other images may have written it since this one read it (`build --platform`).
+        // of other images may have written it since this one read it (`build --platform`), and
+        // in this process none writes it between this read and this write.
+        let _writing = LOCK_WRITE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = ImagesLock::read(&opts.lock_path)?;
         let mut on_disk = current.clone();
         on_disk.images.retain(|name, _| walk.graph.get(name).is_some());
