@@ -360,8 +360,22 @@ pub async fn no_large_file_is_stored_twice(subject: &Subject) -> anyhow::Result<
     let name = subject.name.as_str();
     let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
     let sb = facts.offline().start().await?;
-    let listing =
-        sb.exec(&["find", "/", "-xdev", "-type", "f", "-size", "+10M", "-printf", "%s %i %p\\n"]).await?;
+    // The agent runs meanwhile: a file it removes between find's reading of a directory and
+    // its stat (Claude Code's lock files) is no error.
+    let listing = sb
+        .exec(&[
+            "find",
+            "/",
+            "-xdev",
+            "-ignore_readdir_race",
+            "-type",
+            "f",
+            "-size",
+            "+10M",
+            "-printf",
+            "%s %i %p\\n",
+        ])
+        .await?;
     assert_eq!(listing.code, 0, "{listing:?}");
     let mut by_size: std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, String>> =
         Default::default();
