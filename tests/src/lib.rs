@@ -7,7 +7,8 @@
 //! attacks:: suite runs the checks `agent-sandbox verify` runs); `kubelet` (a Pod `agent-sandbox k8s` prints, run on
 //! the engine as a kubelet would), `podman` (a rootful Podman service of the test's own); `registry` (a registry on loopback) and `launcher` (the
 //! `agent-sandbox` binary, on projects that clean up after it) stand apart, as does `browser`
-//! (headless Chromium through chromedriver, for the suites that drive a web page).
+//! (headless Chromium through chromedriver, for the suites that drive a web page), and `vm` (an
+//! arm64 image's filesystem booted on Debian's arm64 kernel under qemu-system-aarch64).
 
 pub mod assert;
 pub mod browser;
@@ -24,6 +25,7 @@ pub mod sandbox;
 pub mod spec;
 pub mod tls;
 pub mod verify;
+pub mod vm;
 
 /// The workspace root.
 pub fn root() -> std::path::PathBuf {

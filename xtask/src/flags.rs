@@ -365,8 +365,9 @@ pub struct TestFlags {
     pub net_admin_only: bool,
     /// Only the arm64 chain's suite (arm64::, its release part included): shell and claude built
     /// for linux/arm64, under qemu-user where the host is amd64 (registered by `cargo xtask
-    /// setup --tests`), and their contract checked there. The release workflow runs it; every
-    /// CI run checks shell's part
+    /// setup --tests`), and their contract checked there; and the firewall in a real arm64 kernel:
+    /// shell's filesystem booted on Debian's arm64 kernel under qemu-system-aarch64 (as root, a
+    /// few minutes). The release workflow runs it; every CI run checks shell's emulated part
     #[arg(long, conflicts_with_all = ["ci", "shape", "net_admin_only"])]
     pub arm64: bool,
     #[command(flatten)]

@@ -120,6 +120,14 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
         if !has("qemu-aarch64-static") {
             m.packages.push("qemu-user-static");
         }
+        // The firewall in a real arm64 kernel (`cargo xtask test --arm64`): full-system
+        // emulation, and cpio for the VM's initramfs.
+        if !has("qemu-system-aarch64") {
+            m.packages.push("qemu-system-arm");
+        }
+        if !has("cpio") {
+            m.packages.push("cpio");
+        }
         m.targets = [crate::platform::Platform::Arm64.triple()]
             .into_iter()
             .filter(|t| !found.targets.iter().any(|f| f == t))
@@ -346,6 +354,8 @@ async fn look(root: &Path) -> Found {
         "chromedriver",
         "aarch64-linux-gnu-gcc",
         "qemu-aarch64-static",
+        "qemu-system-aarch64",
+        "cpio",
     ];
     let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
     let installed = |what: &str| -> Vec<String> {
@@ -497,6 +507,8 @@ mod tests {
                 "gcc-aarch64-linux-gnu",
                 "libc6-dev-arm64-cross",
                 "qemu-user-static",
+                "qemu-system-arm",
+                "cpio",
                 "chromium",
                 "chromium-driver",
                 "python3-venv"
@@ -533,6 +545,8 @@ mod tests {
                 "chromedriver",
                 "aarch64-linux-gnu-gcc",
                 "qemu-aarch64-static",
+                "qemu-system-aarch64",
+                "cpio",
             ],
             nextest: true,
             components: vec![

@@ -25,7 +25,8 @@ pub const ARM64_IMAGES: &[&str] = &["shell", "claude"];
 pub const ARM64_SUITES: &str = "package(sandbox-tests) & test(/^arm64::/)";
 
 /// What only `--arm64` runs: left out of the other passes for its time (every build step of
-/// claude's chain under qemu-user).
+/// claude's chain under qemu-user; shell's firewall in a real arm64 kernel, booted under
+/// qemu-system-aarch64, about two minutes).
 pub const ARM64_RELEASE_SUITES: &str = "test(/^arm64::release::/)";
 
 async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {

@@ -9,7 +9,11 @@
 //! AArch64 one under qemu-user (checked: `uname -m` in the container).
 //!
 //! The firewall is not among them: qemu-user does not translate netfilter's netlink, so `nft`
-//! cannot run in an emulated container (README: Platforms).
+//! cannot run in an emulated container. `release::kernel::` proves it in a real arm64 kernel
+//! instead: the arm64 shell image's filesystem booted on Debian's arm64 kernel under
+//! qemu-system-aarch64 (tests/src/vm.rs), its sandbox-init ready, the allowed peer reached and the
+//! blocked one refused by name and by address, with the evidence read on the peers (README:
+//! Platforms).
 
 use sandbox_tests::contract::{self, Subject};
 use xtask::platform::Platform;
@@ -56,4 +60,59 @@ mod release {
     use super::*;
 
     arm64_contract_tests!(claude, "claude");
+
+    mod kernel {
+        use sandbox_tests::vm::{self, ALLOWED, BLOCKED, VmWorld};
+
+        /// The firewall in a real arm64 kernel: sandbox-init of the arm64 shell image as PID 1 of
+        /// a network and PID namespace in Debian's arm64 kernel (qemu-system-aarch64), the peers
+        /// on the test's private network. Control: before the firewall, the blocked peer answers
+        /// from the sandbox's namespace.
+        #[tokio::test]
+        async fn the_firewall_holds_in_a_real_arm64_kernel() -> anyhow::Result<()> {
+            let image = super::super::subject("shell").await?.tag;
+            let world = VmWorld::start().await?;
+            let run = vm::run(&image, &world).await?;
+            let console = &run.console;
+            eprintln!("the VM took {:.1} s:\n{console}", run.took.as_secs_f64());
+            assert!(run.line("kernel").is_some_and(|k| k.starts_with("aarch64 ")), "{console}");
+            assert!(console.contains("sandbox ready:"), "{console}");
+            assert_eq!(run.line("control"), Some("exit=0 HTTP/1.1 200"), "{console}");
+            assert_eq!(
+                run.line("agent"),
+                Some("uid=1000 CapEff=0000000000000000 CapPrm=0000000000000000 NoNewPrivs=1"),
+                "{console}"
+            );
+            assert_eq!(run.line("allowed-name"), Some("exit=0 HTTP/1.1 200"), "{console}");
+            for check in ["blocked-name", "nft-flush", "blocked-address"] {
+                let line = run.line(check).unwrap_or_default();
+                assert!(line.starts_with("exit=") && !line.starts_with("exit=0"), "{check}: {console}");
+            }
+            let denial =
+                format!("{{\"address\":\"{}\",\"denied\":\"connection\",\"port\":80", world.blocked.ipv4);
+            assert!(
+                console.contains(&denial),
+                "sandbox-init logged no denial of the blocked address: {console}"
+            );
+            // The evidence where it lands: the allowed peer served the agent's request; the
+            // blocked one served only the control.
+            let requests = |log: Vec<String>| -> Vec<String> {
+                log.into_iter().filter(|l| l.starts_with("http ")).collect()
+            };
+            assert_eq!(
+                requests(world.allowed.log().await?),
+                [format!("http 80 host={ALLOWED} path=/")],
+                "{console}"
+            );
+            assert_eq!(
+                requests(world.blocked.log().await?),
+                ["http 80 host=control.vm.test path=/"],
+                "{console}"
+            );
+            let asked: Vec<String> = world.dns.dns_queries().await?;
+            assert!(asked.iter().any(|q| q.starts_with(ALLOWED)), "{asked:?}");
+            assert!(!asked.iter().any(|q| q.starts_with(BLOCKED)), "the gate forwarded {BLOCKED}: {asked:?}");
+            Ok(())
+        }
+    }
 }
