@@ -16,6 +16,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt as _;
 use sandbox_images::labels;
+use sandbox_images::platform::Platform;
 
 use crate::exit::{Code, Failure, Result};
 use crate::identity::folder_name;
@@ -192,11 +193,13 @@ fn pick(all: Vec<Found>, which: &str) -> Result<Found> {
     }
 }
 
-/// What the launcher needs of an image: its environment, its labels and its entrypoint.
+/// What the launcher needs of an image: its environment, its labels, its entrypoint, and its
+/// platform as the engine records it (`linux/arm64/v8`).
 pub struct ImageFacts {
     pub env: Vec<String>,
     pub labels: HashMap<String, String>,
     pub entrypoint: Vec<String>,
+    pub platform: String,
 }
 
 impl ImageFacts {
@@ -219,11 +222,18 @@ impl Engine {
     pub async fn image(&self, reference: &str) -> Result<Option<ImageFacts>> {
         match self.docker.inspect_image(reference).await {
             Ok(image) => {
+                let platform = [image.os, image.architecture, image.variant]
+                    .into_iter()
+                    .flatten()
+                    .filter(|part| !part.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("/");
                 let config = image.config.unwrap_or_default();
                 Ok(Some(ImageFacts {
                     env: config.env.unwrap_or_default(),
                     labels: config.labels.unwrap_or_default(),
                     entrypoint: config.entrypoint.unwrap_or_default(),
+                    platform,
                 }))
             }
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
@@ -231,10 +241,22 @@ impl Engine {
         }
     }
 
-    /// Pulls `reference` (an image by its pinned digest) unless the engine has it.
-    pub async fn pull(&self, reference: &str) -> Result<()> {
-        sandbox_images::engine::ensure_pulled(&self.docker, reference).await?;
+    /// Pulls `reference` (an image by its pinned digest) unless the engine has it; for another
+    /// platform than the engine's, always, so that an index gives that platform's manifest.
+    pub async fn pull(&self, reference: &str, platform: Option<Platform>) -> Result<()> {
+        match platform {
+            None => sandbox_images::engine::ensure_pulled(&self.docker, reference).await?,
+            Some(platform) => {
+                sandbox_images::engine::pull(&self.docker, reference, Some(platform.name())).await?
+            }
+        };
         Ok(())
+    }
+
+    /// The engine's own platform (its architecture), None for one this project builds nothing for.
+    pub async fn platform(&self) -> Result<Option<Platform>> {
+        let version = self.docker.version().await?;
+        Ok(version.arch.and_then(|arch| arch.parse().ok()))
     }
 
     /// Creates the container `found` describes (its name, agent, project, state volume, git

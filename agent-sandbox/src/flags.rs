@@ -277,6 +277,11 @@ pub struct RunFlags {
     /// lock built in, or the file $AGENT_SANDBOX_IMAGES_LOCK names)
     #[arg(long, value_name = "REF")]
     pub image: Option<String>,
+    /// The image's platform, linux/amd64 or linux/arm64 (default: the engine's own). Another
+    /// runs under the engine's emulation; under qemu-user the firewall cannot be programmed, so
+    /// only with --offline
+    #[arg(long, value_name = "PLATFORM")]
+    pub platform: Option<sandbox_images::platform::Platform>,
     /// The state volume's name, instead of one derived from the agent and the project
     #[arg(long, value_name = "NAME")]
     pub state: Option<String>,
@@ -342,6 +347,7 @@ impl RunFlags {
             ("--policy", !self.policy.is_empty()),
             ("--offline", self.offline),
             ("--image", self.image.is_some()),
+            ("--platform", self.platform.is_some()),
             ("--state", self.state.is_some()),
             ("--key-file", !self.key_files.is_empty()),
             ("--no-key", self.no_key),

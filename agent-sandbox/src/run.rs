@@ -15,6 +15,7 @@ use crate::exit::{Code, Failure, Result};
 use crate::flags::RunFlags;
 use crate::host::{Host, bad};
 use crate::spec::SandboxSpec;
+use sandbox_images::platform::Platform;
 
 /// How long sandbox-init may take to say `sandbox ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -49,7 +50,7 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
     if let Some(runtime) = &flags.runtime {
         check_runtime(runtime, engine.runtime_args(runtime).await?)?;
     }
-    let (reference, facts) = image(&engine, &flags.agent, flags.image.as_deref()).await?;
+    let (reference, facts) = image(&engine, &flags.agent, flags.image.as_deref(), flags.platform).await?;
     let logins =
         if flags.login_from_host { crate::host::login_files(&flags.agent, &facts)? } else { Vec::new() };
     let git = if flags.writable_git_config {
@@ -238,10 +239,37 @@ pub fn parse_baked_policy(bytes: &[u8]) -> Result<Policy> {
         .map_err(|e| Failure::new(Code::BadPolicy, format!("the image's policy: {e}")))
 }
 
-/// `--image`, else `<prefix>/agent-<agent>:<version>` if the engine has it, else the digest
-/// images.lock pins (pulled).
-pub async fn image(engine: &Engine, agent: &str, given: Option<&str>) -> Result<(String, ImageFacts)> {
-    let build = format!("cargo xtask build {agent}");
+/// `--image`, else `<prefix>/agent-<agent>:<tag>` if the engine has it (the tag `cargo xtask
+/// build` gives the platform: the version itself for this machine's, `<version>-arm64` for
+/// arm64 built on amd64), else the digest images.lock pins (pulled; an index gives the
+/// platform's manifest). With `platform` (`--platform`; default the engine's own), the image
+/// must be of it; one of another platform than the engine's is named as emulated.
+pub async fn image(
+    engine: &Engine,
+    agent: &str,
+    given: Option<&str>,
+    platform: Option<Platform>,
+) -> Result<(String, ImageFacts)> {
+    let native = engine.platform().await?;
+    let (reference, facts) = find_image(engine, agent, given, platform, native).await?;
+    if let Some(note) = check_platform(&reference, &facts.platform, platform, native)? {
+        eprintln!("agent-sandbox: {note}");
+    }
+    Ok((reference, facts))
+}
+
+async fn find_image(
+    engine: &Engine,
+    agent: &str,
+    given: Option<&str>,
+    platform: Option<Platform>,
+    native: Option<Platform>,
+) -> Result<(String, ImageFacts)> {
+    let wanted = platform.or(native).unwrap_or_default();
+    let build = match wanted == Platform::host() {
+        true => format!("cargo xtask build {agent}"),
+        false => format!("cargo xtask build --platform {wanted} {agent}"),
+    };
     if let Some(reference) = given {
         return match engine.image(reference).await? {
             Some(facts) => Ok((reference.to_string(), facts)),
@@ -255,14 +283,17 @@ pub async fn image(engine: &Engine, agent: &str, given: Option<&str>) -> Result<
     }
     let prefix = std::env::var(sandbox_images::naming::PREFIX_ENV)
         .unwrap_or_else(|_| sandbox_images::naming::DEFAULT_PREFIX.into());
-    let local =
-        format!("{}:{}", sandbox_images::naming::repository(&prefix, agent), sandbox_images::naming::VERSION);
+    let local = format!(
+        "{}:{}",
+        sandbox_images::naming::repository(&prefix, agent),
+        wanted.tag(sandbox_images::naming::VERSION)
+    );
     if let Some(facts) = engine.image(&local).await? {
         return Ok((local, facts));
     }
     if let Some(pinned) = pinned(agent)? {
         eprintln!("agent-sandbox: {local} is not built here; pulling {pinned}");
-        engine.pull(&pinned).await?;
+        engine.pull(&pinned, platform).await?;
         if let Some(facts) = engine.image(&pinned).await? {
             return Ok((pinned, facts));
         }
@@ -274,6 +305,34 @@ pub async fn image(engine: &Engine, agent: &str, given: Option<&str>) -> Result<
              Build it with `{build}` in a checkout of agent-sandbox, or pass --image REF"
         ),
     ))
+}
+
+/// Whether the image found (`found`, its platform as the engine records it) may run: of the
+/// platform asked for, if one was (else an error naming both); and a note when it is not the
+/// engine's own, which runs it under emulation. Pure.
+pub fn check_platform(
+    reference: &str,
+    found: &str,
+    asked: Option<Platform>,
+    native: Option<Platform>,
+) -> Result<Option<String>> {
+    let image = found.parse::<Platform>().ok();
+    if let Some(asked) = asked
+        && image != Some(asked)
+    {
+        return Err(Failure::new(
+            Code::NoImage,
+            format!("{reference} is a {found} image, not {asked} (--platform {asked})"),
+        ));
+    }
+    Ok(match (image, native) {
+        (Some(image), Some(native)) if image != native => Some(format!(
+            "{reference} is {image}, not the engine's {native}: it runs under the engine's emulation. Under \
+             qemu-user (binfmt_misc on Linux) netfilter's netlink is not translated, so sandbox-init cannot program \
+             the firewall and refuses to start the agent, unless --offline leaves it no network to filter"
+        )),
+        _ => None,
+    })
 }
 
 /// The digest the lock pins for `agent`: $AGENT_SANDBOX_IMAGES_LOCK's lock if set (a missing or
@@ -332,6 +391,33 @@ async fn wait_ready(sandbox: &Sandbox) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_image_of_another_platform_than_asked_is_refused_and_one_not_the_engines_is_named() {
+        let (amd64, arm64) = (Some(Platform::Amd64), Some(Platform::Arm64));
+        assert_eq!(check_platform("i", "linux/amd64", None, amd64).unwrap(), None);
+        assert_eq!(check_platform("i", "linux/arm64/v8", arm64, arm64).unwrap(), None);
+        let refused = check_platform("i", "linux/amd64", arm64, amd64).unwrap_err();
+        assert_eq!(refused.code, Code::NoImage);
+        assert!(refused.message.contains("i is a linux/amd64 image, not linux/arm64"), "{}", refused.message);
+        // An image of a platform this project does not build is refused only when one was asked.
+        assert!(check_platform("i", "linux/riscv64", arm64, amd64).is_err());
+        assert_eq!(check_platform("i", "linux/riscv64", None, amd64).unwrap(), None);
+        let emulated = check_platform("i", "linux/arm64/v8", arm64, amd64).unwrap().unwrap();
+        assert!(
+            emulated.contains("not the engine's linux/amd64") && emulated.contains("--offline"),
+            "{emulated}"
+        );
+        assert!(
+            check_platform("i", "linux/arm64", None, amd64).unwrap().is_some(),
+            "named without --platform too"
+        );
+        assert_eq!(
+            check_platform("i", "linux/arm64", None, None).unwrap(),
+            None,
+            "an engine of no known platform"
+        );
+    }
 
     #[test]
     fn a_runtime_is_taken_only_where_the_agents_packets_cross_the_gateways_rules() {

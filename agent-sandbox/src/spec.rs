@@ -386,6 +386,7 @@ mod tests {
             )],
             labels: HashMap::new(),
             entrypoint: vec!["/usr/local/bin/sandbox-init".into()],
+            platform: "linux/amd64".into(),
         }
     }
 

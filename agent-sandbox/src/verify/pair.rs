@@ -36,6 +36,7 @@ impl World {
             offline: false,
             detach: true,
             image: Some(self.image.clone()),
+            platform: None,
             state: Some(format!("{}.state", self.net)),
             key_files: Vec::new(),
             no_key: true,

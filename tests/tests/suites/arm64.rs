@@ -55,6 +55,58 @@ macro_rules! arm64_contract_tests {
 
 arm64_contract_tests!(shell, "shell");
 
+/// `agent-sandbox run --platform linux/arm64` finds the arm64 image by its tag, names it as
+/// emulated, and runs it (offline: under qemu-user there is no firewall to program); an image of
+/// another platform than asked is refused before anything is made.
+#[tokio::test]
+async fn the_launcher_runs_the_platform_asked_for_and_refuses_another() -> anyhow::Result<()> {
+    use sandbox_tests::launcher::{Launcher, Project};
+    let arm64 = subject("shell").await?.tag;
+    let amd64 = sandbox_tests::images::image("shell").await?;
+    let docker = sandbox_tests::docker::docker().await?;
+    let arm64_id = docker.inspect_image(&arm64).await?.id;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    let run = launcher
+        .ok(&["run", "shell", &project.path, "--detach", "--offline", "--platform", "linux/arm64"])
+        .await?;
+    assert!(run.stderr.contains(&format!("runs {arm64} on")), "{run:?}");
+    assert!(run.stderr.contains("is linux/arm64, not the engine's linux/amd64"), "{run:?}");
+    let (id, _) = project.sandbox().await?;
+    assert_eq!(docker.inspect_container(&id, None).await?.image, arm64_id);
+    let machine = sandbox_tests::docker::exec(&id, &["uname", "-m"], None).await?;
+    assert_eq!(machine.stdout.trim(), "aarch64", "{machine:?}");
+    // The control: the host's platform is the default, and its image is not named as emulated.
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    let native = launcher.ok(&["run", "shell", &project.path, "--detach", "--offline"]).await?;
+    assert!(
+        native.stderr.contains(&format!("runs {amd64} on")) && !native.stderr.contains("emulation"),
+        "{native:?}"
+    );
+    let other = Project::new()?;
+    let refused = launcher
+        .run(&[
+            "run",
+            "shell",
+            &other.path,
+            "--detach",
+            "--offline",
+            "--platform",
+            "linux/arm64",
+            "--image",
+            &amd64,
+        ])
+        .await?;
+    assert_eq!(refused.code, 66, "{refused:?}");
+    assert!(
+        refused.stderr.contains(&format!("{amd64} is a linux/amd64 image, not linux/arm64")),
+        "{refused:?}"
+    );
+    assert!(other.containers().await?.is_empty(), "a refused run made a container");
+    let unknown = launcher.run(&["run", "shell", &other.path, "--platform", "linux/riscv64"]).await?;
+    assert!(unknown.code != 0 && unknown.stderr.contains("linux/amd64, linux/arm64"), "{unknown:?}");
+    Ok(())
+}
+
 /// Left out of `cargo xtask ci` and the NET_ADMIN pass; `cargo xtask test --arm64` runs it.
 mod release {
     use super::*;
