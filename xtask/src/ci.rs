@@ -16,10 +16,10 @@ use crate::progress::ProgressMode;
 use crate::flags::{CiFlags, CiStep, TestFlags};
 
 /// The images every CI run builds for arm64 as well (under emulation on an amd64 machine) and
-/// whose contract `arm64::` checks. Every build step of the chain runs under qemu-user, base's
-/// (apt, dpkg, perl) for most of the time; claude's chain adds minutes more, so it is
-/// `cargo xtask test --arm64`'s (crate::test::ARM64_IMAGES).
-pub const EMULATED_IMAGES: &[&str] = &["shell"];
+/// whose contract `arm64::` checks: the shell image and one npm agent, claude. Every build step
+/// of the chain runs under qemu-user (base's apt, dpkg and perl for most of the time), on a
+/// thread of its own beside the host's build and the first steps.
+pub const EMULATED_IMAGES: &[&str] = &["shell", "claude"];
 
 /// The arm64 walk, started with the run and awaited by the build step.
 type Pending =

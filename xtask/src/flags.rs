@@ -367,7 +367,7 @@ pub struct TestFlags {
     /// for linux/arm64, under qemu-user where the host is amd64 (registered by `cargo xtask
     /// setup --tests`), and their contract checked there; and the firewall in a real arm64 kernel:
     /// shell's filesystem booted on Debian's arm64 kernel under qemu-system-aarch64 (as root, a
-    /// few minutes). The release workflow runs it; every CI run checks shell's emulated part
+    /// few minutes). The release workflow runs it; every CI run checks the emulated part
     #[arg(long, conflicts_with_all = ["ci", "shape", "net_admin_only"])]
     pub arm64: bool,
     #[command(flatten)]

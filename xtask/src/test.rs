@@ -18,15 +18,15 @@ impl TestFlags {
 }
 
 /// The images `--arm64` builds for linux/arm64 and checks under emulation (`arm64::` and
-/// `arm64::release::`): the shell image and one npm agent.
+/// `arm64::release::`): the shell image and one npm agent, as every CI run does.
 pub const ARM64_IMAGES: &[&str] = &["shell", "claude"];
 
 /// What `--arm64` runs: the arm64 chain's suite, its release part included.
 pub const ARM64_SUITES: &str = "package(sandbox-tests) & test(/^arm64::/)";
 
-/// What only `--arm64` runs: left out of the other passes for its time (every build step of
-/// claude's chain under qemu-user; shell's firewall in a real arm64 kernel, booted under
-/// qemu-system-aarch64, about two minutes).
+/// What only `--arm64` runs: left out of the other passes for its time and its needs (shell's
+/// firewall in a real arm64 kernel, booted under qemu-system-aarch64: about two minutes of both
+/// cores, as root).
 pub const ARM64_RELEASE_SUITES: &str = "test(/^arm64::release::/)";
 
 async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {

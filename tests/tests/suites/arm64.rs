@@ -1,6 +1,5 @@
-//! The arm64 chain under emulation: the shell image (every CI run builds its chain:
-//! `xtask::ci::EMULATED_IMAGES`) and, in `release::`, claude, an npm agent (`cargo xtask test
-//! --arm64` only, for the time its chain takes under emulation), built for linux/arm64 by the xtask (cross-built sandbox-init, an
+//! The arm64 chain under emulation: the shell image and claude, an npm agent (every CI run builds
+//! their chain: `xtask::ci::EMULATED_IMAGES`), built for linux/arm64 by the xtask (cross-built sandbox-init, an
 //! arm64 OS layer from mmdebstrap, every build step under qemu-user through binfmt_misc), keep
 //! the contract's checks that need no network: their labels, lock entry and the engine's record
 //! of their platform; `sandbox ready` with every agent process non-root, holding no capability,
@@ -54,6 +53,7 @@ macro_rules! arm64_contract_tests {
 }
 
 arm64_contract_tests!(shell, "shell");
+arm64_contract_tests!(claude, "claude");
 
 /// `agent-sandbox run --platform linux/arm64` finds the arm64 image by its tag, names it as
 /// emulated, and runs it (offline: under qemu-user there is no firewall to program); an image of
@@ -109,10 +109,6 @@ async fn the_launcher_runs_the_platform_asked_for_and_refuses_another() -> anyho
 
 /// Left out of `cargo xtask ci` and the NET_ADMIN pass; `cargo xtask test --arm64` runs it.
 mod release {
-    use super::*;
-
-    arm64_contract_tests!(claude, "claude");
-
     mod kernel {
         use sandbox_tests::vm::{self, ALLOWED, BLOCKED, VmWorld};
 
