@@ -117,7 +117,7 @@ fn describe(step: CiStep) -> &'static str {
     match step {
         CiStep::Fmt => "fmt: cargo fmt --all -- --check",
         CiStep::Clippy => "clippy: cargo clippy --workspace --all-targets -- -D warnings",
-        CiStep::Build => "build: every image, and shell's arm64 chain (under emulation)",
+        CiStep::Build => "build: every image, and the arm64 chain of shell and claude (under emulation)",
         CiStep::Lock => "lock: images.lock unchanged by the build",
         CiStep::Test => "test: the suites, NET_ADMIN allowed",
         CiStep::TestCi => "test-ci: the suites that need no capability (JUnit)",
