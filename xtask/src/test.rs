@@ -36,17 +36,8 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
         return run_arm64(root, flags, opts).await;
     }
     eprintln!("building the images the suites use");
-    let report = build::build(&opts).await?;
-    report.ensure_success()?;
-    // The suites resolve the same build settings, so they reuse these images instead of
-    // building others: the OS source is pinned to the one just used.
-    opts.os_source = Some(report.os_source);
-
-    let sh = Shell::new()?;
-    let _dir = sh.push_dir(root);
-    let _guards: Vec<_> = opts.export_env().into_iter().map(|(k, v)| sh.push_env(k, v)).collect();
     let (mode, profile) = if flags.ci { ("ci", "ci") } else { ("full", "default") };
-    let _mode = sh.push_env(MODE_ENV, mode);
+    let sh = build_for_suites(root, &mut opts, mode).await?;
     // The launcher's suite runs the real binary: built once here rather than by the first test
     // of each test process, which would hold their slots while it compiles.
     cmd!(sh, "cargo build --quiet --package agent-sandbox").run().context("cannot build agent-sandbox")?;
@@ -109,19 +100,29 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     result
 }
 
+/// Builds what `opts` names and returns a shell in `root` for the suites: the build's settings
+/// exported, with the OS source pinned to the one just used, so that the suites find these
+/// images up to date instead of building others; `mode` is the suites' mode.
+async fn build_for_suites(root: &Path, opts: &mut BuildOptions, mode: &str) -> anyhow::Result<Shell> {
+    let report = build::build(opts).await?;
+    report.ensure_success()?;
+    opts.os_source = Some(report.os_source);
+    let sh = Shell::new()?;
+    sh.change_dir(root);
+    for (name, value) in opts.export_env() {
+        sh.set_var(name, value);
+    }
+    sh.set_var(MODE_ENV, mode);
+    Ok(sh)
+}
+
 /// `--arm64`: the arm64 chain of [`ARM64_IMAGES`], built under emulation, then `arm64::`.
 async fn run_arm64(root: &Path, flags: TestFlags, mut opts: BuildOptions) -> anyhow::Result<()> {
     crate::emulation::ensure(crate::platform::Platform::Arm64)?;
     opts.platform = crate::platform::Platform::Arm64;
     opts.images = ARM64_IMAGES.iter().map(|i| i.to_string()).collect();
     eprintln!("building the arm64 chain of {} (every build step under qemu-user)", ARM64_IMAGES.join(", "));
-    let report = build::build(&opts).await?;
-    report.ensure_success()?;
-    opts.os_source = Some(report.os_source);
-    let sh = Shell::new()?;
-    let _dir = sh.push_dir(root);
-    let _guards: Vec<_> = opts.export_env().into_iter().map(|(k, v)| sh.push_env(k, v)).collect();
-    let _mode = sh.push_env(MODE_ENV, "ci");
+    let sh = build_for_suites(root, &mut opts, "ci").await?;
     let args = &flags.nextest_args;
     cmd!(sh, "cargo nextest run --workspace --profile default -E {ARM64_SUITES} {args...}")
         .run()
