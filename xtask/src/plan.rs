@@ -215,7 +215,7 @@ fn image_labels(
     let base_name = match &node.base {
         Base::Local { image, .. } => {
             l.insert(labels::PARENT.to_string(), image.clone());
-            format!("{}:{}", project::repository(shared.prefix, image), project::VERSION)
+            format!("{}:{}", project::repository(shared.prefix, image), shared.platform.tag(project::VERSION))
         }
         Base::External { reference, .. } => reference.clone(),
     };
@@ -317,6 +317,12 @@ mod tests {
         let base = graph.get("base").unwrap();
         let parent = Parent { id: "sha256:os", inputs: &amd64.all_inputs };
         let on_arm64 = plan(base, Some(parent), Shared { platform: Platform::Arm64, ..shared() }).unwrap();
+        let tag = Platform::Arm64.tag(project::VERSION);
+        assert_eq!(
+            on_arm64.labels[labels::OCI_BASE_NAME],
+            format!("localhost/x/agent-os:{tag}"),
+            "the parent's own tag"
+        );
         let mut changed = amd64.all_inputs.clone();
         changed.insert("linux/arm64".into(), "sha256:changed".into());
         let changed = plan(base, Some(Parent { inputs: &changed, ..parent }), shared()).unwrap();
