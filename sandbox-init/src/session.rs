@@ -22,8 +22,10 @@ pub use crate::policy::layout::SESSION_DIR;
 /// tmux's socket directory (TMUX_TMPDIR), owned by the agent; the image sets the same variable
 /// so a plain `tmux attach` as the agent finds the session too.
 pub use crate::policy::layout::TMUX_TMPDIR;
-/// How long PID 1 waits for a tmux client it runs at start: the server is the agent's.
-const TMUX_LIMIT: Duration = Duration::from_secs(5);
+/// How long PID 1 waits for a tmux client it runs at start: the server is the agent's. Generous,
+/// since nothing of the agent runs yet and a starved machine is slow: an arm64 image under
+/// qemu-user beside a VM took over 5 s to start its server.
+const TMUX_LIMIT: Duration = Duration::from_secs(30);
 pub use crate::policy::layout::WORKSPACE;
 
 pub fn session_name() -> String {
