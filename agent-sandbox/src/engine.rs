@@ -241,8 +241,8 @@ impl Engine {
         }
     }
 
-    /// Pulls `reference` (an image by its pinned digest) unless the engine has it; for another
-    /// platform than the engine's, always, so that an index gives that platform's manifest.
+    /// Pulls `reference` (an image by its pinned digest) unless the engine has it; with a
+    /// platform, always, so that an index gives that platform's manifest.
     pub async fn pull(&self, reference: &str, platform: Option<Platform>) -> Result<()> {
         match platform {
             None => sandbox_images::engine::ensure_pulled(&self.docker, reference).await?,

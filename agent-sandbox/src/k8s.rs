@@ -73,7 +73,8 @@ pub async fn run(flags: &K8sFlags) -> Result<i32> {
     let env = crate::host::variables(&flags.env, flags.unattended)?;
     let memory = crate::host::memory_limit(flags.memory.as_deref())?;
     let engine = Engine::connect().await?;
-    let (local, facts) = crate::run::image(&engine, &flags.agent, flags.image.as_deref(), None).await?;
+    let (local, facts) =
+        crate::run::find_image(&engine, &flags.agent, flags.image.as_deref(), None, None).await?;
     let baked = engine.file_in_image(&local, sandbox_policy::BAKED_POLICY).await?.unwrap_or_default();
     let baked = crate::run::parse_baked_policy(&baked)?;
     // The cluster pulls: the digest the lock pins unless an image was named.

@@ -242,8 +242,8 @@ pub fn parse_baked_policy(bytes: &[u8]) -> Result<Policy> {
 /// `--image`, else `<prefix>/agent-<agent>:<tag>` if the engine has it (the tag `cargo xtask
 /// build` gives the platform: the version itself for this machine's, `<version>-arm64` for
 /// arm64 built on amd64), else the digest images.lock pins (pulled; an index gives the
-/// platform's manifest). With `platform` (`--platform`; default the engine's own), the image
-/// must be of it; one of another platform than the engine's is named as emulated.
+/// platform's manifest). The image must be of `platform` (`--platform`), or of the engine's own
+/// where the launcher chose it; one of another platform than the engine's is named as emulated.
 pub async fn image(
     engine: &Engine,
     agent: &str,
@@ -252,13 +252,18 @@ pub async fn image(
 ) -> Result<(String, ImageFacts)> {
     let native = engine.platform().await?;
     let (reference, facts) = find_image(engine, agent, given, platform, native).await?;
-    if let Some(note) = check_platform(&reference, &facts.platform, platform, native)? {
+    // `--image` is the user's choice, of whatever platform; the launcher's own must be the one
+    // it looked for.
+    let asked = if given.is_some() { platform } else { platform.or(native) };
+    if let Some(note) = check_platform(&reference, &facts.platform, asked, native)? {
         eprintln!("agent-sandbox: {note}");
     }
     Ok((reference, facts))
 }
 
-async fn find_image(
+/// [`image`]'s search, without its check: `k8s`, which runs nothing here, prints the image
+/// found for the cluster to pull.
+pub async fn find_image(
     engine: &Engine,
     agent: &str,
     given: Option<&str>,
@@ -293,8 +298,14 @@ async fn find_image(
     }
     if let Some(pinned) = pinned(agent)? {
         eprintln!("agent-sandbox: {local} is not built here; pulling {pinned}");
-        engine.pull(&pinned, platform).await?;
-        if let Some(facts) = engine.image(&pinned).await? {
+        engine.pull(&pinned, None).await?;
+        let mut facts = engine.image(&pinned).await?;
+        // The engine names one platform's image by the index's digest: the last one pulled.
+        if facts.as_ref().is_some_and(|f| f.platform.parse::<Platform>().ok() != Some(wanted)) {
+            engine.pull(&pinned, Some(wanted)).await?;
+            facts = engine.image(&pinned).await?;
+        }
+        if let Some(facts) = facts {
             return Ok((pinned, facts));
         }
     }

@@ -22,9 +22,11 @@ pub use crate::policy::layout::SESSION_DIR;
 /// tmux's socket directory (TMUX_TMPDIR), owned by the agent; the image sets the same variable
 /// so a plain `tmux attach` as the agent finds the session too.
 pub use crate::policy::layout::TMUX_TMPDIR;
-/// How long PID 1 waits for a tmux client it runs at start: the server is the agent's. Generous,
-/// since nothing of the agent runs yet and a starved machine is slow: an arm64 image under
-/// qemu-user beside a VM took over 5 s to start its server.
+/// How long PID 1 waits for a tmux client it runs at start: the server is the agent's (it reads
+/// the agent's ~/.tmux.conf), and by the second client the pane runs the agent's command, so the
+/// agent can hold PID 1 here this long. That only delays its own start: the firewall, the gate
+/// and the name check are in force before the session starts. Generous, since a starved machine
+/// is slow: an arm64 image under qemu-user beside a VM took over 5 s to start its server.
 const TMUX_LIMIT: Duration = Duration::from_secs(30);
 pub use crate::policy::layout::WORKSPACE;
 

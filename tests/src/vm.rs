@@ -6,12 +6,13 @@
 //!   bootstrapped from, unpacked without running anything (`mmdebstrap --variant=extract`), once
 //!   per machine under target/agent-sandbox/arm64-vm.
 //! - The root filesystem is the image's own (`docker export`), plus the modules the network needs
-//!   (netfilter, veth, virtio-net; indexed by the image's depmod under qemu-user), kmod, ip, the
-//!   VM's init and the agent's checks (tests/arm64-vm/), a policy drop-in allowing
-//!   `allowed.vm.test`, and the peers' addresses.
+//!   (netfilter, veth, virtio-net; indexed by the host's `depmod -b`), the archive's kmod and ip
+//!   and the libraries they need (none of the image's replaced), the VM's init and the agent's
+//!   checks (tests/arm64-vm/), a policy drop-in allowing `allowed.vm.test`, and the peers'
+//!   addresses. Nothing of the archive runs on the host.
 //! - The VM's NIC is user-mode networking (slirp) inside the network namespace of the world's DNS
 //!   peer, a container on the test's private network: the VM reaches the peers there and nothing
-//!   else.
+//!   else. qemu runs as nobody.
 //! - Inside, the VM is the host: init puts the sandbox in a network namespace of its own behind a
 //!   veth, as an engine would a container, and runs the image's sandbox-init as PID 1 of a PID
 //!   namespace; its agent runs the checks and prints `vm: …` lines on the serial console.
@@ -84,7 +85,7 @@ impl VmRun {
 /// Boots `image` (an arm64 image's tag) in the VM on `world` and returns its console once the
 /// agent's checks are done.
 pub async fn run(image: &str, world: &VmWorld) -> anyhow::Result<VmRun> {
-    for program in ["qemu-system-aarch64", "cpio", "nsenter", "chroot"] {
+    for program in ["qemu-system-aarch64", "cpio", "nsenter", "setpriv", "depmod"] {
         anyhow::ensure!(
             xtask::project::on_path(program),
             "{program} is not installed: `cargo xtask setup --tests` installs what the arm64 VM needs"
@@ -97,7 +98,10 @@ pub async fn run(image: &str, world: &VmWorld) -> anyhow::Result<VmRun> {
         world.dns.ipv4, world.allowed.ipv4, world.blocked.ipv4
     );
     let initrd = root_filesystem(image, &kernel, work.path(), &vars).await?;
-    let vmlinuz = vmlinuz(&kernel)?;
+    // qemu runs as nobody: it reads the kernel and the initramfs from the work folder.
+    let vmlinuz = work.path().join("vmlinuz");
+    std::fs::copy(self::vmlinuz(&kernel)?, &vmlinuz)?;
+    std::fs::set_permissions(work.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     let pid = docker()
         .await?
         .inspect_container(&world.dns.id, None)
@@ -107,7 +111,8 @@ pub async fn run(image: &str, world: &VmWorld) -> anyhow::Result<VmRun> {
         .context("the DNS peer has no process")?;
     let started = Instant::now();
     let mut qemu = tokio::process::Command::new("nsenter")
-        .args(["--target", &pid.to_string(), "--net", "qemu-system-aarch64"])
+        .args(["--target", &pid.to_string(), "--net"])
+        .args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "qemu-system-aarch64"])
         .args(["-M", "virt", "-cpu", "max", "-smp", "2", "-m", "1536", "-nographic", "-no-reboot"])
         .arg("-kernel")
         .arg(&vmlinuz)
@@ -122,6 +127,12 @@ pub async fn run(image: &str, world: &VmWorld) -> anyhow::Result<VmRun> {
         .spawn()
         .context("cannot start qemu-system-aarch64")?;
     let mut lines = tokio::io::BufReader::new(qemu.stdout.take().context("no stdout")?).lines();
+    let mut errors = qemu.stderr.take().context("no stderr")?;
+    let stderr = tokio::spawn(async move {
+        let mut text = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut errors, &mut text).await.ok();
+        text
+    });
     let mut console = String::new();
     let outcome = tokio::time::timeout(DEADLINE, async {
         while let Some(line) = lines.next_line().await? {
@@ -136,10 +147,7 @@ pub async fn run(image: &str, world: &VmWorld) -> anyhow::Result<VmRun> {
     .await;
     let took = started.elapsed();
     qemu.kill().await.ok();
-    let mut stderr = String::new();
-    if let Some(mut err) = qemu.stderr.take() {
-        tokio::io::AsyncReadExt::read_to_string(&mut err, &mut stderr).await.ok();
-    }
+    let stderr = stderr.await.unwrap_or_default();
     match outcome {
         Ok(Ok(())) => Ok(VmRun { console, took }),
         Ok(Err(e)) => Err(e.context(format!("console:\n{console}\nqemu: {stderr}"))),
@@ -187,7 +195,7 @@ fn vmlinuz(kernel: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// The initramfs: the image's filesystem with what the VM needs added (see the module's
-/// documentation). Files the image has are never replaced.
+/// documentation): its libraries and programs are kept, the VM's own files written.
 async fn root_filesystem(image: &str, kernel: &Path, work: &Path, vars: &str) -> anyhow::Result<PathBuf> {
     let docker = docker().await?;
     let created = docker
@@ -243,8 +251,7 @@ async fn root_filesystem(image: &str, kernel: &Path, work: &Path, vars: &str) ->
             let source = from.join(format!("kernel/drivers/net/{module}.ko.xz"));
             cmd!(sh, "cp -a {source} {nics}").run()?;
         }
-        // The image's kmod indexes them, under qemu-user.
-        cmd!(sh, "chroot {root} /usr/sbin/depmod {release}").run().context("depmod (needs root)")?;
+        cmd!(sh, "depmod -b {root} {release}").run()?;
         let dir = env!("CARGO_MANIFEST_DIR");
         for (name, to) in [("init", "init"), ("checks", "vm-checks")] {
             let target = root.join(to);

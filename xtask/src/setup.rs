@@ -128,6 +128,9 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
         if !has("cpio") {
             m.packages.push("cpio");
         }
+        if !has("depmod") {
+            m.packages.push("kmod");
+        }
         m.targets = [crate::platform::Platform::Arm64.triple()]
             .into_iter()
             .filter(|t| !found.targets.iter().any(|f| f == t))
@@ -356,6 +359,7 @@ async fn look(root: &Path) -> Found {
         "qemu-aarch64-static",
         "qemu-system-aarch64",
         "cpio",
+        "depmod",
     ];
     let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
     let installed = |what: &str| -> Vec<String> {
@@ -509,6 +513,7 @@ mod tests {
                 "qemu-user-static",
                 "qemu-system-arm",
                 "cpio",
+                "kmod",
                 "chromium",
                 "chromium-driver",
                 "python3-venv"
@@ -547,6 +552,7 @@ mod tests {
                 "qemu-aarch64-static",
                 "qemu-system-aarch64",
                 "cpio",
+                "depmod",
             ],
             nextest: true,
             components: vec![

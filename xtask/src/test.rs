@@ -17,8 +17,8 @@ impl TestFlags {
     }
 }
 
-/// The images `--arm64` builds for linux/arm64 and checks under emulation (`arm64::` and
-/// `arm64::release::`): the shell image and one npm agent, as every CI run does.
+/// The images `--arm64` builds for linux/arm64 and checks under emulation (`arm64::`): the
+/// shell image and one npm agent, as every CI run does; `arm64::release::` boots shell's in a VM.
 pub const ARM64_IMAGES: &[&str] = &["shell", "claude"];
 
 /// What `--arm64` runs: the arm64 chain's suite, its release part included.
