@@ -16,7 +16,8 @@ use crate::progress::ProgressMode;
 use crate::flags::{CiFlags, CiStep, TestFlags};
 
 /// The images every CI run builds for arm64 as well (under emulation on an amd64 machine) and
-/// whose contract `arm64::` checks: the shell image and one npm agent, claude. Every build step
+/// whose contract `arm64::` checks (`cargo xtask test --arm64` builds them too): the shell
+/// image and one npm agent, claude. Every build step
 /// of the chain runs under qemu-user (base's apt, dpkg and perl for most of the time), on a
 /// thread of its own beside the host's build and the first steps.
 pub const EMULATED_IMAGES: &[&str] = &["shell", "claude"];
@@ -35,14 +36,10 @@ impl CiFlags {
         // host's build, and the build step waits for it.
         let mut arm64: Option<Pending> =
             (steps.contains(&CiStep::Build) && Platform::host() != Platform::Arm64).then(|| {
-                let mut opts = BuildOptions::new(root);
-                self.common.apply(&mut opts);
+                let mut opts = self.build_options(root);
                 opts.platform = Platform::Arm64;
                 opts.images = EMULATED_IMAGES.iter().map(|i| i.to_string()).collect();
                 opts.jobs = 1;
-                if opts.progress == ProgressMode::Auto {
-                    opts.progress = ProgressMode::Plain;
-                }
                 Box::pin(build::spawn_build(opts)) as Pending
             });
         for (n, step) in steps.iter().enumerate() {
@@ -65,6 +62,16 @@ impl CiFlags {
         Ok(())
     }
 
+    /// The build's options as the run's flags give them, progress as plain lines (a log).
+    fn build_options(&self, root: &Path) -> BuildOptions {
+        let mut opts = BuildOptions::new(root);
+        self.common.apply(&mut opts);
+        if opts.progress == ProgressMode::Auto {
+            opts.progress = ProgressMode::Plain;
+        }
+        opts
+    }
+
     async fn step(&self, step: CiStep, root: &Path, arm64: &mut Option<Pending>) -> anyhow::Result<()> {
         let sh = Shell::new()?;
         let _dir = sh.push_dir(root);
@@ -72,12 +79,7 @@ impl CiFlags {
             CiStep::Fmt => cmd!(sh, "cargo fmt --all -- --check").run().context("cargo fmt: run `cargo fmt --all`")?,
             CiStep::Clippy => cmd!(sh, "cargo clippy --workspace --all-targets -- -D warnings").run()?,
             CiStep::Build => {
-                let mut opts = BuildOptions::new(root);
-                self.common.apply(&mut opts);
-                if opts.progress == ProgressMode::Auto {
-                    opts.progress = ProgressMode::Plain;
-                }
-                let host = build::build(&opts).await;
+                let host = build::build(&self.build_options(root)).await;
                 let other = match arm64.take() {
                     Some(walk) => Some(walk.await),
                     None => None,

@@ -17,10 +17,6 @@ impl TestFlags {
     }
 }
 
-/// The images `--arm64` builds for linux/arm64 and checks under emulation (`arm64::`): the
-/// shell image and one npm agent, as every CI run does; `arm64::release::` boots shell's in a VM.
-pub const ARM64_IMAGES: &[&str] = &["shell", "claude"];
-
 /// What `--arm64` runs: the arm64 chain's suite, its release part included.
 pub const ARM64_SUITES: &str = "package(sandbox-tests) & test(/^arm64::/)";
 
@@ -116,12 +112,16 @@ async fn build_for_suites(root: &Path, opts: &mut BuildOptions, mode: &str) -> a
     Ok(sh)
 }
 
-/// `--arm64`: the arm64 chain of [`ARM64_IMAGES`], built under emulation, then `arm64::`.
+/// `--arm64`: the arm64 chain every CI run builds ([`crate::ci::EMULATED_IMAGES`]), built under
+/// emulation, then `arm64::`, its release part (the VM) included.
 async fn run_arm64(root: &Path, flags: TestFlags, mut opts: BuildOptions) -> anyhow::Result<()> {
     crate::emulation::ensure(crate::platform::Platform::Arm64)?;
     opts.platform = crate::platform::Platform::Arm64;
-    opts.images = ARM64_IMAGES.iter().map(|i| i.to_string()).collect();
-    eprintln!("building the arm64 chain of {} (every build step under qemu-user)", ARM64_IMAGES.join(", "));
+    opts.images = crate::ci::EMULATED_IMAGES.iter().map(|i| i.to_string()).collect();
+    eprintln!(
+        "building the arm64 chain of {} (every build step under qemu-user)",
+        crate::ci::EMULATED_IMAGES.join(", ")
+    );
     let sh = build_for_suites(root, &mut opts, "ci").await?;
     let args = &flags.nextest_args;
     cmd!(sh, "cargo nextest run --workspace --profile default -E {ARM64_SUITES} {args...}")
