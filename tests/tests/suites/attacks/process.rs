@@ -199,6 +199,34 @@ async fn a_deep_tree_in_the_agents_directory_cannot_stop_the_next_start() -> any
     Ok(())
 }
 
+/// The agent's tmux server reads the agent's ~/.tmux.conf, which outlives a restart in the
+/// container's writable layer: a configuration that keeps the server from ever answering
+/// (`run-shell "sleep …"`) holds PID 1 at the next start only for its limit on a tmux client
+/// (30 s), then PID 1 refuses, exit 71, the agent not started. The control: a restart before
+/// the plant reaches `sandbox ready`.
+#[tokio::test]
+async fn a_tmux_configuration_that_never_answers_ends_the_next_start_at_its_limit() -> anyhow::Result<()> {
+    let sb = SandboxSpec::smallest().await?.offline().start().await?;
+    sb.stop().await?;
+    sb.start_again().await?;
+    sb.wait_for_stdout("sandbox ready", 2).await?;
+    let planted =
+        sb.as_agent(&["sh", "-c", "printf 'run-shell \"sleep 600\"\\n' > /home/agent/.tmux.conf"]).await?;
+    assert_eq!(planted.code, 0, "{planted:?}");
+    sb.stop().await?;
+    let started = std::time::Instant::now();
+    sb.start_again().await?;
+    let mut code = None;
+    while code.is_none() && started.elapsed() < Duration::from_secs(90) {
+        code = sb.exit_code().await?;
+    }
+    let (stdout, stderr) = sb.logs().await?;
+    assert_eq!(code, Some(71), "PID 1 still waits after {:?}: {stderr}", started.elapsed());
+    assert!(stderr.contains("cannot run tmux: no answer within 30 s"), "{stderr}");
+    assert_eq!(stdout.matches("sandbox ready").count(), 2, "the agent started: {stdout}");
+    Ok(())
+}
+
 /// A root-only file for a secret, in `dir`: its path.
 fn secret_file(dir: &std::path::Path, name: &str, owner: u32, mode: u32) -> anyhow::Result<String> {
     let path = dir.join(name);
