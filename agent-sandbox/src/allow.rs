@@ -35,7 +35,7 @@ pub async fn run(flags: &AllowFlags) -> Result<i32> {
     if domains.is_empty() {
         eprintln!("agent-sandbox: nothing pending in {} up to the last review", sandbox.name);
     } else {
-        eprintln!("agent-sandbox: {} now allows {}", sandbox.name, domains.join(", "));
+        crate::say::line(&format!("agent-sandbox: {} now allows {}", sandbox.name, domains.join(", ")));
     }
     Ok(0)
 }

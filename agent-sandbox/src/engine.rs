@@ -539,18 +539,12 @@ impl Sandbox {
     /// Copies the container's log to stdout and stderr, and keeps following it.
     pub async fn follow_logs(&self) -> Result<()> {
         let (docker, id) = (&self.docker, self.firewall());
-        use std::io::Write as _;
         let options = LogsOptionsBuilder::default().stdout(true).stderr(true).follow(true).build();
         let mut stream = docker.logs(id, Some(options));
         while let Some(chunk) = stream.next().await {
             match chunk? {
-                bollard::container::LogOutput::StdErr { message } => {
-                    let _ = std::io::stderr().write_all(&message);
-                }
-                other => {
-                    let _ = std::io::stdout().write_all(&other.into_bytes());
-                    let _ = std::io::stdout().flush();
-                }
+                bollard::container::LogOutput::StdErr { message } => crate::say::err_bytes(&message),
+                other => crate::say::out_bytes(&other.into_bytes()),
             }
         }
         Ok(())

@@ -10,7 +10,7 @@ pub async fn run(flags: &LogsFlags) -> Result<i32> {
     if flags.follow {
         sandbox.follow_logs().await?;
     } else {
-        print!("{}", sandbox.logs(None).await?);
+        crate::say::out(&sandbox.logs(None).await?);
     }
     Ok(0)
 }

@@ -52,7 +52,11 @@ pub async fn connections(sandbox: &Sandbox) -> Option<(u64, u64)> {
 
 pub async fn run(flags: &LsFlags) -> Result<i32> {
     let rows = rows(&Engine::connect().await?).await?;
-    print!("{}", if flags.json { render_json(&rows) } else { render_text(&rows) });
+    if flags.json {
+        crate::say::json_text(&render_json(&rows));
+    } else {
+        crate::say::out(&render_text(&rows));
+    }
     Ok(0)
 }
 

@@ -20,6 +20,7 @@ mod ls;
 mod pending;
 mod queue;
 mod run;
+mod say;
 mod spec;
 mod status;
 mod stop;
@@ -39,7 +40,8 @@ fn main() {
         Ok(runtime) => match runtime.block_on(dispatch(cli.command)) {
             Ok(code) => code,
             Err(failure) => {
-                eprintln!("agent-sandbox: {failure}");
+                // A failure may quote the sandbox's log or a name the agent chose.
+                say::line(&format!("agent-sandbox: {failure}"));
                 failure.code as i32
             }
         },

@@ -19,15 +19,15 @@ pub async fn run(flags: &PendingFlags) -> Result<i32> {
     let queue = approve::pending(&sandbox).await?;
     if flags.json {
         let all: Vec<&queue::Pending> = queue.names.iter().chain(&queue.budgets).collect();
-        println!("{}", serde_json::to_string_pretty(&all).expect("the queue serialises"));
+        crate::say::json(&all);
     } else {
         print_queue(&queue, &sandbox.name);
     }
     if !queue.unallowable.is_empty() {
-        eprintln!(
+        crate::say::line(&format!(
             "agent-sandbox: also refused, and not domains a policy can hold: {}",
             queue.unallowable.join(", ")
-        );
+        ));
     }
     Ok(0)
 }
@@ -37,7 +37,7 @@ fn print_queue(queue: &queue::Queue, sandbox: &str) {
         eprintln!("agent-sandbox: nothing pending in {sandbox}");
     }
     if !queue.names.is_empty() {
-        print!("{}", queue::render_pending(&queue.names));
+        crate::say::out(&queue::render_pending(&queue.names));
         eprintln!(
             "agent-sandbox: allow these with `agent-sandbox allow {sandbox} --pending` (names refused \
              after this look wait for the next), or some with `agent-sandbox allow {sandbox} NAME…`; \
@@ -45,7 +45,7 @@ fn print_queue(queue: &queue::Queue, sandbox: &str) {
         );
     }
     if !queue.budgets.is_empty() {
-        print!("{}", queue::render_budgets(&queue.budgets));
+        crate::say::out(&queue::render_budgets(&queue.budgets));
         eprintln!(
             "agent-sandbox: connections to these are refused or cut until their hour ends; \
              `agent-sandbox allow {sandbox} NAME --upload SIZE` raises a budget"

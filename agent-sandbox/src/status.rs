@@ -9,7 +9,11 @@ pub async fn run(flags: &StatusFlags) -> Result<i32> {
     sandbox.ensure_running()?;
     let cmd: &[&str] = if flags.json { &["sandbox-status", "--json"] } else { &["sandbox-status"] };
     let out = sandbox.exec(cmd).await?;
-    print!("{}", out.stdout);
-    eprint!("{}", out.stderr);
+    if flags.json {
+        crate::say::json_text(&out.stdout);
+    } else {
+        crate::say::out(&out.stdout);
+    }
+    crate::say::err_bytes(out.stderr.as_bytes());
     Ok(i32::try_from(out.code).unwrap_or(1))
 }

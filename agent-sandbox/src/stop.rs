@@ -8,7 +8,7 @@ use crate::flags::StopFlags;
 pub async fn run(flags: &StopFlags) -> Result<i32> {
     let sandbox = Engine::connect().await?.find(&flags.which.sandbox).await?;
     let (stopped, git) = stop(&sandbox).await?;
-    eprintln!("agent-sandbox: {stopped}");
+    crate::say::line(&format!("agent-sandbox: {stopped}"));
     git
 }
 

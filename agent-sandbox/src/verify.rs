@@ -93,9 +93,9 @@ pub async fn run(flags: &VerifyFlags) -> Result<i32> {
         checks,
     };
     if flags.json {
-        println!("{}", serde_json::to_string_pretty(&card).expect("the card is JSON"));
+        crate::say::json(&card);
     } else {
-        print!("{}", render(&card));
+        crate::say::out(&render(&card));
     }
     Ok(if card.failed > 0 { Code::Failed as i32 } else { 0 })
 }

@@ -25,6 +25,10 @@ const FIRSTS: usize = 4096;
 /// The most names totalled; past it, the rest count under [`OTHER_NAMES`].
 const TOTALLED_NAMES: usize = 10_000;
 pub const OTHER_NAMES: &str = "(other names)";
+/// The most characters of a logged reason (a forwarder's refusal carries its status too).
+const MAX_REASON: usize = 512;
+/// The most characters of a logged name: a host name's 253, and room for what is not one.
+const MAX_NAME: usize = 260;
 
 /// 4 MiB on disk (8 with the rotated file); 200 lines a second after a burst of 2,000; the same
 /// refusal once per 10 s.
@@ -112,7 +116,11 @@ impl ConnectionLog {
 
     /// `unique` tells connections apart that must not be folded together (an allowed one's
     /// bytes are its own); refusals of the same destination, name and reason fold.
-    pub fn record(&self, line: Connection, unique: Option<u64>) {
+    pub fn record(&self, mut line: Connection, unique: Option<u64>) {
+        // The name and reason may come from the checker or the forwarder, which read the agent's
+        // bytes: one line each, bounded, whatever they say.
+        line.reason = crate::policy::text::one_line(&line.reason, MAX_REASON);
+        line.name = line.name.map(|name| crate::policy::text::one_line(&name, MAX_NAME));
         let name = line.name.clone().unwrap_or_else(|| line.address.clone());
         {
             let mut totals = self.totals.lock().unwrap_or_else(|e| e.into_inner());

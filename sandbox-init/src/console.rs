@@ -57,7 +57,13 @@ pub fn err(line: impl Into<String>) {
     send(Stream::Err, line.into());
 }
 
-fn send(stream: Stream, mut line: String) {
+fn send(stream: Stream, line: String) {
+    // Lines quote what the agent chose (names, reasons): no control of theirs reaches the
+    // terminal or `docker logs`.
+    let mut line = match crate::policy::text::escaped(&line) {
+        std::borrow::Cow::Borrowed(_) => line,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    };
     if !line.ends_with('\n') {
         line.push('\n');
     }

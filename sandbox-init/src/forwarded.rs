@@ -351,7 +351,7 @@ impl Forwarder {
     pub fn log_refusals(&self, log: Arc<crate::connections::ConnectionLog>) -> std::io::Result<()> {
         let socket = self.reports.try_clone()?;
         std::thread::Builder::new().name("forwarder-refusals".into()).spawn(move || {
-            // Reasons are bounded (MAX_REPORTED_REASON characters): no report is cut.
+            // Reasons are bounded (inspect::MAX_REASON characters): no report is cut.
             let mut buf = vec![0u8; 64 * 1024];
             while let Ok(len) = socket.recv(&mut buf) {
                 let Ok(refusal) = serde_json::from_slice::<RefusedRequest>(&buf[..len]) else { continue };

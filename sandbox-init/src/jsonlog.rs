@@ -144,7 +144,8 @@ impl JsonLog {
     }
 
     fn emit(&self, state: &mut State, line: &serde_json::Value) {
-        let mut text = line.to_string();
+        // serde_json writes C1 controls as they are: escaped, a line read raw is plain text.
+        let mut text = crate::policy::text::json_safe(&line.to_string()).into_owned();
         text.push('\n');
         if (self.echo)(line) {
             crate::console::err(text.clone());

@@ -367,8 +367,12 @@ mod tests {
             ("GET", "/v1/chat/completions"),
         ] {
             let refused = judge(&rules, method, path).unwrap_err();
-            assert_eq!(refused.0, 403, "{method} {path}");
-            assert!(refused.1.contains("apis: {mistral: {remote_tools: allow}}"), "{}", refused.1);
+            assert_eq!(refused.status(), 403, "{method} {path}");
+            assert!(
+                refused.reason().contains("apis: {mistral: {remote_tools: allow}}"),
+                "{}",
+                refused.reason()
+            );
         }
         let allow = "version: 1\ndomains: [example.com]\napis:\n  mistral:\n    remote_tools: allow\n";
         let allow = crate::policy::Policy::from_yaml(Path::new("p.yaml"), allow).unwrap();

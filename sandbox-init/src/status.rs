@@ -130,11 +130,14 @@ pub fn show(args: &[String]) -> u8 {
         connections: all_connections.iter().rev().take(SHOWN_CONNECTIONS).rev().cloned().collect(),
         status,
     };
+    // Names, reasons and denial lines quote what the agent sent: escaped, whatever the output
+    // is (a pipe often ends in a terminal too).
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        println!("{}", crate::policy::text::json_safe(&text));
         return 0;
     }
-    print_text(&report, addresses.err());
+    print!("{}", crate::policy::text::escaped(&render_text(&report, addresses.err())));
     0
 }
 
@@ -173,47 +176,56 @@ fn forwarded_line(host: &crate::policy::ForwardedHost) -> String {
     format!("{} through 127.0.0.1:{} ({}; {what})", host.host, host.port, host.service)
 }
 
-fn print_text(report: &Report, addresses_error: Option<String>) {
+fn render_text(report: &Report, addresses_error: Option<String>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     let status = &report.status;
-    println!("firewall: {}, ipv6 {}", status.firewall, if status.ipv6 { "on" } else { "off" });
-    println!("policy files: {}", status.files.join(", "));
-    println!(
+    let _ = writeln!(out, "firewall: {}, ipv6 {}", status.firewall, if status.ipv6 { "on" } else { "off" });
+    let _ = writeln!(out, "policy files: {}", status.files.join(", "));
+    let _ = writeln!(
+        out,
         "services: {}",
         if status.services.is_empty() { "none".into() } else { status.services.join(", ") }
     );
-    println!("domains ({}):", status.domains.len());
+    let _ = writeln!(out, "domains ({}):", status.domains.len());
     for domain in status.domains.iter().take(SHOWN_DOMAINS) {
-        println!("  {domain}");
+        let _ = writeln!(out, "  {domain}");
     }
     if status.domains.len() > SHOWN_DOMAINS {
-        println!("  … and {} more", status.domains.len() - SHOWN_DOMAINS);
+        let _ = writeln!(out, "  … and {} more", status.domains.len() - SHOWN_DOMAINS);
     }
-    println!("forwarded ({}):", status.forwarded.len());
+    let _ = writeln!(out, "forwarded ({}):", status.forwarded.len());
     for forwarded in &status.forwarded {
-        println!("  {forwarded}");
+        let _ = writeln!(out, "  {forwarded}");
     }
-    println!("cidrs ({}):", status.cidrs.len());
+    let _ = writeln!(out, "cidrs ({}):", status.cidrs.len());
     for cidr in &status.cidrs {
-        println!("  {cidr}");
+        let _ = writeln!(out, "  {cidr}");
     }
-    println!("upstream resolvers: {}", status.upstreams.join(", "));
+    let _ = writeln!(out, "upstream resolvers: {}", status.upstreams.join(", "));
     let inbound: Vec<String> = status.inbound.iter().map(u16::to_string).collect();
-    println!("inbound tcp ports: {}", if inbound.is_empty() { "none".into() } else { inbound.join(", ") });
+    let _ = writeln!(
+        out,
+        "inbound tcp ports: {}",
+        if inbound.is_empty() { "none".into() } else { inbound.join(", ") }
+    );
     match (&report.addresses, addresses_error) {
         (Some(addresses), _) => {
-            println!("allowed addresses ({}):", addresses.len());
+            let _ = writeln!(out, "allowed addresses ({}):", addresses.len());
             for address in addresses {
-                println!("  {}  expires in {} s", address.element, address.expires_in);
+                let _ = writeln!(out, "  {}  expires in {} s", address.element, address.expires_in);
             }
         }
-        (None, Some(e)) if status.firewall == "on" => println!("allowed addresses: cannot list them: {e}"),
+        (None, Some(e)) if status.firewall == "on" => {
+            let _ = writeln!(out, "allowed addresses: cannot list them: {e}");
+        }
         (None, _) => {}
     }
-    println!("recent denials:");
+    let _ = writeln!(out, "recent denials:");
     for line in &report.denials {
-        println!("  {line}");
+        let _ = writeln!(out, "  {line}");
     }
-    println!("recent connections:");
+    let _ = writeln!(out, "recent connections:");
     for c in &report.connections {
         let name = c.name.as_deref().unwrap_or("-");
         let bytes = match (c.bytes_up, c.bytes_down, c.ms) {
@@ -221,15 +233,17 @@ fn print_text(report: &Report, addresses_error: Option<String>) {
             _ => String::new(),
         };
         let repeats = c.repeats.map(|n| format!(" (and {n} more)")).unwrap_or_default();
-        println!(
+        let _ = writeln!(
+            out,
             "  {} {:7} {} {name} ({}:{}) via {}: {}{bytes}{repeats}",
             c.time, c.verdict, c.protocol, c.address, c.port, c.via, c.reason
         );
     }
-    println!("connections per name (allowed / refused, bytes up / down):");
+    let _ = writeln!(out, "connections per name (allowed / refused, bytes up / down):");
     for (name, t) in &report.totals {
-        println!("  {name}: {} / {}, {} / {}", t.allowed, t.refused, t.bytes_up, t.bytes_down);
+        let _ = writeln!(out, "  {name}: {} / {}, {} / {}", t.allowed, t.refused, t.bytes_up, t.bytes_down);
     }
+    out
 }
 
 fn last_lines(path: &Path, count: usize) -> Vec<String> {

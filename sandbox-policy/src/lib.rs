@@ -12,6 +12,7 @@ pub mod forward;
 pub mod layout;
 mod pattern;
 pub mod terminal;
+pub mod text;
 
 use file::*;
 pub use file::{ApiSettings, RemoteTools};

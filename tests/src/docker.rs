@@ -200,6 +200,44 @@ pub async fn exec(container: &str, cmd: &[&str], user: Option<&str>) -> anyhow::
     Ok(ExecOutput { stdout, stderr, code })
 }
 
+/// Runs `cmd` as root in a container: everything it printed, stdout then stderr, as the bytes
+/// they were (no lossy decoding to hide a byte a terminal would act on).
+pub async fn exec_bytes(container: &str, cmd: &[&str]) -> anyhow::Result<Vec<u8>> {
+    let docker = docker().await?;
+    let config = ExecConfig {
+        cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        ..Default::default()
+    };
+    let created = docker.create_exec(container, config).await?;
+    match docker.start_exec(&created.id, None::<StartExecOptions>).await? {
+        StartExecResults::Attached { output, .. } => output_bytes(output).await,
+        StartExecResults::Detached => Ok(Vec::new()),
+    }
+}
+
+/// A container's whole log as the bytes it was: stdout's, then stderr's.
+pub async fn container_log_bytes(id: &str) -> anyhow::Result<Vec<u8>> {
+    let options = LogsOptionsBuilder::default().stdout(true).stderr(true).build();
+    output_bytes(docker().await?.logs(id, Some(options))).await
+}
+
+async fn output_bytes(
+    mut output: impl futures_util::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>>
+    + Unpin,
+) -> anyhow::Result<Vec<u8>> {
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    while let Some(chunk) = output.next().await {
+        match chunk? {
+            bollard::container::LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+            other => stdout.extend_from_slice(&other.into_bytes()),
+        }
+    }
+    stdout.extend_from_slice(&stderr);
+    Ok(stdout)
+}
+
 /// Writes a file into a container (root's, with `mode`), as `docker cp` does.
 pub async fn copy_in(container: &str, path: &str, contents: &[u8], mode: u32) -> anyhow::Result<()> {
     let mut archive = tar::Builder::new(Vec::new());

@@ -33,6 +33,8 @@ pub struct Outcome {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
+    /// Standard output, then standard error, as the bytes they were.
+    pub raw: Vec<u8>,
 }
 
 /// The launcher with a home folder of its own (for `--login-from-host`, and its locks) and the
@@ -77,6 +79,7 @@ impl Launcher {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            raw: [out.stdout, out.stderr].concat(),
         })
     }
 

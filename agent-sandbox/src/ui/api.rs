@@ -193,7 +193,7 @@ pub async fn approve(
 ) -> Answer<serde_json::Value> {
     let (sandbox, _held) = held(&ui, &name).await?;
     let approved = approve::approve_shown(&sandbox, &shown.names).await?;
-    eprintln!("agent-sandbox: the page approved {} for {name}", approved.join(", "));
+    crate::say::line(&format!("agent-sandbox: the page approved {} for {name}", approved.join(", ")));
     Ok(Json(json!({ "approved": approved })))
 }
 

@@ -53,9 +53,6 @@ pub struct Config {
     pub resolver: Option<std::net::IpAddr>,
 }
 
-/// The most characters of a refusal's reason a report carries (and connections.jsonl logs).
-pub const MAX_REPORTED_REASON: usize = 512;
-
 /// A request the forwarder refused, as it tells PID 1.
 #[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusedRequest {
@@ -164,13 +161,13 @@ struct Served {
 
 impl Served {
     /// Tells PID 1 of a refusal, for connections.jsonl; dropped if PID 1 is not reading.
-    fn report(&self, Refused(status, reason): &Refused) {
+    fn report(&self, refused: &Refused) {
         let Some(socket) = &self.reports else { return };
         let refusal = RefusedRequest {
             host: self.route.host.clone(),
             port: self.port,
-            status: *status,
-            reason: reason.clone(),
+            status: refused.status(),
+            reason: refused.reason().to_string(),
         };
         if let Ok(bytes) = serde_json::to_vec(&refusal) {
             let _ = socket.send(&bytes);
@@ -201,7 +198,7 @@ async fn handle(mut client: TcpStream, served: &Served) {
     let result = async {
         let (head, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
             Ok(read) => read?,
-            Err(_) => return Err(Refused(408, "no request head in time".into())),
+            Err(_) => return Err(Refused::new(408, "no request head in time")),
         };
         let rewritten = rewrite_head(&head, route)?;
         let verdict = route.rules.judge_head(&rewritten.request())?;
@@ -211,24 +208,24 @@ async fn handle(mut client: TcpStream, served: &Served) {
         if matches!(rewritten.method.as_str(), "GET" | "HEAD")
             && framing.body != crate::net::inspect::BodyLength::Length(0)
         {
-            return Err(Refused(400, format!("a {} with a body, which servers read differently", rewritten.method)));
+            return Err(Refused::new(400, format!("a {} with a body, which servers read differently", rewritten.method)));
         }
         if verdict == Verdict::Body && !json_content(&head) {
-            return Err(Refused(415, "a request body the rules read must be sent as JSON (Content-Type: application/json)".into()));
+            return Err(Refused::new(415, "a request body the rules read must be sent as JSON (Content-Type: application/json)"));
         }
         if !whole {
-            let upstream = connect(&route.host, tls, served.resolver).await.map_err(|e| Refused(502, e))?;
+            let upstream = connect(&route.host, tls, served.resolver).await.map_err(|e| Refused::new(502, e))?;
             return relay(&mut client, upstream, &rewritten.head, rest, framing.body, &route.host).await;
         }
         if let Some(api) = api {
             judge_head(&head, api)?;
         }
         if framing.expect_continue {
-            client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.map_err(|e| Refused(400, e.to_string()))?;
+            client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.map_err(|e| Refused::new(400, e.to_string()))?;
         }
         let body = match tokio::time::timeout(BODY_TIMEOUT, read_body(&mut client, rest, framing.body)).await {
             Ok(body) => body?,
-            Err(_) => return Err(Refused(408, "no whole request body in time".into())),
+            Err(_) => return Err(Refused::new(408, "no whole request body in time")),
         };
         if verdict == Verdict::Body {
             route.rules.judge_body(&rewritten.request(), &body)?;
@@ -236,7 +233,7 @@ async fn handle(mut client: TcpStream, served: &Served) {
         if let Some(api) = api
             && let Some(tool) = judge_body(&route.host, &body)?
         {
-            return Err(Refused(
+            return Err(Refused::new(
                 403,
                 format!(
                     "the request names {tool}; with the key it holds, the provider would carry the \
@@ -245,9 +242,9 @@ async fn handle(mut client: TcpStream, served: &Served) {
                 ),
             ));
         }
-        let mut upstream = connect(&route.host, tls, served.resolver).await.map_err(|e| Refused(502, e))?;
+        let mut upstream = connect(&route.host, tls, served.resolver).await.map_err(|e| Refused::new(502, e))?;
         let sent = [inspected_head(&rewritten.head, body.len()), body].concat();
-        upstream.write_all(&sent).await.map_err(|e| Refused(502, format!("{}: {e}", route.host)))?;
+        upstream.write_all(&sent).await.map_err(|e| Refused::new(502, format!("{}: {e}", route.host)))?;
         // One request: anything the agent sends after it goes nowhere; the answer streams back.
         let _ = tokio::io::copy(&mut upstream, &mut client).await;
         let _ = client.shutdown().await;
@@ -274,9 +271,9 @@ async fn relay(
     let (mut up_read, mut up_write) = tokio::io::split(upstream);
     let (mut c_read, mut c_write) = client.split();
     let send = async {
-        up_write.write_all(head).await.map_err(|e| Refused(502, format!("{host}: {e}")))?;
+        up_write.write_all(head).await.map_err(|e| Refused::new(502, format!("{host}: {e}")))?;
         crate::net::relay::copy_body(&mut c_read, &mut up_write, rest, body).await?;
-        up_write.flush().await.map_err(|e| Refused(502, format!("{host}: {e}")))
+        up_write.flush().await.map_err(|e| Refused::new(502, format!("{host}: {e}")))
     };
     {
         let answer = tokio::io::copy(&mut up_read, &mut c_write);
@@ -304,11 +301,11 @@ async fn read_head(client: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), Refused
             return Ok((buf, rest));
         }
         if buf.len() > MAX_HEAD {
-            return Err(Refused(431, format!("a request head over {MAX_HEAD} bytes")));
+            return Err(Refused::new(431, format!("a request head over {MAX_HEAD} bytes")));
         }
-        let n = client.read(&mut chunk).await.map_err(|e| Refused(400, e.to_string()))?;
+        let n = client.read(&mut chunk).await.map_err(|e| Refused::new(400, e.to_string()))?;
         if n == 0 {
-            return Err(Refused(400, "the connection ended inside the request head".into()));
+            return Err(Refused::new(400, "the connection ended inside the request head"));
         }
         buf.extend_from_slice(&chunk[..n]);
     }

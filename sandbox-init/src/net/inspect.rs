@@ -6,9 +6,34 @@
 use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
 
-/// Why a request was not forwarded: the status the agent's CLI gets, and the reason.
+/// Why a request was not forwarded: the status the agent's CLI gets, and the reason. The
+/// reason quotes what the agent sent (a method, a path, a tool's name) and goes to the agent,
+/// connections.jsonl, `sandbox-status` and the user's terminal: [`Refused::new`] is the one way
+/// to make one, and it leaves no control character in it and bounds it.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Refused(pub u16, pub String);
+pub struct Refused {
+    status: u16,
+    reason: String,
+}
+
+/// The most characters of a refusal's reason (and of what the forwarder reports to PID 1).
+pub const MAX_REASON: usize = 400;
+
+impl Refused {
+    /// A refusal with `status`; every control character of `reason` (C0, DEL, C1) and every
+    /// bidirectional one becomes `?`, and it is cut to [`MAX_REASON`] characters.
+    pub fn new(status: u16, reason: impl AsRef<str>) -> Refused {
+        Refused { status, reason: sandbox_policy::text::one_line(reason.as_ref(), MAX_REASON) }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
 
 /// The largest request body read whole to look for remote tools: model requests with long
 /// contexts and images stay well under it.
@@ -34,7 +59,7 @@ pub enum BodyLength {
 /// over the size read whole. A body only streamed on (git's gzipped fetch requests, a push's
 /// pack) may be compressed and of any size.
 pub fn body_framing(head: &[u8], inspected: bool) -> Result<Framing, Refused> {
-    let bad = |why: &str| Refused(400, why.to_string());
+    let bad = |why: &str| Refused::new(400, why);
     let text = std::str::from_utf8(head).map_err(|_| bad("the request head is not UTF-8"))?;
     let (mut length, mut chunked, mut expect_continue) = (None, false, false);
     for line in text.split("\r\n").skip(1) {
@@ -48,7 +73,7 @@ pub fn body_framing(head: &[u8], inspected: bool) -> Result<Framing, Refused> {
                 }
                 let n = value.parse::<usize>().map_err(|_| bad("a malformed Content-Length"))?;
                 if inspected && n > MAX_INSPECTED_BODY {
-                    return Err(Refused(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
+                    return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
                 }
                 length = Some(n);
             }
@@ -57,9 +82,9 @@ pub fn body_framing(head: &[u8], inspected: bool) -> Result<Framing, Refused> {
             }
             "transfer-encoding" => chunked = true,
             "content-encoding" if inspected && !value.eq_ignore_ascii_case("identity") => {
-                return Err(Refused(
+                return Err(Refused::new(
                     415,
-                    "a compressed request body, which cannot be read for remote tools".into(),
+                    "a compressed request body, which cannot be read for remote tools",
                 ));
             }
             "expect" => expect_continue = value.eq_ignore_ascii_case("100-continue"),
@@ -92,11 +117,11 @@ pub async fn read_body(
             return body;
         }
         if buf.len() > MAX_INSPECTED_BODY + 64 * 1024 {
-            return Err(Refused(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
+            return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
         }
-        let n = client.read(&mut chunk).await.map_err(|e| Refused(400, e.to_string()))?;
+        let n = client.read(&mut chunk).await.map_err(|e| Refused::new(400, e.to_string()))?;
         if n == 0 {
-            return Err(Refused(400, "the connection ended inside the request body".into()));
+            return Err(Refused::new(400, "the connection ended inside the request body"));
         }
         buf.extend_from_slice(&chunk[..n]);
     }
@@ -105,7 +130,7 @@ pub async fn read_body(
 /// A chunked body decoded, once it is whole (None before); strict, so that no server could read
 /// the chunks otherwise.
 fn dechunk(mut bytes: &[u8]) -> Result<Option<Vec<u8>>, Refused> {
-    let bad = |why: &str| Refused(400, format!("a malformed chunked body: {why}"));
+    let bad = |why: &str| Refused::new(400, format!("a malformed chunked body: {why}"));
     let mut body = Vec::new();
     loop {
         let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
@@ -135,7 +160,7 @@ fn dechunk(mut bytes: &[u8]) -> Result<Option<Vec<u8>>, Refused> {
             }
         }
         if body.len() + size > MAX_INSPECTED_BODY {
-            return Err(Refused(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
+            return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
         }
         let Some(data) = bytes.get(..size + 2) else { return Ok(None) };
         if &data[size..] != b"\r\n" {
@@ -167,7 +192,7 @@ pub fn judge_head(head: &[u8], api: &str) -> Result<(), Refused> {
         || header("x-goog-upload-command").is_some()
         || query.split('&').any(|p| p.starts_with("upload_id="));
     if in_parts {
-        return Err(Refused(
+        return Err(Refused::new(
             403,
             format!(
                 "a file uploaded in parts, which cannot be read for remote tools until the provider \
@@ -178,7 +203,7 @@ pub fn judge_head(head: &[u8], api: &str) -> Result<(), Refused> {
     let protobuf = header("content-type").is_some_and(|v| v.contains("proto"))
         || query.split('&').any(|p| p == "alt=proto" || p == "$alt=proto" || p == "%24alt=proto");
     if protobuf {
-        return Err(Refused(415, "a protobuf request body, which cannot be read for remote tools".into()));
+        return Err(Refused::new(415, "a protobuf request body, which cannot be read for remote tools"));
     }
     Ok(())
 }
@@ -194,12 +219,12 @@ pub fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
         || body.starts_with(b"\xff\xfe")
         || body.iter().take(4).any(|&b| b == 0)
     {
-        return Err(Refused(415, "a request body in another encoding than plain UTF-8".into()));
+        return Err(Refused::new(415, "a request body in another encoding than plain UTF-8"));
     }
     let start = body.iter().find(|b| !b.is_ascii_whitespace());
     if matches!(start, Some(b'{' | b'[')) {
         let value = strict_json(body)
-            .map_err(|e| Refused(400, format!("a request body that is not strict JSON: {e}")))?;
+            .map_err(|e| Refused::new(400, format!("a request body that is not strict JSON: {e}")))?;
         return Ok(crate::net::remote_tools::named(&value, host));
     }
     // Lines end at LF or CR, as Python's universal newlines read a batch file.
@@ -217,14 +242,17 @@ pub fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
             }
             // A key twice: one reader takes the first, another the last.
             Err(e) if e.to_string().contains("twice in one object") => {
-                return Err(Refused(400, format!("a line of an uploaded file that is not strict JSON: {e}")));
+                return Err(Refused::new(
+                    400,
+                    format!("a line of an uploaded file that is not strict JSON: {e}"),
+                ));
             }
             // Not JSON to this reader, but perhaps to the provider's (NaN, nesting past this
             // reader's limit; found by a red team): refused if it names what a fetch is named by.
             Err(e) => {
                 let text = String::from_utf8_lossy(line);
                 if let Some(key) = crate::net::remote_tools::fetch_word(&text) {
-                    return Err(Refused(
+                    return Err(Refused::new(
                         400,
                         format!("a line of an uploaded file that is not strict JSON ({e}) names {key}"),
                     ));
@@ -336,7 +364,7 @@ mod tests {
             ("POST / HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 3", 415),
             ("POST / HTTP/1.1\r\nContent-Length: 999999999999", 413),
         ] {
-            assert_eq!(framing(head).unwrap_err().0, status, "{head}");
+            assert_eq!(framing(head).unwrap_err().status(), status, "{head}");
         }
     }
 
@@ -361,8 +389,11 @@ mod tests {
         assert!(tools(r#"{"model":"m","mcp_servers":[{"url":"https://x.test"}]}"#).unwrap().is_some());
         assert!(tools(r#" {"model":"m","tools":[{"type":"web_fetch_20250910"}]} "#).unwrap().is_some());
         // The key twice: one server reads the first, another the last.
-        assert_eq!(tools(r#"{"tools":[{"type":"web_fetch_20250910"}],"tools":[]}"#).unwrap_err().0, 400);
-        assert_eq!(tools(r#"{"model":"m"} trailing"#).unwrap_err().0, 400);
+        assert_eq!(
+            tools(r#"{"tools":[{"type":"web_fetch_20250910"}],"tools":[]}"#).unwrap_err().status(),
+            400
+        );
+        assert_eq!(tools(r#"{"model":"m"} trailing"#).unwrap_err().status(), 400);
         assert_eq!(tools(r#"{"model":"m","messages":[]}"#).unwrap(), None);
         assert_eq!(tools("--boundary\r\nContent-Disposition: form-data").unwrap(), None, "an upload");
         // A batch's input file, uploaded: one request per line, each judged.
@@ -376,25 +407,25 @@ mod tests {
         let utf16: Vec<u8> = fetch.encode_utf16().flat_map(u16::to_be_bytes).collect();
         let utf16le: Vec<u8> = fetch.encode_utf16().flat_map(u16::to_le_bytes).collect();
         for body in [bom, utf16, utf16le] {
-            assert_eq!(judge_body("api.anthropic.com", &body).unwrap_err().0, 415);
+            assert_eq!(judge_body("api.anthropic.com", &body).unwrap_err().status(), 415);
         }
         // Found by a second red team: batch lines ended by a bare CR (two lines to Python's
         // reader), and a key twice in a line.
         let cr = "{\"custom_id\":\"1\"}\r{\"body\":{\"mcp_servers\":[{\"url\":\"https://x.test\"}]}}\r";
         assert!(tools(&format!("--b\r\n\r\n{cr}--b--")).unwrap().is_some());
         let twice = "--b\r\n\r\n{\"body\":{\"tools\":[{\"type\":\"mcp\"}],\"tools\":[]}}\n--b--";
-        assert_eq!(tools(twice).unwrap_err().0, 400);
+        assert_eq!(tools(twice).unwrap_err().status(), 400);
         // Found by a third: lines Python reads as JSON and this reader does not (NaN, nesting
         // past its limit), naming a fetch. The control: such a line naming none passes, as
         // an uploaded source file's line beginning with `{` does.
         let nan = "--b\r\n\r\n{\"body\":{\"temperature\":NaN,\"messages\":[{\"content\":[{\"type\":\"document_url\",\"document_url\":\"https://x.test\"}]}]}}\n--b--";
-        assert_eq!(tools(nan).unwrap_err().0, 400);
+        assert_eq!(tools(nan).unwrap_err().status(), 400);
         let deep = format!(
             "--b\r\n\r\n{{\"body\":{}{{\"image_url\":\"https://x.test\"}}{}}}\n--b--",
             "[".repeat(200),
             "]".repeat(200)
         );
-        assert_eq!(tools(&deep).unwrap_err().0, 400);
+        assert_eq!(tools(&deep).unwrap_err().status(), 400);
         assert_eq!(tools("--b\r\n\r\n{ int main() { return NaN; }\n--b--").unwrap(), None);
     }
 
@@ -415,7 +446,7 @@ mod tests {
                 415,
             ),
         ] {
-            assert_eq!(judge_head(head.as_bytes(), "gemini").unwrap_err().0, status, "{head}");
+            assert_eq!(judge_head(head.as_bytes(), "gemini").unwrap_err().status(), status, "{head}");
         }
         for head in [
             "POST /v1/messages HTTP/1.1\r\nContent-Type: application/json",

@@ -30,13 +30,13 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let io = |e: std::io::Error| Refused(502, e.to_string());
+    let io = |e: std::io::Error| Refused::new(502, e.to_string());
     let mut buf = first;
     let mut chunk = vec![0u8; 64 * 1024];
     let mut more = async |buf: &mut Vec<u8>, client: &mut R| -> Result<(), Refused> {
-        let n = client.read(&mut chunk).await.map_err(|e| Refused(400, e.to_string()))?;
+        let n = client.read(&mut chunk).await.map_err(|e| Refused::new(400, e.to_string()))?;
         if n == 0 {
-            return Err(Refused(400, "the connection ended inside the request body".into()));
+            return Err(Refused::new(400, "the connection ended inside the request body"));
         }
         buf.extend_from_slice(&chunk[..n]);
         Ok(())
@@ -53,7 +53,7 @@ where
             more(&mut buf, client).await?;
         }
     }
-    let bad = |why: &str| Refused(400, format!("a malformed chunked body: {why}"));
+    let bad = |why: &str| Refused::new(400, format!("a malformed chunked body: {why}"));
     let mut state = State::SizeLine;
     loop {
         let progress = match state {
@@ -168,7 +168,7 @@ mod tests {
             b"123456789\r\n",
         ] {
             let (result, _, _) = copied(bad, 0, BodyLength::Chunked).await;
-            assert_eq!(result.map_err(|r| r.0), Err(400), "{bad:?}");
+            assert_eq!(result.map_err(|r| r.status()), Err(400), "{bad:?}");
         }
     }
 }

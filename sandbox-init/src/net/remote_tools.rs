@@ -17,6 +17,8 @@
 
 use serde_json::Value;
 
+use crate::policy::text::quoted;
+
 /// The keys whose value is content the provider fetches by its link (Anthropic's
 /// `{"type": "url", "url": …}` sources are read apart): OpenAI's `image_url` and `file_url`,
 /// Mistral's `document_url`, where a provider fetches a connector's sign-in metadata or a
@@ -99,7 +101,7 @@ fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<
     for tool in object.get("tools").and_then(Value::as_array).into_iter().flatten() {
         let k = kind(tool);
         if k.starts_with("web_fetch") || k.starts_with("mcp") {
-            return Some(format!("the `{k}` tool (the provider fetches a URL the request names)"));
+            return Some(format!("the {} tool (the provider fetches a URL the request names)", quoted(&k)));
         }
         if tool.get("server_url").is_some() || tool.get("connector_id").is_some() {
             return Some("an `mcp` tool (OpenAI's remote MCP servers and connectors)".into());
@@ -113,17 +115,14 @@ fn in_object(object: &serde_json::Map<String, Value>, own_host: &str) -> Option<
     if let Some(url) = object.get("server").and_then(Value::as_str)
         && elsewhere(url, own_host)
     {
-        return Some(format!(
-            "a connector's `server` (the provider contacts {})",
-            url.chars().take(80).collect::<String>()
-        ));
+        return Some(format!("a connector's `server` (the provider contacts {})", quoted(url)));
     }
     // Content given by its link: Anthropic's `{"type": "url", "url": …}` sources, and every
     // key of LINK_KEYS.
     let link = |value: Option<&Value>| -> Option<String> {
         let value = value?;
         let url = value.as_str().or_else(|| value.get("url").and_then(Value::as_str))?;
-        elsewhere(url, own_host).then(|| url.chars().take(80).collect())
+        elsewhere(url, own_host).then(|| quoted(url))
     };
     let source = (object.get("type").and_then(Value::as_str) == Some("url")).then(|| link(object.get("url")));
     source

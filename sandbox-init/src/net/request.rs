@@ -7,6 +7,7 @@ use std::os::fd::RawFd;
 
 use crate::net::inspect::Refused;
 use crate::net::rules::{Request, Rules};
+use crate::policy::text::quoted;
 
 /// One API or forwarded host: the listener at descriptor `fd` forwards to `host`:443 with
 /// `header: value` (no header when `header` is empty: a service used without a token).
@@ -54,11 +55,12 @@ impl std::fmt::Debug for Route {
 
 /// The agent's request head (without its blank line) as it goes upstream.
 pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
-    let bad = |why: &str| Refused(400, why.to_string());
+    let bad = |why: &str| Refused::new(400, why);
     let text = std::str::from_utf8(raw).map_err(|_| bad("the request head is not UTF-8"))?;
     let mut lines = text.split("\r\n");
     let request_line = lines.next().unwrap_or_default();
-    if text.bytes().any(|b| (b < 0x20 && b != b'\r' && b != b'\n' && b != b'\t') || b == 0x7f)
+    // C1 controls too (U+0080 to U+009F, as UTF-8): no server needs one, and terminals obey them.
+    if text.chars().any(|c| c.is_control() && !matches!(c, '\r' | '\n' | '\t'))
         || text.replace("\r\n", "").contains(['\r', '\n'])
     {
         return Err(bad("control characters or a bare CR or LF in the request head"));
@@ -77,7 +79,7 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
         || !method.bytes().all(|b| b.is_ascii_uppercase())
         || matches!(method, "CONNECT" | "TRACE" | "TRACK")
     {
-        return Err(Refused(405, format!("the method `{method}` is not forwarded")));
+        return Err(Refused::new(405, format!("the method {} is not forwarded", quoted(method))));
     }
     // What RFC 3986 lets a target hold, and nothing else: a raw tab, space or byte past ASCII
     // is one some servers take as the end of the target, after the rules judged what follows.
@@ -89,16 +91,21 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
     }
     if !target.starts_with('/') || target.starts_with("//") {
         return Err(bad(&format!(
-            "only a path is forwarded, to {} alone: `{target}` names a host",
-            route.host
+            "only a path is forwarded, to {} alone: {} names a host",
+            route.host,
+            quoted(target)
         )));
     }
     let scoped = matches!(route.rules, Rules::Npm { .. });
-    let path = canonical_path(target, scoped).map_err(|why| Refused(400, format!("`{target}`: {why}")))?;
+    let path = canonical_path(target, scoped)
+        .map_err(|why| Refused::new(400, format!("{}: {why}", quoted(target))))?;
     if let Some(prefix) = route.path.as_deref().filter(|p| *p != "/") {
         let rest = path.strip_prefix(prefix).unwrap_or("x");
         if !(rest.is_empty() || rest.starts_with('/')) {
-            return Err(Refused(403, format!("only paths under {prefix} are forwarded to {}", route.host)));
+            return Err(Refused::new(
+                403,
+                format!("only paths under {prefix} are forwarded to {}", route.host),
+            ));
         }
     }
     let query = target.split_once('?').map(|(_, q)| q.to_string()).unwrap_or_default();
@@ -268,7 +275,8 @@ pub fn json_content(head: &[u8]) -> bool {
 /// The answer to a refused request: its line in the body (git shows a text/plain body as
 /// `remote: …`), and in the status line's reason too, which is all some clients show (npm's
 /// `403 … - PUT URL`): printable ASCII there, on one line.
-pub fn refusal_answer(Refused(status, why): &Refused) -> String {
+pub fn refusal_answer(refused: &Refused) -> String {
+    let (status, why) = (refused.status(), refused.reason());
     let body = format!("agent-sandbox forwarder: {why}\n");
     let reason: String = format!("agent-sandbox: {why}")
         .chars()
@@ -332,7 +340,7 @@ mod tests {
             "TRACE / HTTP/1.1",
         ] {
             let refused = rewrite(head).unwrap_err();
-            assert!(refused.0 == 400 || refused.0 == 405, "{head:?}: {refused:?}");
+            assert!(refused.status() == 400 || refused.status() == 405, "{head:?}: {refused:?}");
         }
     }
 
@@ -346,7 +354,7 @@ mod tests {
         for other in
             ["/other-tenant/v1/chat", "/compatible-mode/v10", "/", "/compatible-mode?x=/compatible-mode/v1"]
         {
-            assert_eq!(rewrite(other).unwrap_err().0, 403, "{other}");
+            assert_eq!(rewrite(other).unwrap_err().status(), 403, "{other}");
         }
         // Ways out of the prefix that a server resolves after the check: dot segments, plain,
         // escaped or doubly escaped, escaped slashes and backslashes, parameters.
@@ -366,7 +374,7 @@ mod tests {
             "/compatible-mode/v1/%00",
         ] {
             let refused = rewrite(hidden).unwrap_err();
-            assert!(refused.0 == 400 || refused.0 == 403, "{hidden}: {refused:?}");
+            assert!(refused.status() == 400 || refused.status() == 403, "{hidden}: {refused:?}");
         }
         assert!(rewrite("/compatible-mode/v1/models/qwen%2Dmax/").is_ok(), "a harmless escape");
     }
@@ -377,11 +385,15 @@ mod tests {
             "POST /x HTTP/1.1\r\nConnection: Content-Length\r\nContent-Length: 5",
             "POST /x HTTP/1.1\r\nConnection: close, transfer-encoding\r\nTransfer-Encoding: chunked",
         ] {
-            assert_eq!(rewrite(head).unwrap_err().0, 400, "{head}");
+            assert_eq!(rewrite(head).unwrap_err().status(), 400, "{head}");
         }
         for length in ["+5", "0x5", "-0", "5 5", ""] {
             let head = format!("POST /x HTTP/1.1\r\nContent-Length: {length}");
-            assert_eq!(body_framing(head.trim_end().as_bytes(), false).unwrap_err().0, 400, "{length:?}");
+            assert_eq!(
+                body_framing(head.trim_end().as_bytes(), false).unwrap_err().status(),
+                400,
+                "{length:?}"
+            );
         }
         assert!(json_content(b"POST /graphql HTTP/1.1\r\nContent-Type: application/json; charset=utf-8"));
         assert!(json_content(b"POST /b HTTP/1.1\r\ncontent-type: application/vnd.git-lfs+json"));
@@ -398,7 +410,7 @@ mod tests {
         // A target with a byte servers may end it at: the rules would judge a path the server
         // does not serve.
         for head in ["POST /repos/o/r/hooks\t HTTP/1.1", "GET /\u{9b}2J HTTP/1.1", "GET /a\"b HTTP/1.1"] {
-            assert_eq!(rewrite(head).unwrap_err().0, 400, "{head:?}");
+            assert_eq!(rewrite(head).unwrap_err().status(), 400, "{head:?}");
         }
         let out = rewrite("POST /x HTTP/1.1\r\nX_HTTP_METHOD_OVERRIDE: DELETE\r\nContent-Length: 0").unwrap();
         assert!(!out.contains("DELETE"), "{out}");
@@ -419,13 +431,34 @@ mod tests {
 
     #[test]
     fn a_refusal_names_its_reason_in_the_status_line_and_the_body() {
-        let answer = refusal_answer(&Refused(403, "push to o/r is refused:\r\nX: y \u{2026}".into()));
+        let answer = refusal_answer(&Refused::new(403, "push to o/r is refused:\r\nX: y \u{2026}"));
         let (status, rest) = answer.split_once("\r\n").unwrap();
         assert_eq!(status, "HTTP/1.1 403 agent-sandbox: push to o/r is refused:??X: y ?");
         assert!(
-            rest.ends_with("\r\n\r\nagent-sandbox forwarder: push to o/r is refused:\r\nX: y \u{2026}\n"),
+            rest.ends_with("\r\n\r\nagent-sandbox forwarder: push to o/r is refused:??X: y \u{2026}\n"),
             "{rest}"
         );
+    }
+
+    /// The agent's method and target come back in the reason, which reaches the user's
+    /// terminal through `status` and `logs`: not one control of theirs (C0, C1, DEL) survives,
+    /// and a long one is cut.
+    #[test]
+    fn a_refusal_quotes_the_agents_method_and_target_without_a_control() {
+        let route = route();
+        for head in [
+            "\u{9d}52;c;cHduZWQ=\u{9c} /v1/x HTTP/1.1".to_string(),
+            "G\x1b]52;c;cHduZWQ=\x07T /v1/x HTTP/1.1".to_string(),
+            format!("{} /v1/x HTTP/1.1", "\u{9b}".repeat(5000)),
+            "GET /v1/%2e%2e/\x1b[31m HTTP/1.1".to_string(),
+        ] {
+            let Err(refused) = rewrite_head(head.as_bytes(), &route) else { panic!("{head:?} passed") };
+            let reason = refused.reason();
+            assert!(!reason.chars().any(|c| c.is_control()), "{head:?}: {reason:?}");
+            assert!(reason.chars().count() <= crate::net::inspect::MAX_REASON, "{reason}");
+            let answer = refusal_answer(&refused);
+            assert!(!answer.chars().any(|c| c.is_control() && c != '\r' && c != '\n'), "{answer:?}");
+        }
     }
 
     #[test]

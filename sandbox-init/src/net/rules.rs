@@ -106,13 +106,8 @@ impl Rules {
     }
 }
 
-/// A refusal as one line: control characters (a parser's newlines, say) become spaces.
-fn refused(status: u16, line: String) -> Refused {
-    Refused(status, line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect())
-}
-
 fn forbidden(line: String) -> Refused {
-    refused(403, line)
+    Refused::new(403, line)
 }
 
 fn is_read(method: &str) -> bool {
@@ -219,7 +214,7 @@ fn service(query: &str) -> Result<Option<Service>, Refused> {
 
 /// A query's key or value as a server reads it: `+` is a space, `%XX` a byte.
 fn decode(text: &str) -> Result<String, Refused> {
-    let malformed = || refused(400, "a malformed percent-escape in the query".into());
+    let malformed = || Refused::new(400, "a malformed percent-escape in the query");
     let mut out = Vec::with_capacity(text.len());
     let mut bytes = text.bytes();
     while let Some(b) = bytes.next() {
@@ -233,7 +228,7 @@ fn decode(text: &str) -> Result<String, Refused> {
             b => b,
         });
     }
-    String::from_utf8(out).map_err(|_| refused(400, "a query that is not UTF-8 once decoded".into()))
+    String::from_utf8(out).map_err(|_| Refused::new(400, "a query that is not UTF-8 once decoded"))
 }
 
 /// github.com: git's smart HTTP and LFS by the repositories they name; other reads pass.
@@ -281,13 +276,16 @@ struct LfsBatch {
 /// could take it for the operation.
 fn lfs_batch(access: &GithubAccess, repo: &Repo, body: &[u8]) -> Result<(), Refused> {
     let keys: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).map_err(|e| {
-        refused(400, format!("an LFS batch request that is not a JSON object is refused: {e}"))
+        Refused::new(400, format!("an LFS batch request that is not a JSON object is refused: {e}"))
     })?;
     if keys.keys().any(|k| k.eq_ignore_ascii_case("operation") && k != "operation") {
-        return Err(refused(400, "an LFS batch request with `operation` in another case is refused".into()));
+        return Err(Refused::new(400, "an LFS batch request with `operation` in another case is refused"));
     }
     let batch: LfsBatch = serde_json::from_slice(body).map_err(|e| {
-        refused(400, format!("an LFS batch request that is not JSON with one `operation` is refused: {e}"))
+        Refused::new(
+            400,
+            format!("an LFS batch request that is not JSON with one `operation` is refused: {e}"),
+        )
     })?;
     match batch.operation.as_str() {
         "download" => need(access, Need::Read, repo, &format!("an LFS download from {repo}")),
@@ -422,7 +420,7 @@ struct GraphqlRequest {
 /// A GraphQL request (one object, or a batch of them): every document parsed, every operation
 /// a query or a mutation whose every top-level field is allowed.
 fn graphql(mutations: &[String], body: &[u8]) -> Result<(), Refused> {
-    let bad = |why: String| refused(400, format!("a GraphQL request is refused: {why}"));
+    let bad = |why: String| Refused::new(400, format!("a GraphQL request is refused: {why}"));
     let batch = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
     let requests: Vec<GraphqlRequest> = match batch {
         true => serde_json::from_slice(body),

@@ -4,7 +4,7 @@
 //! evidence on the receiving side. Each has a positive control in the
 //! same test, so it cannot pass because something else broke.
 //!
-//! `network::`, `names::`, `forwarder::`, `services::`, `budgets::`, `sidecar::` and `verify::` need NET_ADMIN (the firewall) and are left out of
+//! `network::`, `names::`, `forwarder::`, `services::`, `budgets::`, `sidecar::`, `terminal::` and `verify::` need NET_ADMIN (the firewall) and are left out of
 //! `cargo xtask test --ci`; `process::` and `ui::` need no capability and run in both modes.
 
 mod budgets;
@@ -14,6 +14,7 @@ mod network;
 mod process;
 mod services;
 mod sidecar;
+mod terminal;
 mod ui;
 mod verify;
 
