@@ -421,12 +421,15 @@ pub async fn allow_pending(sandbox: &Sandbox, extra: &[String], yes: Option<usiz
     let allowlist = Allowlist::new(&policy);
     let mut domains = extra.to_vec();
     domains.extend(review.names.into_iter().filter(|name| allowlist.matches(name).is_none()));
-    if domains.len() > APPROVE_WITHOUT_YES && yes != Some(domains.len()) {
+    let cautions: Vec<String> =
+        domains.iter().filter_map(|name| crate::queue::caution(name, &policy).map(|c| c.why(name))).collect();
+    if (domains.len() > APPROVE_WITHOUT_YES || !cautions.is_empty()) && yes != Some(domains.len()) {
+        let why = if cautions.is_empty() { String::new() } else { format!("\n  {}", cautions.join("\n  ")) };
         return Err(Failure::new(
             Code::BadArgument,
             format!(
                 "this would approve {} names ({}): add --yes {} to approve exactly these, or allow \
-                 some by name; nothing changed",
+                 some by name; nothing changed{why}",
                 domains.len(),
                 domains.join(", "),
                 domains.len()
@@ -444,9 +447,24 @@ pub async fn allow_pending(sandbox: &Sandbox, extra: &[String], yes: Option<usiz
 /// (`shown`), or nothing changes ([`Code::Changed`]: the page looks again). Then it is what
 /// `pending` and `allow --pending --yes N` would do, in one step under the caller's hold: a name
 /// that arrived after the page looked waits for the next look.
-pub async fn approve_shown(sandbox: &Sandbox, shown: &[String]) -> Result<Vec<String>> {
+/// A name that needs a second look ([`crate::queue::Caution`]) is approved only `confirmed`: the
+/// page sends that from its dialog alone, which lists each with why.
+pub async fn approve_shown(sandbox: &Sandbox, shown: &[String], confirmed: bool) -> Result<Vec<String>> {
     sandbox.ensure_running()?;
     review_shown(sandbox, shown).await?;
+    if !confirmed {
+        let policy = policy_in(sandbox, None).await?;
+        let cautions: Vec<String> = shown
+            .iter()
+            .filter_map(|name| crate::queue::caution(name, &policy).map(|c| c.why(name)))
+            .collect();
+        if !cautions.is_empty() {
+            return Err(Failure::new(
+                Code::BadArgument,
+                format!("approved only through the dialog, which says why: {}", cautions.join("; ")),
+            ));
+        }
+    }
     allow_pending(sandbox, &[], Some(shown.len())).await
 }
 

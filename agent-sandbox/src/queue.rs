@@ -19,6 +19,10 @@ pub struct Pending {
     /// `docs.example.com`): a place the agent was never meant to go, rather than another host
     /// of a service it uses.
     pub new_site: bool,
+    /// Why approving it needs a second look ([`Caution`]), a new site's or a forwarded
+    /// service's: approved only with `--yes N` or through the page's dialog, which say this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caution: Option<String>,
     /// `name`: refused as not allowlisted, which `allow --pending` may approve; `upload`: an
     /// allowed name (or wildcard entry) past its upload budget, its connections refused or cut
     /// (`count`), until `allow NAME --upload SIZE` raises the budget or the hour ends.
@@ -36,16 +40,67 @@ pub struct Spent {
     pub sent: u64,
 }
 
-/// The site a name belongs to, roughly its registrable domain: the last two labels, or three
-/// under a country's generic second level (`example.co.uk`).
-fn site(name: &str) -> String {
-    let labels: Vec<&str> = name.trim_end_matches('.').split('.').collect();
-    let generic = ["co", "com", "net", "org", "gov", "ac", "edu"];
-    let take = match labels.as_slice() {
-        [.., second, tld] if tld.len() == 2 && generic.contains(second) => 3,
-        _ => 2,
-    };
-    labels[labels.len().saturating_sub(take)..].join(".").to_ascii_lowercase()
+/// Suffixes under which each name is a tenant of its own, as the Public Suffix List's private
+/// section says of others, that the list lacks (checked against psl 2.1, 2026-11): Alibaba
+/// Cloud's OSS buckets are `BUCKET.oss-REGION.aliyuncs.com`, beside DashScope's API.
+const SHARED_TENANT_SUFFIXES: &[&str] = &["aliyuncs.com"];
+
+/// The site a name belongs to: its registrable domain by the Public Suffix List, its private
+/// section included, so that a shared tenant's host (`bucket.storage.googleapis.com`,
+/// `me.github.io`) is a site of its own, not its provider's; a name the list does not know
+/// (`x.y.test`) by its last two labels.
+pub fn site(name: &str) -> String {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    for suffix in SHARED_TENANT_SUFFIXES {
+        if let Some(rest) = name.strip_suffix(suffix).and_then(|r| r.strip_suffix('.')) {
+            let tenant = rest.rsplit('.').next().unwrap_or(rest);
+            return format!("{tenant}.{suffix}");
+        }
+    }
+    psl::domain_str(&name).map_or(name.clone(), str::to_string)
+}
+
+/// Why approving a name needs a second look (`allow --pending --yes N`, the page's dialog).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caution {
+    /// It is under the site of a service the policy forwards: approved, the agent's own
+    /// connection there would carry a token of its own past the forwarder's rules.
+    Forwarded { service: String, host: String },
+    /// No entry of the policy is under its site: a place the agent was never meant to go.
+    NewSite { site: String },
+}
+
+impl Caution {
+    /// What the dialog and `allow --pending` say of `name`.
+    pub fn why(&self, name: &str) -> String {
+        match self {
+            Caution::Forwarded { service, host } => {
+                let service = match service.as_str() {
+                    "github" => "GitHub",
+                    "npm" => "the npm registry",
+                    other => other,
+                };
+                format!(
+                    "{name} is {service}, but not through its forwarder ({host} is): a token of the \
+                     agent's own works there"
+                )
+            }
+            Caution::NewSite { site } => format!("{name}: no entry of the sandbox's policy is under {site}"),
+        }
+    }
+}
+
+/// Whether approving `name` needs a second look under `policy`: None for another host of a
+/// site the policy already reaches directly.
+pub fn caution(name: &str, policy: &Policy) -> Option<Caution> {
+    let site = site(name);
+    if let Some(forwarded) = policy.forwarded().into_iter().find(|f| self::site(&f.host) == site) {
+        return Some(Caution::Forwarded { service: forwarded.service, host: forwarded.host });
+    }
+    let known = policy.domains.keys().any(|pattern| match pattern {
+        DomainPattern::Exact(entry) | DomainPattern::Subdomains(entry) => self::site(entry) == site,
+    });
+    (!known).then_some(Caution::NewSite { site })
 }
 
 /// The queue as read: names refused as not allowlisted after the mark.
@@ -65,13 +120,6 @@ pub struct Queue {
 /// name; each marked if no entry of `policy` is under its site.
 pub fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
     let allowlist = Allowlist::new(policy);
-    let sites: std::collections::BTreeSet<String> = policy
-        .domains
-        .keys()
-        .map(|pattern| match pattern {
-            DomainPattern::Exact(name) | DomainPattern::Subdomains(name) => site(name),
-        })
-        .collect();
     let mut names: BTreeMap<String, Pending> = BTreeMap::new();
     let mut budgets: BTreeMap<String, Pending> = BTreeMap::new();
     let mut out = Queue::default();
@@ -95,6 +143,7 @@ pub fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
                     first: time.to_string(),
                     last: String::new(),
                     new_site: false,
+                    caution: None,
                     kind: "upload",
                     upload: None,
                 });
@@ -118,14 +167,18 @@ pub fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
             }
             continue;
         }
-        let entry = names.entry(name.to_string()).or_insert_with(|| Pending {
-            name: name.to_string(),
-            count: 0,
-            first: time.to_string(),
-            last: String::new(),
-            new_site: !sites.contains(&site(name)),
-            kind: "name",
-            upload: None,
+        let entry = names.entry(name.to_string()).or_insert_with(|| {
+            let caution = caution(name, policy);
+            Pending {
+                name: name.to_string(),
+                count: 0,
+                first: time.to_string(),
+                last: String::new(),
+                new_site: matches!(caution, Some(Caution::NewSite { .. })),
+                caution: caution.map(|c| c.why(name)),
+                kind: "name",
+                upload: None,
+            }
         });
         entry.count += count;
         entry.last = time.to_string();
@@ -150,15 +203,18 @@ pub fn render_pending(queue: &[Pending]) -> String {
     let width = queue.iter().map(|p| p.name.len()).max().unwrap_or(0).max(4) + 2;
     let mut text = format!("{:<width$}  {:>5}  {:<24}  LAST REFUSED\n", "NAME", "COUNT", "FIRST REFUSED");
     for p in queue {
-        let name = if p.new_site { format!("{} *", p.name) } else { p.name.clone() };
+        let name = if p.caution.is_some() { format!("{} *", p.name) } else { p.name.clone() };
         text.push_str(&format!("{name:<width$}  {:>5}  {:<24}  {}\n", p.count, p.first, p.last));
     }
     let refusals: u64 = queue.iter().map(|p| p.count).sum();
-    text.push_str(&format!("{} names, {refusals} refusals", queue.len()));
-    if queue.iter().any(|p| p.new_site) {
-        text.push_str("; *: no entry of the sandbox's policy is under the same site");
+    text.push_str(&format!("{} names, {refusals} refusals\n", queue.len()));
+    let cautions: Vec<&str> = queue.iter().filter_map(|p| p.caution.as_deref()).collect();
+    if !cautions.is_empty() {
+        text.push_str("*: approved only with --yes N, where N counts every name approved:\n");
+        for why in cautions {
+            text.push_str(&format!("  {why}\n"));
+        }
     }
-    text.push('\n');
     text
 }
 
@@ -228,5 +284,57 @@ mod tests {
         assert_eq!(site("a.b.example.co.uk"), "example.co.uk");
         assert_eq!(site("localhost"), "localhost");
         assert_eq!(site("x.y.test."), "y.test");
+        assert_eq!(site("Gist.GitHub.com"), "github.com");
+    }
+
+    /// A shared tenant's host is a site of its own (the Public Suffix List's private section, and
+    /// the suffixes it lacks): not the provider's, whose API the policy allows.
+    #[test]
+    fn a_shared_tenant_is_a_site_of_its_own() {
+        assert_eq!(site("bucket.storage.googleapis.com"), "storage.googleapis.com");
+        assert_ne!(site("bucket.storage.googleapis.com"), site("generativelanguage.googleapis.com"));
+        assert_eq!(site("me.github.io"), "me.github.io");
+        assert_eq!(site("b.oss-cn-hangzhou.aliyuncs.com"), "oss-cn-hangzhou.aliyuncs.com");
+        assert_eq!(site("coding.dashscope.aliyuncs.com"), "dashscope.aliyuncs.com");
+    }
+
+    /// gist.github.com is under github.com, which the policy forwards: approving it would let the
+    /// agent's own token reach GitHub past the forwarder, so it needs a second look although
+    /// github.com is in the policy; so do shared tenants under a bundle's provider. Another host
+    /// of a site reached directly does not.
+    #[test]
+    fn a_forwarded_services_site_and_a_shared_tenant_need_a_second_look() {
+        let policy = Policy::from_yaml(
+            Path::new("p.yaml"),
+            "version: 1\nservices: [github, npm, google, qwen]\ndomains: [docs.example.com]\n",
+        )
+        .unwrap();
+        let why = |name: &str| caution(name, &policy).map(|c| c.why(name));
+        assert_eq!(
+            why("gist.github.com").as_deref(),
+            Some(
+                "gist.github.com is GitHub, but not through its forwarder (github.com is): a token of \
+                 the agent's own works there"
+            )
+        );
+        assert!(
+            why("www.npmjs.org").is_some_and(|w| w.contains("the npm registry")),
+            "{:?}",
+            why("www.npmjs.org")
+        );
+        for tenant in ["bucket.storage.googleapis.com", "b.oss-cn-hangzhou.aliyuncs.com", "evil.test"] {
+            assert!(matches!(caution(tenant, &policy), Some(Caution::NewSite { .. })), "{tenant}");
+        }
+        assert_eq!(caution("api.example.com", &policy), None);
+        let direct = Policy::from_yaml(
+            Path::new("p.yaml"),
+            "version: 1\nservices: [github]\nforward: {github: {direct: true}}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            caution("gist.github.com", &direct),
+            None,
+            "github is direct there: no forwarder to bypass"
+        );
     }
 }

@@ -184,6 +184,9 @@ pub fn screen_text(raw: &[u8]) -> String {
 #[derive(Debug, Deserialize)]
 pub struct Shown {
     names: Vec<String>,
+    /// Sent by the page's dialog alone: a name needing a second look is approved only so.
+    #[serde(default)]
+    confirmed: bool,
 }
 
 pub async fn approve(
@@ -192,7 +195,7 @@ pub async fn approve(
     Json(shown): Json<Shown>,
 ) -> Answer<serde_json::Value> {
     let (sandbox, _held) = held(&ui, &name).await?;
-    let approved = approve::approve_shown(&sandbox, &shown.names).await?;
+    let approved = approve::approve_shown(&sandbox, &shown.names, shown.confirmed).await?;
     crate::say::line(&format!("agent-sandbox: the page approved {} for {name}", approved.join(", ")));
     Ok(Json(json!({ "approved": approved })))
 }

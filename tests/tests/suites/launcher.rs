@@ -496,7 +496,14 @@ async fn net_admin_allow_opens_a_refused_name_live_pending_lists_it_and_deny_clo
     assert!(entry["count"].as_u64() >= Some(1), "{queue:?}");
     assert!(launcher.ok(&["pending", &name]).await?.stdout.contains("docs.launcher.test"));
 
-    launcher.ok(&["allow", &name, "--pending"]).await?;
+    // A name under a site the policy never allowed is approved only with --yes N.
+    let unasked = launcher.run(&["allow", &name, "--pending"]).await?;
+    assert_eq!(unasked.code, 64, "{unasked:?}");
+    assert!(
+        unasked.stderr.contains("no entry of the sandbox's policy is under launcher.test"),
+        "{unasked:?}"
+    );
+    launcher.ok(&["allow", &name, "--pending", "--yes", "1"]).await?;
     let allowed = connect(&sb, "docs.launcher.test").await?;
     assert_eq!(allowed.outcome(), "connected", "allow did not open the name: {:?}", allowed.fields);
     assert_eq!(pane_pid(&id).await?, pid, "the session was restarted");

@@ -12,8 +12,8 @@
   // The agent can tell when the page looks (it reads the agent's screen) and add a name just
   // before a click: Approve is enabled only once the list has held still this long.
   const SETTLE_MS = 1500;
-  // More names than this (`allow --pending` wants `--yes N` past it), or one under a new site,
-  // and Approve first lists every name in a dialog.
+  // More names than this (`allow --pending` wants `--yes N` past it), or one under a new site or
+  // a forwarded service's site, and Approve first lists every name in a dialog, with why.
   const APPROVE_WITHOUT_CONFIRM = 3;
   // A request that does not answer in this long is given up, so a poll never sticks.
   const REQUEST_MS = 15000;
@@ -31,7 +31,7 @@
     seq: 0,              // bumped on every route change: answers for an older view are dropped
     sigs: {},            // per table: the signature of what it shows now
     shownPending: [],    // the names #pending shows right now: exactly what Approve posts
-    newSite: false,      // one of them is under a site the policy never allowed
+    cautions: {},        // name -> why approving it needs the dialog (a new site, a forwarded service's)
     pendingSince: 0,     // when the shown names last changed (Approve waits SETTLE_MS after)
     confirming: [],      // the names the approval dialog lists: exactly what its Approve posts
     acting: false,       // approve/dismiss in flight
@@ -485,7 +485,7 @@
       setTimeout(updatePendingButtons, SETTLE_MS + 50);
     }
     state.shownPending = shown;
-    state.newSite = names.some((p) => p.new_site);
+    state.cautions = Object.fromEntries(names.filter((p) => p.caution).map((p) => [str(p.name), str(p.caution)]));
 
     const unallowable = arr(data.unallowable).map(str);
     $('unallowable').textContent = unallowable.length
@@ -498,9 +498,9 @@
     const li = el('li', cls);
     li.setAttribute('data-name', str(p.name));
     li.appendChild(el('span', 'item-name mono', str(p.name)));
-    if (p.new_site) {
-      const tag = el('span', 'tag', 'new site');
-      tag.setAttribute('title', "no entry of the sandbox's policy is under the same site");
+    if (p.caution) {
+      const tag = el('span', 'tag', p.new_site ? 'new site' : 'forwarded site');
+      tag.setAttribute('title', str(p.caution));
       li.appendChild(tag);
     }
     li.appendChild(el('span', 'count', `×${fmtCount(p.count)}`));
@@ -529,7 +529,7 @@
   function askApprove() {
     const names = state.shownPending.slice();
     if (!names.length || state.acting) return;
-    if (names.length <= APPROVE_WITHOUT_CONFIRM && !state.newSite) {
+    if (names.length <= APPROVE_WITHOUT_CONFIRM && !names.some((n) => state.cautions[n])) {
       actOnPending('approve', names);
       return;
     }
@@ -538,7 +538,9 @@
     list.replaceChildren(...names.map((n) => {
       const li = el('li', 'mono', n);
       const item = $('pending').querySelector(`li.pending[data-name="${CSS.escape(n)}"]`);
-      if (item && item.querySelector('.tag')) li.appendChild(el('span', 'tag', 'new site'));
+      const tag = item && item.querySelector('.tag');
+      if (tag) li.appendChild(el('span', 'tag', tag.textContent));
+      if (state.cautions[n]) li.appendChild(el('div', 'why', state.cautions[n]));
       return li;
     }));
     $('confirm-approve-text').textContent =
@@ -553,13 +555,14 @@
   }
 
   // Approve or dismiss exactly the names the page shows; a 409 means the queue moved on.
-  async function actOnPending(action, names = state.shownPending.slice()) {
+  // `confirmed`: from the dialog, the one way the server approves a name needing a second look.
+  async function actOnPending(action, names = state.shownPending.slice(), confirmed = false) {
     const name = state.route.name;
     if (!names.length || state.acting) return;
     state.acting = true;
     updatePendingButtons();
     try {
-      const { data } = await api('POST', sbPath(name, action), { names });
+      const { data } = await api('POST', sbPath(name, action), action === 'approve' ? { names, confirmed } : { names });
       if (action === 'approve') say(`approved ${arr(data.approved).join(', ') || names.join(', ')}`);
       else say(`dismissed ${typeof data.dismissed === 'number' ? data.dismissed : names.length} pending`);
     } catch (err) {
@@ -717,7 +720,7 @@
     $('approve').addEventListener('click', askApprove);
     $('confirm-approve-yes').addEventListener('click', () => {
       closeApproveDialog();
-      actOnPending('approve', state.confirming);
+      actOnPending('approve', state.confirming, true);
     });
     $('confirm-approve-no').addEventListener('click', closeApproveDialog);
     $('dismiss').addEventListener('click', () => actOnPending('dismiss'));
