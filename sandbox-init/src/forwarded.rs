@@ -106,12 +106,14 @@ pub fn routes(policy: &Policy, agent: &AgentPrivileges, secrets: &Path) -> Resul
             }
             (None, None) => continue,
         };
-        let auth = token.as_ref().map(|(token, _)| match (auth_kind, &host.settings.declared) {
-            (_, Some(d)) => (d.header.clone(), format!("{}{token}", d.prefix)),
+        let token = token.filter(|_| auth_kind != Auth::None);
+        let auth = token.as_ref().and_then(|(token, _)| match (auth_kind, &host.settings.declared) {
+            (_, Some(d)) => Some((d.header.clone(), format!("{}{token}", d.prefix))),
             (Auth::Basic(user), None) => {
-                ("authorization".into(), format!("Basic {}", base64(&format!("{user}:{token}"))))
+                Some(("authorization".into(), format!("Basic {}", base64(&format!("{user}:{token}")))))
             }
-            (Auth::Bearer, None) => ("authorization".into(), format!("Bearer {token}")),
+            (Auth::Bearer, None) => Some(("authorization".into(), format!("Bearer {token}"))),
+            (Auth::None, None) => None,
         });
         let strip = strip_list(auth.as_ref().map(|(header, _)| header.as_str()));
         let rules = rules_for(&host);
@@ -136,6 +138,8 @@ fn rules_for(host: &ForwardedHost) -> Rules {
         Some(Part::Git) => github(GithubPart::Git),
         Some(Part::Api) => github(GithubPart::Api),
         Some(Part::Uploads) => github(GithubPart::Uploads),
+        Some(Part::Raw) => github(GithubPart::Raw),
+        Some(Part::Objects) => github(GithubPart::Objects),
         Some(Part::Npm) => Rules::Npm { publish: s.publish.iter().cloned().collect() },
         Some(Part::Model) => Rules::Any,
         None => Rules::Http {
@@ -328,6 +332,7 @@ impl Forwarder {
         extra_ca: Option<String>,
         resolver: Option<std::net::IpAddr>,
     ) -> std::io::Result<Forwarder> {
+        let forwarded = routes.iter().map(|r| (r.host.host.clone(), r.host.port)).collect();
         let mut listeners = Vec::new();
         let mut config_routes = Vec::new();
         for (index, service) in routes.iter().enumerate() {
@@ -339,7 +344,7 @@ impl Forwarder {
         let routes = config_routes;
         let (reports, its_end) = std::os::unix::net::UnixDatagram::pair()?;
         let report_fd = Some(CONFIG_FD + 1 + listeners.len() as i32);
-        let config = serde_json::to_string(&Config { routes, extra_ca, report_fd, resolver })
+        let config = serde_json::to_string(&Config { routes, extra_ca, report_fd, resolver, forwarded })
             .map_err(std::io::Error::other)?;
         Ok(Forwarder { listeners, config, pid: Mutex::new(0), reports, its_end })
     }

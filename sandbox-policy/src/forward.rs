@@ -21,6 +21,12 @@ pub enum Part {
     Api,
     /// uploads.github.com: release assets.
     Uploads,
+    /// raw.githubusercontent.com and codeload.github.com: a readable repository's files and
+    /// archives (paths start `OWNER/REPO`), GET and HEAD only.
+    Raw,
+    /// objects.githubusercontent.com: release assets and LFS objects by signed URLs, GET and
+    /// HEAD only, without the token.
+    Objects,
     /// The npm registry.
     Npm,
     /// A model API whose key sandbox-init holds (apis.rs): any request under its base path.
@@ -43,6 +49,8 @@ pub enum Auth {
     Bearer,
     /// `authorization: Basic base64(USER:TOKEN)`, as git sends a token over HTTP.
     Basic(&'static str),
+    /// No token: the host serves public files and signed URLs, which a second credential breaks.
+    None,
 }
 
 /// A service this sandbox-init knows how to forward.
@@ -50,9 +58,10 @@ pub enum Auth {
 pub struct Builtin {
     /// Its bundle's name in policies/services.yaml.
     pub name: &'static str,
+    /// Every host of the bundle: while it is forwarded, none is reached directly, so no front
+    /// end of the service takes the agent's own token (a write fronted through a read-only
+    /// host's name, its Host another host's, is one).
     pub hosts: &'static [BuiltinHost],
-    /// Hosts of the bundle reached directly while it is forwarded, each with the reason it may be.
-    pub direct: &'static [(&'static str, &'static str)],
     /// Where the user's token may come from: these variables, or the secret files of the same
     /// names in lower case.
     pub token_vars: &'static [&'static str],
@@ -70,11 +79,19 @@ pub const BUILTINS: &[Builtin] = &[
             },
             BuiltinHost { host: "api.github.com", port: 15111, part: Part::Api, auth: Auth::Bearer },
             BuiltinHost { host: "uploads.github.com", port: 15112, part: Part::Uploads, auth: Auth::Bearer },
-        ],
-        direct: &[
-            ("raw.githubusercontent.com", "serves files of a commit; it takes no upload"),
-            ("objects.githubusercontent.com", "serves release assets and LFS objects for download"),
-            ("codeload.github.com", "serves source archives for download"),
+            BuiltinHost { host: "codeload.github.com", port: 15113, part: Part::Raw, auth: Auth::None },
+            BuiltinHost {
+                host: "raw.githubusercontent.com",
+                port: 15114,
+                part: Part::Raw,
+                auth: Auth::Bearer,
+            },
+            BuiltinHost {
+                host: "objects.githubusercontent.com",
+                port: 15115,
+                part: Part::Objects,
+                auth: Auth::None,
+            },
             // Not *.githubcopilot.com: api.githubcopilot.com/mcp/ is GitHub's MCP server, which
             // takes any token and writes (files, pushes, gists). The copilot image is direct.
         ],
@@ -88,7 +105,6 @@ pub const BUILTINS: &[Builtin] = &[
             part: Part::Npm,
             auth: Auth::Bearer,
         }],
-        direct: &[],
         token_vars: &["NPM_TOKEN"],
     },
 ];

@@ -246,8 +246,7 @@ impl Policy {
     }
 
     /// The domains of the services the policy names: a forwarded service's hosts on 443 (which
-    /// the forwarder alone reaches) and the hosts it leaves direct; any other bundle's domains as
-    /// written. Again after a merge, since a drop-in may set `direct`. A declared service's host
+    /// the forwarder alone reaches); any other bundle's domains as written. Again after a merge, since a drop-in may set `direct`. A declared service's host
     /// too, on 443.
     fn apply_services(&mut self) {
         let mut add = Vec::new();
@@ -256,10 +255,6 @@ impl Policy {
                 Some(builtin) if !self.forward.get(name).is_some_and(|f| f.direct) => {
                     for host in builtin.hosts {
                         add.push((DomainPattern::Exact(host.host.into()), Access::tcp(Ports::from([443]))));
-                    }
-                    for (host, _) in builtin.direct {
-                        let pattern = DomainPattern::parse(host).expect("a built-in direct host");
-                        add.push((pattern, Access::tcp(Ports::from(DEFAULT_PORTS))));
                     }
                 }
                 _ => {

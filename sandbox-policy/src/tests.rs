@@ -239,17 +239,26 @@ fn github_and_npm_are_forwarded_unless_a_policy_says_direct() {
     let policy = yaml("version: 1\nservices: [github, npm]\n").unwrap();
     let allowlist = Allowlist::new(&policy);
     // The forwarded hosts: checked TCP on 443 and no more; SSH on 22 is gone.
-    for host in ["github.com", "api.github.com", "uploads.github.com", "registry.npmjs.org"] {
+    // The download hosts too: no front end of GitHub's is reached directly, so none carries a
+    // write fronted under its name.
+    for host in [
+        "github.com",
+        "api.github.com",
+        "uploads.github.com",
+        "codeload.github.com",
+        "raw.githubusercontent.com",
+        "objects.githubusercontent.com",
+        "registry.npmjs.org",
+    ] {
         assert_eq!(allowlist.access(host), Some(tcp(&[443])), "{host}");
         assert!(allowlist.is_forwarded(host), "{host}");
     }
-    // The read-only hosts stay direct; the wildcards that covered write hosts are gone.
-    assert_eq!(allowlist.access("codeload.github.com"), Some(tcp(&[80, 443])));
+    // The wildcards that covered write hosts are gone.
     assert_eq!(allowlist.access("gist.github.com"), None);
     // GitHub's MCP server takes any token and writes: not direct while GitHub is forwarded.
     assert_eq!(allowlist.access("api.githubcopilot.com"), None);
     let hosts: Vec<(String, u16)> = policy.forwarded().into_iter().map(|f| (f.host, f.port)).collect();
-    assert_eq!(hosts.len(), 4, "{hosts:?}");
+    assert_eq!(hosts.len(), 7, "{hosts:?}");
     assert!(hosts.contains(&("github.com".into(), 15110)), "{hosts:?}");
 
     // A drop-in that says `direct` gives back the bundle as written, 22 included.

@@ -7,7 +7,8 @@
 //! What a request may not do: name another host (an absolute target, a `Host` header, a
 //! `CONNECT`), carry more than one request (the upstream is told `Connection: close`), or take
 //! the key anywhere (no header the agent sent survives under the key's name). Redirects are not
-//! followed: they go back to the agent's CLI, with no key in them. Unless the policy allows the
+//! followed: they go back to the agent's CLI, with no key in them, one to another forwarded
+//! host pointed at that host's forwarder (only the forwarder reaches it). Unless the policy allows the
 //! API's remote tools, a request's body is read whole first (bounded in size and time) and
 //! refused if it names one (net/inspect.rs): the provider would contact a URL of the
 //! agent's choosing with it.
@@ -22,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 pub use crate::net::inspect::Refused;
 use crate::net::inspect::{body_framing, inspected_head, judge_body, judge_head, read_body};
-use crate::net::request::{Route, json_content, refusal_answer, rewrite_head};
+use crate::net::request::{Route, json_content, redirected, refusal_answer, rewrite_head};
 use crate::net::rules::Verdict;
 
 /// The forwarder's own user: not the agent's, not root, not the checker's.
@@ -51,6 +52,9 @@ pub struct Config {
     /// first (no gate runs).
     #[serde(default)]
     pub resolver: Option<std::net::IpAddr>,
+    /// Every forwarded host and its port on 127.0.0.1: a redirect to one is followed through it.
+    #[serde(default)]
+    pub forwarded: Vec<(String, u16)>,
 }
 
 /// A request the forwarder refused, as it tells PID 1.
@@ -81,6 +85,7 @@ fn serve() -> Result<(), String> {
     std::io::Read::read_to_string(&mut file, &mut text).map_err(|e| format!("the configuration: {e}"))?;
     drop(file);
     let config: Config = serde_json::from_str(&text).map_err(|e| format!("the configuration: {e}"))?;
+    let forwarded = Arc::new(config.forwarded);
     let tls = Arc::new(client_config(config.extra_ca.as_deref())?);
     let reports = config.report_fd.map(|fd| {
         // SAFETY: PID 1 passed this descriptor for us alone.
@@ -107,6 +112,7 @@ fn serve() -> Result<(), String> {
                 reports: reports.clone(),
                 port,
                 resolver: config.resolver,
+                forwarded: forwarded.clone(),
             });
             tasks.push(tokio::spawn(accept(listener, served)));
         }
@@ -157,6 +163,7 @@ struct Served {
     reports: Option<Arc<std::os::unix::net::UnixDatagram>>,
     port: u16,
     resolver: Option<std::net::IpAddr>,
+    forwarded: Arc<Vec<(String, u16)>>,
 }
 
 impl Served {
@@ -215,7 +222,7 @@ async fn handle(mut client: TcpStream, served: &Served) {
         }
         if !whole {
             let upstream = connect(&route.host, tls, served.resolver).await.map_err(|e| Refused::new(502, e))?;
-            return relay(&mut client, upstream, &rewritten.head, rest, framing.body, &route.host).await;
+            return relay(&mut client, upstream, &rewritten.head, rest, framing.body, served).await;
         }
         if let Some(api) = api {
             judge_head(&head, api)?;
@@ -246,7 +253,7 @@ async fn handle(mut client: TcpStream, served: &Served) {
         let sent = [inspected_head(&rewritten.head, body.len()), body].concat();
         upstream.write_all(&sent).await.map_err(|e| Refused::new(502, format!("{}: {e}", route.host)))?;
         // One request: anything the agent sends after it goes nowhere; the answer streams back.
-        let _ = tokio::io::copy(&mut upstream, &mut client).await;
+        let _ = answer(&mut upstream, &mut client, &served.forwarded).await;
         let _ = client.shutdown().await;
         Ok(())
     }
@@ -256,6 +263,28 @@ async fn handle(mut client: TcpStream, served: &Served) {
         let _ = client.write_all(refusal_answer(&refused).as_bytes()).await;
         let _ = client.shutdown().await;
     }
+    linger(&mut client).await;
+}
+
+/// How long, and how much, a closing connection is read after its answer.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
+
+/// Reads and drops what the client still sends after its answer (a body no one read: a refused
+/// request's, or one the server answered before it came whole), until it closes, for
+/// [`LINGER`] at most. Closed with unread bytes, the socket would send a reset, and a reset can
+/// destroy the answer the client has not read yet (RFC 9112, 9.6: a lingering close).
+async fn linger(client: &mut TcpStream) {
+    let drain = async {
+        let (mut chunk, mut read) = ([0u8; 8192], 0);
+        while read < LINGER_BYTES {
+            match client.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
 /// Sends `head` and the body it frames upstream as the agent's bytes come (net/relay.rs: that
@@ -266,8 +295,9 @@ async fn relay(
     head: &[u8],
     rest: Vec<u8>,
     body: crate::net::inspect::BodyLength,
-    host: &str,
+    served: &Served,
 ) -> Result<(), Refused> {
+    let host = &served.route.host;
     let (mut up_read, mut up_write) = tokio::io::split(upstream);
     let (mut c_read, mut c_write) = client.split();
     let send = async {
@@ -276,7 +306,7 @@ async fn relay(
         up_write.flush().await.map_err(|e| Refused::new(502, format!("{host}: {e}")))
     };
     {
-        let answer = tokio::io::copy(&mut up_read, &mut c_write);
+        let answer = answer(&mut up_read, &mut c_write, &served.forwarded);
         tokio::pin!(answer);
         tokio::select! {
             sent = send => {
@@ -288,6 +318,50 @@ async fn relay(
     }
     let _ = c_write.shutdown().await;
     Ok(())
+}
+
+/// The most of an answer's head read to rewrite its `Location`: past it, the answer streams as
+/// it is.
+const MAX_ANSWER_HEAD: usize = 32 * 1024;
+
+/// Streams the upstream's answer to the client: its head (and any interim 1xx head before it)
+/// with a redirect to a forwarded host pointed at that host's forwarder, then the rest as it
+/// comes.
+async fn answer<R, W>(upstream: &mut R, client: &mut W, forwarded: &[(String, u16)]) -> std::io::Result<u64>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let end = loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break Some(end + 4);
+            }
+            if buf.len() > MAX_ANSWER_HEAD {
+                break None;
+            }
+            let n = upstream.read(&mut chunk).await?;
+            if n == 0 {
+                break None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let Some(end) = end else {
+            client.write_all(&buf).await?;
+            break;
+        };
+        let rest = buf.split_off(end);
+        let interim = buf.starts_with(b"HTTP/1.1 1") && !buf.starts_with(b"HTTP/1.1 101");
+        client.write_all(&redirected(&buf, forwarded).unwrap_or(buf)).await?;
+        buf = rest;
+        if !interim {
+            client.write_all(&buf).await?;
+            break;
+        }
+    }
+    tokio::io::copy(upstream, client).await
 }
 
 /// The head up to and with its blank line, and whatever came after it in the same reads.
@@ -396,4 +470,41 @@ fn rand_id() -> u16 {
     // SAFETY: getrandom into a local buffer of that length.
     unsafe { libc::getrandom(id.as_mut_ptr().cast(), 2, 0) };
     u16::from_ne_bytes(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answer reaches the client whole, its head rewritten where it redirects to a
+    /// forwarded host, whether it comes in one read or byte by byte.
+    #[tokio::test]
+    async fn the_answer_streams_whole_with_its_redirect_rewritten() {
+        let forwarded = vec![("objects.githubusercontent.com".to_string(), 15115)];
+        for (sent, expected) in [
+            ("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".to_string(), None),
+            (
+                "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 302 Found\r\nLocation: https://objects.githubusercontent.com/a\r\n\r\nrest".to_string(),
+                Some("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:15115/a\r\n\r\nrest"),
+            ),
+            ("no head at all".to_string(), None),
+        ] {
+            for step in [1, 4096] {
+                let (mut up_near, mut up_far) = tokio::io::duplex(64);
+                let (mut client_near, mut client_far) = tokio::io::duplex(1 << 16);
+                let bytes = sent.clone().into_bytes();
+                let writer = tokio::spawn(async move {
+                    for chunk in bytes.chunks(step) {
+                        up_far.write_all(chunk).await.unwrap();
+                    }
+                });
+                answer(&mut up_near, &mut client_near, &forwarded).await.unwrap();
+                writer.await.unwrap();
+                drop(client_near);
+                let mut got = String::new();
+                client_far.read_to_string(&mut got).await.unwrap();
+                assert_eq!(got, expected.unwrap_or(&sent), "step {step}");
+            }
+        }
+    }
 }

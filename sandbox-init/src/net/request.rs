@@ -272,6 +272,40 @@ pub fn json_content(head: &[u8]) -> bool {
         && params.split(';').all(|p| p.trim().is_empty() || p.trim().starts_with("charset="))
 }
 
+/// An answer's head (with its blank line) whose `Location` sends the client to one of the
+/// forwarded hosts (`https://HOST/…`, port 443 or none) rewritten to that host's forwarder
+/// (`http://127.0.0.1:PORT/…`), so that a redirect (a release download from github.com to
+/// objects.githubusercontent.com) is followed through the forwarder, which alone reaches those
+/// hosts; None if nothing changes. The upstream wrote the head: anything this reader does not
+/// understand passes as it is.
+pub fn redirected(head: &[u8], forwarded: &[(String, u16)]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(head).ok()?;
+    let mut out = String::with_capacity(text.len());
+    let mut changed = false;
+    for line in text.split_inclusive("\r\n") {
+        let rewritten = line.split_once(':').and_then(|(name, value)| {
+            if !name.eq_ignore_ascii_case("location") {
+                return None;
+            }
+            let url = value.trim();
+            let rest = url.get(..8).filter(|s| s.eq_ignore_ascii_case("https://")).map(|_| &url[8..])?;
+            let (authority, path) = rest.find(['/', '?', '#']).map_or((rest, ""), |i| rest.split_at(i));
+            let host = authority.strip_suffix(":443").unwrap_or(authority);
+            let (_, port) = forwarded.iter().find(|(h, _)| h.eq_ignore_ascii_case(host))?;
+            let path = if path.starts_with('/') { path.to_string() } else { format!("/{path}") };
+            Some(format!("{name}: http://127.0.0.1:{port}{path}\r\n"))
+        });
+        match rewritten {
+            Some(line) => {
+                out.push_str(&line);
+                changed = true;
+            }
+            None => out.push_str(line),
+        }
+    }
+    changed.then(|| out.into_bytes())
+}
+
 /// The answer to a refused request: its line in the body (git shows a text/plain body as
 /// `remote: …`), and in the status line's reason too, which is all some clients show (npm's
 /// `403 … - PUT URL`): printable ASCII there, on one line.
@@ -458,6 +492,41 @@ mod tests {
             assert!(reason.chars().count() <= crate::net::inspect::MAX_REASON, "{reason}");
             let answer = refusal_answer(&refused);
             assert!(!answer.chars().any(|c| c.is_control() && c != '\r' && c != '\n'), "{answer:?}");
+        }
+    }
+
+    /// A redirect to another forwarded host is followed through its forwarder; one anywhere
+    /// else, or to a port other than 443, goes back as it came.
+    #[test]
+    fn a_redirect_to_a_forwarded_host_goes_through_its_forwarder() {
+        let forwarded =
+            [("objects.githubusercontent.com".to_string(), 15115), ("github.com".to_string(), 15110)];
+        let head =
+            |location: &str| format!("HTTP/1.1 302 Found\r\nServer: x\r\nLocation: {location}\r\n\r\n");
+        let rewritten = |location: &str| {
+            redirected(head(location).as_bytes(), &forwarded).map(|h| String::from_utf8(h).unwrap())
+        };
+        assert_eq!(
+            rewritten("https://objects.githubusercontent.com/asset/1?sig=a%2Fb&x=1").as_deref(),
+            Some(head("http://127.0.0.1:15115/asset/1?sig=a%2Fb&x=1").as_str())
+        );
+        assert_eq!(
+            rewritten("HTTPS://GitHub.com:443").as_deref(),
+            Some(head("http://127.0.0.1:15110/").as_str())
+        );
+        assert_eq!(
+            rewritten("https://github.com?x").as_deref(),
+            Some(head("http://127.0.0.1:15110/?x").as_str())
+        );
+        for kept in [
+            "https://evil.test/x",
+            "https://github.com.evil.test/x",
+            "https://github.com:8443/x",
+            "http://github.com/x",
+            "/relative/path",
+            "https://user@github.com/x",
+        ] {
+            assert_eq!(rewritten(kept), None, "{kept}");
         }
     }
 

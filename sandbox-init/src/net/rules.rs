@@ -36,6 +36,11 @@ pub enum GithubPart {
     Api,
     /// uploads.github.com: release assets.
     Uploads,
+    /// raw.githubusercontent.com, codeload.github.com: a readable repository's files and
+    /// archives, read only.
+    Raw,
+    /// objects.githubusercontent.com: downloads by signed URL, read only.
+    Objects,
 }
 
 /// What the agent may do with the user's GitHub token.
@@ -83,6 +88,8 @@ impl Rules {
             Rules::Github { part: GithubPart::Git, access } => git_head(access, req),
             Rules::Github { part: GithubPart::Api, access } => api_head(access, req),
             Rules::Github { part: GithubPart::Uploads, access } => uploads_head(access, req),
+            Rules::Github { part: GithubPart::Raw, access } => download_head(Some(access), req),
+            Rules::Github { part: GithubPart::Objects, .. } => download_head(None, req),
             Rules::Npm { publish } => npm_head(publish, req),
             Rules::Http { allow } => http_head(allow, req),
             Rules::Model { api, allow } => model_head(api, allow, req),
@@ -403,6 +410,26 @@ fn uploads_head(access: &GithubAccess, req: &Request) -> Result<Verdict, Refused
     Err(forbidden(format!(
         "`{method} {path}` to uploads.github.com is refused: only release assets (POST /repos/OWNER/REPO/releases/ID/assets) are uploaded there"
     )))
+}
+
+/// GitHub's download hosts take no write, whatever Host or path the agent names: GET and HEAD
+/// only (a body on them is refused before the rules), and where the path names a repository
+/// (`OWNER/REPO/…`: `access` given), only a readable one.
+fn download_head(access: Option<&GithubAccess>, req: &Request) -> Result<Verdict, Refused> {
+    let (method, path) = (req.method, req.path);
+    if !is_read(method) {
+        return Err(forbidden(format!(
+            "`{method} {path}` is refused: GitHub's download hosts are read only (GET and HEAD)"
+        )));
+    }
+    match (access, segments(path).as_slice()) {
+        (None, _) => Ok(Verdict::Pass),
+        (Some(access), [owner, name, _, ..]) => {
+            let repo = Repo::new(owner, name);
+            need(access, Need::Read, &repo, &format!("reading {repo}"))
+        }
+        (Some(_), _) => Err(forbidden(format!("`{method} {path}` names no repository (OWNER/REPO/…)"))),
+    }
 }
 
 #[derive(Deserialize)]

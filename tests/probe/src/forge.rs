@@ -1,7 +1,9 @@
 //! The forge peer (`serve --forge DIR`): GitHub and the npm registry on the test network, chosen
 //! by the Host a request names. `api.github.com` and `uploads.github.com` answer anything with
 //! 200 and JSON; `registry.npmjs.org` serves the packuments and tarballs under DIR/npm and
-//! answers 201 to any PUT; every other host is github.com: git's smart HTTP through Debian's
+//! answers 201 to any PUT; GitHub's download hosts (codeload, raw, objects) answer 200 to
+//! anything with what was asked, and github.com's release downloads redirect there, as GitHub's
+//! do; every other host is github.com: git's smart HTTP through Debian's
 //! `git http-backend` (a CGI) on the bare repositories under DIR/git, which accepts pushes, and
 //! an LFS batch endpoint with nothing in it. Every request is logged on one line:
 //! `forge host=H method=M path=P auth=A status=N bytes=B port=P`, where A is the Authorization
@@ -164,6 +166,22 @@ pub fn respond(dir: &str, request: &Request, out: &mut impl Write, log: impl Fn(
     };
     let reply = match bare_host(request.host).as_str() {
         "api.github.com" | "uploads.github.com" => api(request),
+        "codeload.github.com" | "raw.githubusercontent.com" | "objects.githubusercontent.com" => Reply {
+            status: 200,
+            content_type: "text/plain",
+            body: format!("download {}", request.path).into_bytes(),
+        },
+        _ if request.method == "GET" && request.path.contains("/releases/download/") => {
+            let asset = request.path.rsplit('/').next().unwrap_or_default();
+            let to = format!("https://objects.githubusercontent.com/release-asset/{asset}?sig=forge");
+            logged(302);
+            let _ = write!(
+                out,
+                "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = out.flush();
+            return;
+        }
         "registry.npmjs.org" => registry(dir, request),
         _ if request.method == "POST" && git_path(request.path).ends_with("/info/lfs/objects/batch") => {
             Reply {

@@ -138,6 +138,9 @@ pub fn serve(listener: TcpListener, site: Site) {
                         request.get_mut().conn.send_close_notify();
                         let _ = request.get_mut().flush();
                     } else if let Some(head) = head {
+                        // The body read first: closed with it unread, the socket would reset
+                        // and could destroy the answer before the client read it.
+                        let _ = read_body(&mut request, &head);
                         respond(&site, &head, request.get_mut());
                         request.get_mut().conn.send_close_notify();
                         let _ = request.get_mut().flush();
