@@ -211,7 +211,7 @@ pub fn check_runtime(runtime: &str, args: Option<Vec<String>>) -> Result<()> {
         None => bad("the engine has no such runtime (`docker info` lists them; `cargo xtask setup --tests` \
              registers runsc, gVisor)"
             .into()),
-        Some(args) if runtime == "runsc" && args.iter().any(|a| a == "--network=host") => Ok(()),
+        Some(args) if runtime == "runsc" && runsc_network(&args) == Some("host") => Ok(()),
         Some(_) if runtime == "runsc" => {
             bad("runsc is registered without `--network=host`: gVisor's own network stack would take the \
              agent's packets past the gateway's rules; add it to the runtime's runtimeArgs in \
@@ -225,6 +225,23 @@ pub fn check_runtime(runtime: &str, args: Option<Vec<String>>) -> Result<()> {
                 .into())
         }
     }
+}
+
+/// The network mode runsc takes from its arguments: the last `--network` given, as Go's flag
+/// package reads them (`--network=host`, `-network=host`, `--network host`), so that a later
+/// `--network=sandbox` overrides an earlier `--network=host`.
+fn runsc_network(args: &[String]) -> Option<&str> {
+    let mut mode = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else { continue };
+        if let Some(value) = flag.strip_prefix("network=") {
+            mode = Some(value);
+        } else if flag == "network" {
+            mode = args.next().map(String::as_str);
+        }
+    }
+    mode
 }
 
 /// The image's own policy, read out of the created container.
@@ -432,10 +449,20 @@ mod tests {
 
     #[test]
     fn a_runtime_is_taken_only_where_the_agents_packets_cross_the_gateways_rules() {
-        assert!(check_runtime("runsc", Some(vec!["--network=host".into()])).is_ok());
+        let args = |list: &[&str]| Some(list.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        for ok in [
+            &["--network=host"][..],
+            &["--network", "host"],
+            &["-network=sandbox", "--debug", "--network=host"],
+        ] {
+            assert!(check_runtime("runsc", args(ok)).is_ok(), "{ok:?}");
+        }
         for (runtime, args, says) in [
             ("runsc", None, "no such runtime"),
             ("runsc", Some(vec![]), "without `--network=host`"),
+            // runsc takes the last: a later `--network=sandbox` overrides `--network=host`.
+            ("runsc", args(&["--network=host", "--network=sandbox"]), "without `--network=host`"),
+            ("runsc", args(&["--network=host", "-network", "sandbox"]), "without `--network=host`"),
             ("kata", Some(vec!["--network=host".into()]), "only runsc"),
         ] {
             let refused = check_runtime(runtime, args).unwrap_err();
