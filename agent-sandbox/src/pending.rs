@@ -18,7 +18,8 @@ pub async fn run(flags: &PendingFlags) -> Result<i32> {
     }
     let queue = approve::pending(&sandbox).await?;
     if flags.json {
-        let all: Vec<&queue::Pending> = queue.names.iter().chain(&queue.budgets).collect();
+        let all: Vec<&queue::Pending> =
+            queue.names.iter().chain(&queue.budgets).chain(&queue.addresses).collect();
         crate::say::json(&all);
     } else {
         print_queue(&queue, &sandbox.name);
@@ -33,7 +34,7 @@ pub async fn run(flags: &PendingFlags) -> Result<i32> {
 }
 
 fn print_queue(queue: &queue::Queue, sandbox: &str) {
-    if queue.names.is_empty() && queue.budgets.is_empty() {
+    if queue.names.is_empty() && queue.budgets.is_empty() && queue.addresses.is_empty() {
         eprintln!("agent-sandbox: nothing pending in {sandbox}");
     }
     if !queue.names.is_empty() {
@@ -43,6 +44,9 @@ fn print_queue(queue: &queue::Queue, sandbox: &str) {
              after this look wait for the next), or some with `agent-sandbox allow {sandbox} NAME…`; \
              `--dismiss` empties the queue"
         );
+    }
+    if !queue.addresses.is_empty() {
+        crate::say::out(&queue::render_addresses(&queue.addresses));
     }
     if !queue.budgets.is_empty() {
         crate::say::out(&queue::render_budgets(&queue.budgets));

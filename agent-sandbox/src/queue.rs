@@ -25,10 +25,14 @@ pub struct Pending {
     pub caution: Option<String>,
     /// `name`: refused as not allowlisted, which `allow --pending` may approve; `upload`: an
     /// allowed name (or wildcard entry) past its upload budget, its connections refused or cut
-    /// (`count`), until `allow NAME --upload SIZE` raises the budget or the hour ends.
+    /// (`count`), until `allow NAME --upload SIZE` raises the budget or the hour ends;
+    /// `address`: an allowed name whose answer pointed where the gate opens nothing (`caution`
+    /// says where, `addresses` what): approving it would change nothing.
     pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upload: Option<Spent>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
 }
 
 /// A spent upload budget, as the last denial of it said.
@@ -110,6 +114,9 @@ pub struct Queue {
     pub names: Vec<Pending>,
     /// Upload budgets spent, and not raised since, by name.
     pub budgets: Vec<Pending>,
+    /// Allowed names whose answers pointed into the user's network, at this host or its link,
+    /// or at a metadata service, which no approval opens, by name.
+    pub addresses: Vec<Pending>,
     /// Refused names that are not domains a policy can hold (`a_b.test`): shown, never approved.
     pub unallowable: Vec<String>,
     /// The time of the last denial read: the mark that empties the queue this far.
@@ -122,6 +129,7 @@ pub fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
     let allowlist = Allowlist::new(policy);
     let mut names: BTreeMap<String, Pending> = BTreeMap::new();
     let mut budgets: BTreeMap<String, Pending> = BTreeMap::new();
+    let mut addresses: BTreeMap<String, Pending> = BTreeMap::new();
     let mut out = Queue::default();
     for line in lines.lines() {
         let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else { continue };
@@ -146,10 +154,37 @@ pub fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
                     caution: None,
                     kind: "upload",
                     upload: None,
+                    addresses: Vec::new(),
                 });
                 entry.count += count;
                 entry.last = time.to_string();
                 entry.upload = Some(Spent { budget, sent: value["sent"].as_u64().unwrap_or(budget) });
+            }
+            continue;
+        }
+        if let (Some("dns"), Some(reason), Some(name), Some(list)) = (
+            value["denied"].as_str(),
+            value["reason"].as_str(),
+            value["name"].as_str(),
+            value["addresses"].as_array(),
+        ) {
+            let entry = addresses.entry(name.to_string()).or_insert_with(|| Pending {
+                name: name.to_string(),
+                count: 0,
+                first: time.to_string(),
+                last: String::new(),
+                new_site: false,
+                caution: Some(inward_why(reason)),
+                kind: "address",
+                upload: None,
+                addresses: Vec::new(),
+            });
+            entry.count += count;
+            entry.last = time.to_string();
+            for addr in list.iter().filter_map(|a| a.as_str()) {
+                if !entry.addresses.iter().any(|a| a == addr) && entry.addresses.len() < 8 {
+                    entry.addresses.push(addr.to_string());
+                }
             }
             continue;
         }
@@ -178,6 +213,7 @@ pub fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
                 caution: caution.map(|c| c.why(name)),
                 kind: "name",
                 upload: None,
+                addresses: Vec::new(),
             }
         });
         entry.count += count;
@@ -185,7 +221,22 @@ pub fn queue(lines: &str, after: &str, policy: &Policy) -> Queue {
     }
     out.names = names.into_values().collect();
     out.budgets = budgets.into_values().collect();
+    out.addresses = addresses.into_values().collect();
     out
+}
+
+/// What an answer's unopened addresses mean to the user, by the denial log's reason.
+fn inward_why(reason: &str) -> String {
+    match reason {
+        "private address" => "answered with an address of your network: opened only for an entry with \
+                              `private: true` (an internal service you name)"
+            .into(),
+        "metadata address" => "answered with a cloud metadata service's address: never opened by a name \
+                               (a `cidrs` entry names such an address, if you must)"
+            .into(),
+        "local address" => "answered with a loopback or link-local address: never opened by a name".into(),
+        other => format!("answered where the gate opens nothing ({other})"),
+    }
 }
 
 /// The upload budget `policy` gives what a spent budget was counted for (a name, or the
@@ -214,6 +265,23 @@ pub fn render_pending(queue: &[Pending]) -> String {
         for why in cautions {
             text.push_str(&format!("  {why}\n"));
         }
+    }
+    text
+}
+
+/// The names answered where the gate opens nothing, as `pending` prints them: apart, since
+/// approving them would change nothing.
+pub fn render_addresses(names: &[Pending]) -> String {
+    let mut text =
+        String::from("ANSWERED INTO YOUR NETWORK OR A METADATA SERVICE (no approval opens these)\n");
+    for p in names {
+        text.push_str(&format!(
+            "{}  x{}  {}: {}\n",
+            p.name,
+            p.count,
+            p.addresses.join(", "),
+            p.caution.as_deref().unwrap_or_default()
+        ));
     }
     text
 }
@@ -251,6 +319,7 @@ mod tests {
             r#"{"time":"2026-11-26T10:00:07.000Z","denied":"upload","name":"docs.rs","budget":1000,"sent":1200,"reason":"upload budget","repeats":2}"#,
             r#"{"time":"2026-11-26T10:00:07.500Z","denied":"upload","name":"raised.test","budget":1000,"sent":1000,"reason":"upload budget"}"#,
             r#"{"time":"2026-11-26T10:00:08.000Z","denied":"upload","name":"gone.test","budget":1000,"sent":1000,"reason":"upload budget"}"#,
+            r#"{"time":"2026-11-26T10:00:08.000Z","denied":"dns","name":"docs.rs","type":"A","reason":"metadata address","addresses":["169.254.169.254"]}"#,
             "not json",
         ]
         .join("\n");
@@ -275,6 +344,14 @@ mod tests {
         assert_eq!(spent, [("docs.rs", 3, Some(Spent { budget: 1000, sent: 1200 }))]);
         insta::assert_snapshot!("budgets", render_budgets(&read.budgets));
         assert_eq!(read.unallowable, ["under_score.test"]);
+        // An allowed name answered with a metadata address: apart, never approvable.
+        let inward: Vec<(&str, &str, Vec<String>)> =
+            read.addresses.iter().map(|p| (p.name.as_str(), p.kind, p.addresses.clone())).collect();
+        assert_eq!(inward, [("docs.rs", "address", vec!["169.254.169.254".to_string()])]);
+        assert!(
+            render_addresses(&read.addresses)
+                .contains("docs.rs  x1  169.254.169.254: answered with a cloud metadata")
+        );
         insta::assert_snapshot!(render_pending(&read.names));
     }
 

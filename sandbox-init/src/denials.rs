@@ -55,6 +55,21 @@ pub enum Denial {
     /// A connection to a name past its upload budget, refused or cut: `name` is what the budget
     /// is counted for (the name, or the wildcard entry whose names share it).
     Upload { name: String, budget: u64, sent: u64 },
+    /// An allowed name's answer pointed into the user's network, at this host or its link, or
+    /// at a metadata service (`scope`): those addresses were not opened. Approving the name
+    /// would not open them; `private: true` on its entry opens the first kind.
+    Inward { name: String, kind: String, scope: crate::policy::address::Scope, addresses: Vec<IpAddr> },
+}
+
+/// How the denial log names an answer's address it did not open.
+pub fn inward_reason(scope: crate::policy::address::Scope) -> &'static str {
+    use crate::policy::address::Scope;
+    match scope {
+        Scope::Private => "private address",
+        Scope::Local => "local address",
+        Scope::Metadata => "metadata address",
+        Scope::Public => "public address",
+    }
 }
 
 impl Denial {
@@ -73,6 +88,11 @@ impl Denial {
                 "time": time, "denied": "upload", "name": name, "budget": budget, "sent": sent,
                 "reason": "upload budget",
             }),
+            Denial::Inward { name, kind, scope, addresses } => serde_json::json!({
+                "time": time, "denied": "dns", "name": name.strip_suffix('.').unwrap_or(name), "type": kind,
+                "reason": inward_reason(*scope),
+                "addresses": addresses.iter().map(IpAddr::to_string).collect::<Vec<_>>(),
+            }),
         }
     }
 
@@ -86,6 +106,7 @@ impl Denial {
             Denial::Name { name, kind, reason } => format!("dns {name} {kind} {reason:?}"),
             Denial::Connection { protocol, addr, port, .. } => format!("{protocol} {addr} {port:?}"),
             Denial::Upload { name, .. } => format!("upload {name}"),
+            Denial::Inward { name, kind, scope, .. } => format!("dns {name} {kind} {scope:?}"),
         }
     }
 }

@@ -43,7 +43,9 @@ impl Refusal {
     /// The refusal for a policy that could not be loaded.
     pub fn for_policy(error: &crate::policy::PolicyError) -> Refusal {
         match error {
-            crate::policy::PolicyError::Invalid { .. } => Refusal::PolicyInvalid,
+            crate::policy::PolicyError::Invalid { .. } | crate::policy::PolicyError::Conflict { .. } => {
+                Refusal::PolicyInvalid
+            }
             crate::policy::PolicyError::Unreadable { .. } => Refusal::PolicyUnreadable,
         }
     }

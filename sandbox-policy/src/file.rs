@@ -84,9 +84,11 @@ pub(crate) fn entry_with_ports<'de, A: MapAccess<'de>, T>(
             access.ech = map.next_value::<bool>()?;
         } else if name == "upload" && domain {
             access.upload = Some(map.next_value::<UploadSize>()?.0);
+        } else if name == "private" && domain {
+            access.private = map.next_value::<bool>()?;
         } else {
             let expected = if domain {
-                format!("{key}, ports, opaque, udp, ech, upload")
+                format!("{key}, ports, opaque, udp, ech, upload, private")
             } else {
                 format!("{key}, ports")
             };
@@ -102,6 +104,13 @@ pub(crate) fn entry_with_ports<'de, A: MapAccess<'de>, T>(
     };
     if let Some(port) = access.tcp.intersection(&access.opaque).next() {
         return Err(de::Error::custom(format!("port {port} is in both `ports` and `opaque`: choose one")));
+    }
+    if access.upload.is_some() && !access.udp.is_empty() {
+        return Err(de::Error::custom(
+            "`upload` is counted by the name check, on TCP; UDP to this entry's `udp` ports would carry \
+             no budget: put the UDP ports in an entry of their own, or leave out `upload`"
+                .to_string(),
+        ));
     }
     if access.ech && access.tcp.is_empty() {
         return Err(de::Error::custom(

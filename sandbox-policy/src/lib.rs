@@ -6,6 +6,7 @@
 //! Per-value checks live in `Deserialize` impls, so the YAML parser reports them at the value's
 //! own line and column; only whole-file checks (an empty allowlist) are made after parsing.
 
+pub mod address;
 pub mod apis;
 mod file;
 pub mod forward;
@@ -39,6 +40,9 @@ pub enum PolicyError {
     /// The file was read but is not a valid policy.
     #[error("{file}:{line}:{column}: {message}")]
     Invalid { file: String, line: usize, column: usize, message: String },
+    /// The files are valid one by one, and together are not: `files` names them all.
+    #[error("{files}: {message}")]
+    Conflict { files: String, message: String },
     /// The file could not be read at all.
     #[error("cannot read policy {file}: {source}")]
     Unreadable {
@@ -145,6 +149,7 @@ impl Policy {
         }
         policy.inbound = parsed.inbound.map(|p| p.0).unwrap_or_default();
         policy.apis = parsed.apis.into_iter().map(|(ApiName(name), settings)| (name, settings)).collect();
+        policy.check_budgets_cover_udp()?;
         Ok(policy)
     }
 
@@ -169,13 +174,23 @@ impl Policy {
             let mut access = Access::tcp(ports);
             for attribute in attributes.split_whitespace() {
                 let at = column + content.trim_start().find(attribute).unwrap_or(0);
+                if attribute == "private" {
+                    access.private = true;
+                    continue;
+                }
                 let size = attribute.strip_prefix("upload=").ok_or_else(|| {
-                    invalid(at, format!("`{attribute}`: a line is NAME[:PORTS], then upload=SIZE at most"))
+                    invalid(
+                        at,
+                        format!(
+                            "`{attribute}`: a line is NAME[:PORTS], then upload=SIZE and `private` at most"
+                        ),
+                    )
                 })?;
                 access.upload = Some(parse_size(size).map_err(|m| invalid(at, m))?);
             }
             policy.add_domain(pattern, &access);
         }
+        policy.check_budgets_cover_udp()?;
         Ok(policy)
     }
 
@@ -214,7 +229,33 @@ impl Policy {
                 skipped.push(file);
             }
         }
+        policy.check_budgets_cover_udp()?;
         Ok((policy, skipped))
+    }
+
+    /// A name whose entries together set an upload budget and open UDP ports is refused: UDP
+    /// passes on the address, past the name check that counts the budget, so the budget would
+    /// not hold there (one entry with both is refused as it is parsed).
+    pub fn check_budgets_cover_udp(&self) -> Result<(), PolicyError> {
+        let allowlist = Allowlist::new(self);
+        for pattern in self.domains.keys() {
+            let name = match pattern {
+                DomainPattern::Exact(name) => name.clone(),
+                DomainPattern::Subdomains(base) => format!("budget-check.{base}"),
+            };
+            let Some(matched) = allowlist.matches(&name) else { continue };
+            if let (Some(budget), Some(port)) = (matched.access.upload, matched.access.udp.first()) {
+                return Err(PolicyError::Conflict {
+                    files: self.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "),
+                    message: format!(
+                        "`{pattern}`: its entries set an upload budget ({budget} bytes an hour) and open UDP \
+                         port {port}, which passes on the address, past the name check that counts the \
+                         budget: allow UDP for other names, or leave out `upload`"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     pub fn merge(&mut self, other: Policy) {

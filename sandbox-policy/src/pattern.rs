@@ -120,6 +120,11 @@ pub struct Access {
     /// Bytes the agent may send to the name in an hour, over all its connections through the
     /// name check; None: [`DEFAULT_UPLOAD`].
     pub upload: Option<u64>,
+    /// `private: true`: an answer for the name may open an address of the user's network
+    /// (RFC 1918, unique local, shared space: `address::Scope::Private`), for an internal
+    /// service the user names. Off by default: a public service's name is never turned onto
+    /// the user's network. Never loopback, link-local or a metadata service (a `cidrs` entry).
+    pub private: bool,
 }
 
 /// The upload budget of a name whose entries set none: bytes per hour.
@@ -163,6 +168,7 @@ impl Access {
         self.opaque.extend(&other.opaque);
         self.udp.extend(&other.udp);
         self.ech |= other.ech;
+        self.private |= other.private;
         // Entries widen: of the budgets entries set, the larger holds; an entry that sets none
         // leaves it to those that do.
         self.upload = match (self.upload, other.upload) {
@@ -212,6 +218,9 @@ impl fmt::Display for Access {
         }
         if self.ech {
             parts.push("ech".into());
+        }
+        if self.private {
+            parts.push("private".into());
         }
         if let Some(bytes) = self.upload {
             parts.push(format!("upload {bytes} bytes an hour"));

@@ -88,7 +88,14 @@ fn valid_policies_parse_to_normalised_entries() {
     assert_eq!(policy.cidrs[&"fd00:1234::/32".parse().unwrap()], ports(&[8080]));
     assert_eq!(
         policy.domains[&d("media.example.net")],
-        Access { tcp: ports(&[443]), opaque: ports(&[]), udp: ports(&[3478]), ech: false, upload: None }
+        Access {
+            tcp: ports(&[443]),
+            opaque: ports(&[]),
+            udp: ports(&[3478]),
+            ech: false,
+            upload: None,
+            private: false
+        }
     );
     assert_eq!(
         policy.domains[&d("ech.example.net")],

@@ -64,6 +64,28 @@ pub fn zone(site: IpAddr) -> String {
     format!("{ALLOWED} A {site} 60\n{BLOCKED} A {site} 60\n*.{BLOCKED} A {site} 60\n{UPSTREAM} A {site} 60\n")
 }
 
+/// The subnets a test world's internal network may take, in the order to try them (the next
+/// while the engine says one overlaps another network's): an IPv4 /24 of the benchmarking block
+/// 198.18.0.0/15 (RFC 2544) and an IPv6 /64 of the documentation prefix 2001:db8::/32, neither
+/// routed anywhere, starting where `seed` points. Not the engine's own ranges: those are
+/// private (RFC 1918, unique local), which the DNS gate opens only for an entry that says
+/// `private: true`, and the world's peers play public services.
+pub fn world_subnets(seed: u32) -> impl Iterator<Item = [String; 2]> {
+    const BLOCKS: u32 = 512;
+    let start = seed.wrapping_mul(2654435761) % BLOCKS;
+    (0..BLOCKS).map(move |attempt| {
+        let block = (start + attempt) % BLOCKS;
+        let v4 = format!("198.{}.{}.0/24", 18 + block / 256, block % 256);
+        let v6 = format!("2001:db8:{:x}:{:x}::/64", (seed >> 16) & 0xffff, seed & 0xffff);
+        [v4, v6]
+    })
+}
+
+/// Whether an engine's refusal to create a network says its subnet overlaps another's.
+pub fn overlaps(message: &str) -> bool {
+    message.contains("overlap")
+}
+
 /// The policy drop-in that allows the world's allowed names.
 pub fn drop_in() -> String {
     format!(

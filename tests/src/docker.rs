@@ -46,8 +46,14 @@ pub async fn force_remove(id: String) {
     }
 }
 
-/// A private internal network (IPv4 and IPv6, no route out). Removing it also removes every
-/// container still attached, so nothing is left behind when a test fails.
+/// An internal network of the test's (IPv4 and IPv6, no route out). Removing it also removes
+/// every container still attached, so nothing is left behind when a test fails.
+///
+/// Its peers play public services (api.openai.com, github.com), so their addresses are not in
+/// the user's network's ranges, which the DNS gate opens only for an entry that says `private:
+/// true`: IPv4 from the benchmarking block 198.18.0.0/15 (RFC 2544), IPv6 from the
+/// documentation prefix 2001:db8::/32, neither routed anywhere. [`TestNet::create_private`]
+/// makes one in the engine's own (private) ranges, as a user's compose network is.
 pub struct TestNet {
     pub name: String,
 }
@@ -57,24 +63,54 @@ static CREATED: AtomicU32 = AtomicU32::new(0);
 impl TestNet {
     pub async fn create(test: &str) -> anyhow::Result<TestNet> {
         let n = CREATED.fetch_add(1, Ordering::SeqCst);
-        let pid = std::process::id();
-        let name = format!("agent-sandbox-test-{test}-{pid}-{n}");
-        let subnet = format!("fd00:a5:{:x}:{n:x}::/64", pid & 0xffff);
+        // Test processes run side by side: each starts where its id and count point, and takes
+        // the next subnet while the engine says one overlaps another network's.
+        let seed = (std::process::id() << 8) ^ n;
+        let mut last = None;
+        for subnets in sandbox_verify::world_subnets(seed) {
+            match TestNet::make(test, n, &subnets).await {
+                Ok(net) => return Ok(net),
+                Err(e) if sandbox_verify::overlaps(&e.to_string()) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no free /24 in 198.18.0.0/15")))
+    }
+
+    /// A network in the engine's own ranges (RFC 1918 IPv4, a unique local IPv6 /64): the user's
+    /// network, whose addresses an answer opens only for an entry with `private: true`.
+    pub async fn create_private(test: &str) -> anyhow::Result<TestNet> {
+        let n = CREATED.fetch_add(1, Ordering::SeqCst);
+        let v6 = format!("fd00:a5:{:x}:{n:x}::/64", std::process::id() & 0xffff);
+        TestNet::make(test, n, &[v6]).await
+    }
+
+    async fn make(test: &str, n: u32, subnets: &[String]) -> anyhow::Result<TestNet> {
+        let name = format!("agent-sandbox-test-{test}-{}-{n}", std::process::id());
+        // The gateway named, as the engine names one it chose: `x.y.z.1`, `…::1`.
+        let gateway = |subnet: &str| {
+            let net = subnet.split('/').next().unwrap_or_default();
+            net.strip_suffix(".0")
+                .map(|v4| format!("{v4}.1"))
+                .or_else(|| net.strip_suffix("::").map(|v6| format!("{v6}::1")))
+        };
+        let config = subnets.iter().map(|s| IpamConfig {
+            subnet: Some(s.clone()),
+            gateway: gateway(s),
+            ..Default::default()
+        });
         docker()
             .await?
             .create_network(NetworkCreateRequest {
                 name: name.clone(),
                 internal: Some(true),
                 enable_ipv6: Some(true),
-                ipam: Some(Ipam {
-                    config: Some(vec![IpamConfig { subnet: Some(subnet), ..Default::default() }]),
-                    ..Default::default()
-                }),
+                ipam: Some(Ipam { config: Some(config.collect()), ..Default::default() }),
                 labels: Some(HashMap::from([(TEST_LABEL.to_string(), test.to_string())])),
                 ..Default::default()
             })
             .await
-            .with_context(|| format!("cannot create the network {name}"))?;
+            .map_err(|e| anyhow::anyhow!("cannot create the network {name}: {e}"))?;
         Ok(TestNet { name })
     }
 }

@@ -222,7 +222,7 @@ impl Peer {
     }
 
     /// Makes the DNS peer answer `name` (`*.` for every subdomain) with a record of `kind`:
-    /// an address, or for A a range (`10.99.0.0/16`) from which each name gets its own.
+    /// an address, or for A a range (`100.20.0.0/16`) from which each name gets its own.
     pub async fn set_zone(&self, name: &str, kind: &str, value: &str, ttl: u32) -> anyhow::Result<()> {
         let line = format!("{name} {kind} {value} {ttl}");
         let script = format!(
@@ -305,7 +305,16 @@ pub struct ResolvedNet {
 impl ResolvedNet {
     /// `names`: exact names or `*.` wildcards, each answered with the peer's IPv4 address.
     pub async fn start(test: &str, names: &[&str]) -> anyhow::Result<ResolvedNet> {
-        let net = TestNet::create(test).await?;
+        ResolvedNet::on(TestNet::create(test).await?, test, names).await
+    }
+
+    /// The same on a network in the engine's own ranges (RFC 1918, unique local): the user's
+    /// network, which an answer opens only for an entry with `private: true`.
+    pub async fn start_private(test: &str, names: &[&str]) -> anyhow::Result<ResolvedNet> {
+        ResolvedNet::on(TestNet::create_private(test).await?, test, names).await
+    }
+
+    async fn on(net: TestNet, test: &str, names: &[&str]) -> anyhow::Result<ResolvedNet> {
         let dns = Peer::start_dns(&net).await?;
         let peer = Peer::start(&net, &[&format!("{test}-peer")]).await?;
         for name in names {

@@ -140,7 +140,12 @@ pub async fn pending(State(ui): State<Arc<Ui>>, Path(name): Path<String>) -> Ans
     let sandbox = named(&ui, &name).await?;
     sandbox.ensure_running()?;
     let queue = approve::queue_now(&sandbox).await?;
-    Ok(Json(json!({ "names": queue.names, "budgets": queue.budgets, "unallowable": queue.unallowable })))
+    Ok(Json(json!({
+        "names": queue.names,
+        "budgets": queue.budgets,
+        "addresses": queue.addresses,
+        "unallowable": queue.unallowable
+    })))
 }
 
 pub async fn policy(State(ui): State<Arc<Ui>>, Path(name): Path<String>) -> Answer<serde_json::Value> {

@@ -111,28 +111,43 @@ impl World {
     pub(super) async fn build(&self, policy: Option<&str>) -> Result<()> {
         let docker = self.engine.docker();
         let labels = HashMap::from([(LABEL.to_string(), self.net.clone())]);
-        // IPv6 too where the engine gives a network one (a unique local /64 of the world's).
-        let subnet = format!("fd00:5e:{:x}:{:x}::/64", std::process::id() & 0xffff, self.nanos & 0xffff);
-        let request = NetworkCreateRequest {
-            name: self.net.clone(),
-            internal: Some(true),
-            labels: Some(labels.clone()),
-            enable_ipv6: Some(true),
-            ipam: Some(Ipam {
-                config: Some(vec![IpamConfig { subnet: Some(subnet), ..Default::default() }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        if docker.create_network(request).await.is_err() {
-            let request = NetworkCreateRequest {
-                name: self.net.clone(),
-                internal: Some(true),
-                labels: Some(labels),
-                ..Default::default()
-            };
-            docker.create_network(request).await?;
+        // Outside the engine's own (private) ranges: the world's peers play public services,
+        // whose answers the gate opens without `private: true` (sandbox_verify::world_subnets).
+        // IPv6 too where the engine gives a network one; else IPv4 alone.
+        let seed = std::process::id() ^ self.nanos;
+        let mut made = Err(Failure::new(Code::Engine, "no free /24 in 198.18.0.0/15 for the test world"));
+        for [v4, v6] in sandbox_verify::world_subnets(seed) {
+            let mut tried = Ok(());
+            for subnets in [vec![v4.clone(), v6], vec![v4]] {
+                let ipv6 = subnets.len() > 1;
+                let config =
+                    subnets.into_iter().map(|s| IpamConfig { subnet: Some(s), ..Default::default() });
+                let request = NetworkCreateRequest {
+                    name: self.net.clone(),
+                    internal: Some(true),
+                    labels: Some(labels.clone()),
+                    enable_ipv6: Some(ipv6),
+                    ipam: Some(Ipam { config: Some(config.collect()), ..Default::default() }),
+                    ..Default::default()
+                };
+                tried = docker.create_network(request).await.map(|_| ());
+                if tried.is_ok() {
+                    break;
+                }
+            }
+            match tried {
+                Ok(()) => {
+                    made = Ok(());
+                    break;
+                }
+                Err(e) if sandbox_verify::overlaps(&e.to_string()) => continue,
+                Err(e) => {
+                    made = Err(e.into());
+                    break;
+                }
+            }
         }
+        made?;
         self.start(Role::Site, SITE_SERVE, &[ALLOWED, BLOCKED], None, true).await?;
         self.start(Role::Outside, SITE_SERVE, &[], None, true).await?;
         self.start(Role::Dns, DNS_SERVE, &[], None, true).await?;

@@ -227,6 +227,28 @@ fn random_id() -> u16 {
     u16::from_ne_bytes(bytes)
 }
 
+/// What an answer held that it may not open: the scope of the first such address, and the
+/// first few of them.
+pub type Inward = (crate::policy::address::Scope, Vec<IpAddr>);
+
+/// The most addresses a denial names.
+const NAMED_INWARD: usize = 8;
+
+/// An answer's addresses split into those it may open for an entry that does (`private`) or
+/// does not say `private: true` (address.rs), and the rest: the scope of the first refused, and
+/// the first few refused. What an allowed name's answer says never opens the cloud's metadata
+/// service, this host, its link, or (unless the entry says so) the user's network.
+pub fn split_inward(addresses: Vec<(IpAddr, u32)>, private: bool) -> (Vec<(IpAddr, u32)>, Option<Inward>) {
+    let (open, refused): (Vec<_>, Vec<_>) = addresses
+        .into_iter()
+        .partition(|(addr, _)| crate::policy::address::scope(*addr).opened_by_answer(private));
+    let inward = refused.first().map(|(first, _)| {
+        let named = refused.iter().take(NAMED_INWARD).map(|(addr, _)| *addr).collect();
+        (crate::policy::address::scope(*first), named)
+    });
+    (open, inward)
+}
+
 /// Why the sink did not allow an answer's addresses.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
@@ -361,13 +383,22 @@ impl DnsGate {
                 let ours = random_id();
                 let mut forwarded = upstream;
                 forwarded[..2].copy_from_slice(&ours.to_be_bytes());
-                let Some(mut answer) = self.exchange(&forwarded, ours, &query, transport).await else {
+                let Some(answer) = self.exchange(&forwarded, ours, &query, transport).await else {
                     return Some(servfail(id, &query));
                 };
                 let addresses = match answer_addresses(&answer, ours, &query) {
                     Ok(addresses) => addresses,
                     Err(_) => return Some(servfail(id, &query)),
                 };
+                let (addresses, inward) = split_inward(addresses, access.private);
+                if let Some((scope, inward)) = inward {
+                    let name = query.name().to_ascii();
+                    let kind = query.query_type().to_string();
+                    self.denials.record(Denial::Inward { name, kind, scope, addresses: inward });
+                    if addresses.is_empty() {
+                        return Some(refused(id, &query));
+                    }
+                }
                 let elements: Vec<Element> = addresses
                     .into_iter()
                     .flat_map(|(addr, ttl)| Element::for_answer(addr, &access, ttl))
@@ -400,6 +431,7 @@ impl DnsGate {
                         }
                     }
                 }
+                let mut answer = cache::capped(answer);
                 if cacheable {
                     self.cache.put(&question, transport, &allowlist, &answer);
                 }

@@ -160,8 +160,14 @@ impl AddressSink for NftSink {
         // Checked again now, under the lock a reload takes: the allowlist the query was
         // decided on may have been replaced since.
         let matched = state.allowlist.matches(name).ok_or(SinkError::NotAllowed)?;
-        let elements: Vec<Element> =
-            elements.into_iter().filter(|e| matched.access.opens(e.opening, e.port)).collect();
+        // The gate left out what the name may not open (dns::split_inward); the entries in
+        // force now decide too.
+        let private = matched.access.private;
+        let elements: Vec<Element> = elements
+            .into_iter()
+            .filter(|e| matched.access.opens(e.opening, e.port))
+            .filter(|e| crate::policy::address::scope(e.addr).opened_by_answer(private))
+            .collect();
         if elements.is_empty() {
             return Err(SinkError::NotAllowed);
         }

@@ -488,9 +488,11 @@
     state.cautions = Object.fromEntries(names.filter((p) => p.caution).map((p) => [str(p.name), str(p.caution)]));
 
     const unallowable = arr(data.unallowable).map(str);
-    $('unallowable').textContent = unallowable.length
-      ? `refused, and not domains a policy can hold (never approvable): ${unallowable.join(', ')}`
-      : '';
+    const inward = arr(data.addresses).map((p) => `${str(p.name)} (${arr(p.addresses).map(str).join(', ')})`);
+    $('unallowable').textContent = [
+      unallowable.length ? `refused, and not domains a policy can hold (never approvable): ${unallowable.join(', ')}` : '',
+      inward.length ? `answered into your network or a metadata service, which no approval opens: ${inward.join('; ')}` : '',
+    ].filter((t) => t).join(' — ');
     updatePendingButtons();
   }
 

@@ -26,6 +26,23 @@ struct Entry {
     allowlist: Weak<Allowlist>,
 }
 
+/// The longest an answer is kept, and the most TTL it is served with: the elements written for
+/// it live no longer ([`crate::net::firewall::MAX_TIMEOUT`]).
+pub const MAX_TTL: u32 = crate::net::firewall::MAX_TIMEOUT.as_secs() as u32;
+
+/// `answer` with no record's TTL past [`MAX_TTL`]: a client keeps it no longer than the firewall
+/// keeps what it opened. As it came when no TTL is that long (nearly always).
+pub fn capped(answer: Vec<u8>) -> Vec<u8> {
+    let Ok(mut message) = Message::from_vec(&answer) else { return answer };
+    if message.answers().iter().all(|r| r.ttl() <= MAX_TTL) {
+        return answer;
+    }
+    for record in message.answers_mut() {
+        record.set_ttl(record.ttl().min(MAX_TTL));
+    }
+    message.to_vec().unwrap_or(answer)
+}
+
 #[derive(Default)]
 pub struct AnswerCache {
     entries: Mutex<HashMap<(Vec<u8>, Transport), Entry>>,
@@ -57,7 +74,7 @@ impl AnswerCache {
         let mut message = Message::from_vec(&answer).ok()?;
         let elapsed = u32::try_from(age.as_secs()).unwrap_or(u32::MAX);
         for record in message.answers_mut() {
-            record.set_ttl(record.ttl().saturating_sub(elapsed));
+            record.set_ttl(record.ttl().min(MAX_TTL).saturating_sub(elapsed));
         }
         message.set_id(id);
         message.to_vec().ok()
@@ -73,6 +90,8 @@ impl AnswerCache {
         let Some(ttl) = message.answers().iter().map(|r| r.ttl()).min().filter(|ttl| *ttl > 0) else {
             return;
         };
+        // No longer than the elements written for it live (their ceiling).
+        let ttl = ttl.min(MAX_TTL);
         let now = Instant::now();
         let entry = Entry {
             answer: answer.to_vec(),
@@ -151,6 +170,21 @@ mod tests {
             cache.put(format!("q{i}").as_bytes(), Transport::Udp, &list, &answer(300, false));
         }
         assert!(cache.len() <= MAX_ENTRIES);
+    }
+
+    /// An answer whose TTL is a week is kept, and served, no longer than the day its elements
+    /// live: a client would otherwise keep an address the firewall no longer opens.
+    #[test]
+    fn no_answer_outlives_the_elements_written_for_it() {
+        let (cache, list) = (AnswerCache::default(), allowlist());
+        cache.put(b"q", Transport::Udp, &list, &answer(7 * 86400, false));
+        let hit = Message::from_vec(&cache.get(b"q", Transport::Udp, &list, 1).unwrap()).unwrap();
+        assert_eq!(hit.answers()[0].ttl(), MAX_TTL);
+        let expires = cache.entries.lock().unwrap().values().next().unwrap().expires;
+        assert!(expires <= Instant::now() + Duration::from_secs(MAX_TTL.into()));
+        let first = Message::from_vec(&capped(answer(7 * 86400, false))).unwrap();
+        assert_eq!(first.answers()[0].ttl(), MAX_TTL, "the first answer too");
+        assert_eq!(capped(answer(300, false)), answer(300, false));
     }
 
     #[test]

@@ -489,3 +489,64 @@ async fn a_name_asked_again_is_answered_from_the_cache_until_a_reload() {
     let refused = gate.handle(&query(5, "api.example.com.", RecordType::A), Transport::Udp).await.unwrap();
     assert_eq!(Message::from_vec(&refused).unwrap().response_code(), ResponseCode::Refused);
 }
+
+/// An allowed name's answer opens its public addresses; a metadata service's, this host's or
+/// its link's never; the user's network's only for an entry with `private: true`.
+#[test]
+fn an_answer_opens_no_metadata_local_or_private_address_unless_its_entry_says_private() {
+    let answer: Vec<(IpAddr, u32)> =
+        ["203.0.113.5", "169.254.169.254", "192.168.1.1", "::1", "fd00:ec2::254", "10.1.2.3"]
+            .iter()
+            .map(|a| (a.parse().unwrap(), 60))
+            .collect();
+    let addrs = |list: &[(IpAddr, u32)]| list.iter().map(|(a, _)| a.to_string()).collect::<Vec<_>>();
+    let (open, inward) = split_inward(answer.clone(), false);
+    assert_eq!(addrs(&open), ["203.0.113.5"]);
+    let (scope, refused) = inward.unwrap();
+    assert_eq!(scope, crate::policy::address::Scope::Metadata, "the first refused names the kind");
+    assert_eq!(refused.len(), 5);
+    let (open, inward) = split_inward(answer, true);
+    assert_eq!(addrs(&open), ["203.0.113.5", "192.168.1.1", "10.1.2.3"]);
+    assert_eq!(inward.unwrap().1.len(), 3, "169.254.169.254, ::1, fd00:ec2::254: never");
+    assert!(split_inward(vec![("203.0.113.5".parse().unwrap(), 60)], false).1.is_none());
+}
+
+/// The whole path: an allowed name answered with a metadata address and the router's is
+/// refused to the client and opens nothing; with `private: true` on the entry the router's
+/// address opens, and the metadata service's still does not.
+#[tokio::test]
+async fn a_name_answered_into_the_users_network_opens_nothing_without_its_entrys_say() {
+    for (policy, opened) in [
+        ("version: 1\ndomains:\n  - api.example.com\n", false),
+        ("version: 1\ndomains:\n  - {domain: api.example.com, private: true}\n", true),
+    ] {
+        let (upstream, _) = fake_upstream("192.168.1.1", 300).await;
+        let policy = Policy::from_yaml(Path::new("p.yaml"), policy).unwrap();
+        let recorder = Recorder::new(Allowlist::new(&policy));
+        let gate = DnsGate::new(vec![upstream], recorder.clone(), Arc::new(DenialLog::stderr_only()));
+        let reply = gate.handle(&query(1, "api.example.com.", RecordType::A), Transport::Udp).await.unwrap();
+        let code = Message::from_vec(&reply).unwrap().response_code();
+        let written = recorder.allowed.lock().unwrap().clone();
+        if opened {
+            assert_eq!(code, ResponseCode::NoError);
+            assert!(
+                !written.is_empty() && written.iter().all(|e| e.addr.to_string() == "192.168.1.1"),
+                "{written:?}"
+            );
+        } else {
+            assert_eq!(code, ResponseCode::Refused);
+            assert!(written.is_empty(), "{written:?}");
+        }
+    }
+    let (upstream, _) = fake_upstream("169.254.169.254", 300).await;
+    let policy = Policy::from_yaml(
+        Path::new("p.yaml"),
+        "version: 1\ndomains:\n  - {domain: api.example.com, private: true}\n",
+    )
+    .unwrap();
+    let recorder = Recorder::new(Allowlist::new(&policy));
+    let gate = DnsGate::new(vec![upstream], recorder.clone(), Arc::new(DenialLog::stderr_only()));
+    let reply = gate.handle(&query(1, "api.example.com.", RecordType::A), Transport::Udp).await.unwrap();
+    assert_eq!(Message::from_vec(&reply).unwrap().response_code(), ResponseCode::Refused);
+    assert!(recorder.allowed.lock().unwrap().is_empty());
+}

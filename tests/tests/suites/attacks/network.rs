@@ -158,7 +158,7 @@ async fn udp_to_an_allowed_address_needs_the_policy_to_ask() -> anyhow::Result<(
 #[tokio::test]
 async fn a_reload_race_leaves_no_element_of_a_removed_name() -> anyhow::Result<()> {
     let world = ResolvedNet::start("reload-race", &["kept.test"]).await?;
-    world.dns.set_zone("*.removed.test", "A", "10.99.0.0/16", 300).await?;
+    world.dns.set_zone("*.removed.test", "A", "100.20.0.0/16", 300).await?;
     let with = "kept.test\n*.removed.test\n";
     let sb = SandboxSpec::smallest().await?.resolving_through(&world, with).start().await?;
     let bench = sb.probe_in_background(&[
@@ -180,7 +180,7 @@ async fn a_reload_race_leaves_no_element_of_a_removed_name() -> anyhow::Result<(
         "600000",
     ]);
     let wildcard = |elements: Vec<(std::net::IpAddr, String, u16)>| {
-        elements.into_iter().filter(|(addr, _, _)| addr.to_string().starts_with("10.99.")).count()
+        elements.into_iter().filter(|(addr, _, _)| addr.to_string().starts_with("100.20.")).count()
     };
     let mut seen_allowed = 0;
     for i in 0..50 {
@@ -309,7 +309,7 @@ async fn a_query_flood_cannot_make_the_gate_hold_unbounded_sockets() -> anyhow::
 #[tokio::test]
 async fn a_full_address_set_refuses_the_next_name_and_opens_nothing() -> anyhow::Result<()> {
     let world = ResolvedNet::start("full-sets", &["real.test"]).await?;
-    world.dns.set_zone("*.many.test", "A", "10.99.0.0/16", 300).await?;
+    world.dns.set_zone("*.many.test", "A", "100.20.0.0/16", 300).await?;
     let sb = SandboxSpec::smallest()
         .await?
         .resolving_through(&world, "real.test\n*.many.test\n")
@@ -342,7 +342,7 @@ async fn a_full_address_set_refuses_the_next_name_and_opens_nothing() -> anyhow:
 #[tokio::test]
 async fn an_answer_of_hundreds_of_addresses_opens_its_first_64_checked_and_timed() -> anyhow::Result<()> {
     let world = ResolvedNet::start("huge-answer", &["real.test"]).await?;
-    world.dns.set_zone("huge.wide.test", "A", "10.77.0.1+200", 300).await?;
+    world.dns.set_zone("huge.wide.test", "A", "100.21.0.1+200", 300).await?;
     let sb =
         SandboxSpec::smallest().await?.resolving_through(&world, "real.test\n*.wide.test\n").start().await?;
     assert_reaches(&sb, "real.test:443").await?;
@@ -357,7 +357,7 @@ async fn an_answer_of_hundreds_of_addresses_opens_its_first_64_checked_and_timed
             let timed = element["elem"].is_object();
             let value = if timed { &element["elem"]["val"] } else { element };
             let addr = value["concat"][0].as_str().unwrap_or_default().to_string();
-            if addr.starts_with("10.77.") {
+            if addr.starts_with("100.21.") {
                 assert_eq!(set["name"], "checked_v4", "{element} in another set");
                 assert!(timed, "{element} has no timeout");
                 opened.insert(addr.parse::<std::net::Ipv4Addr>()?);
@@ -365,7 +365,7 @@ async fn an_answer_of_hundreds_of_addresses_opens_its_first_64_checked_and_timed
         }
     }
     let first_64: std::collections::BTreeSet<std::net::Ipv4Addr> = (0..64u32)
-        .map(|i| std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 77, 0, 1)) + i))
+        .map(|i| std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(100, 21, 0, 1)) + i))
         .collect();
     assert_eq!(opened, first_64, "the addresses opened");
     let (stdout, stderr) = sb.logs().await?;
@@ -627,7 +627,8 @@ async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::
     assert!(shown.stderr.contains("not domains a policy can hold: a_b.approval.test"), "{shown:?}");
     // The attack: asked for after the user looked.
     asks("exfil.approval.test").await?;
-    launcher.ok(&["allow", &id, "--pending"]).await?;
+    // A new site, approved only with --yes and its count (of what was shown).
+    launcher.ok(&["allow", &id, "--pending", "--yes", "1"]).await?;
     // Positive control: what was shown is allowed now.
     assert_reaches(&sb, "docs.approval.test:443").await?;
     assert_blocked(&sb, "exfil.approval.test:443").await?;
@@ -647,7 +648,7 @@ async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::
     let shown = launcher.ok(&["pending", &id]).await?;
     assert!(!shown.stdout.contains("hidden.approval.test"), "{shown:?}");
     launcher.ok(&["deny", &id, "hidden.approval.test"]).await?;
-    let approved = launcher.ok(&["allow", &id, "--pending"]).await?;
+    let approved = launcher.ok(&["allow", &id, "--pending", "--yes", "1"]).await?;
     assert!(!approved.stderr.contains("hidden.approval.test"), "{approved:?}");
     assert_blocked(&sb, "hidden.approval.test:443").await?;
 
@@ -683,4 +684,66 @@ async fn a_name_asked_for_after_the_review_is_not_approved_with_it() -> anyhow::
     launcher.ok(&["allow", &id, "--pending", "--yes", "4"]).await?;
     assert_reaches(&sb, "a.fresh.test:443").await?;
     Ok(())
+}
+
+/// The agent steers an allowed name's answer (a zone it controls under a wildcard, a rebinding
+/// answer) at the user's network or the cloud's metadata service, whose credentials it wants:
+/// `inside.test` answers with a real peer on a private network, `metadata.google.internal`
+/// and `rebound.test` with 169.254.169.254 (and the metadata service's IPv6), `loop.test` with
+/// 127.0.0.1. None opens anything: the gate refuses them and logs why, and no element of those
+/// addresses is written, even where the entry says `private: true`; by address too the agent is
+/// refused. The control: `opted.test`, whose entry says `private: true`, answers with the same
+/// private peer and reaches it.
+async fn an_allowed_name_answered_into_the_users_network_or_a_metadata_service_opens_nothing(
+    sidecar: bool,
+) -> anyhow::Result<()> {
+    let world = ResolvedNet::start_private("attack-inward", &["inside.test", "opted.test"]).await?;
+    for name in ["metadata.google.internal", "rebound.test"] {
+        world.dns.set_zone(name, "A", "169.254.169.254", 300).await?;
+        world.dns.set_zone(name, "AAAA", "fd00:ec2::254", 300).await?;
+    }
+    world.dns.set_zone("loop.test", "A", "127.0.0.1", 300).await?;
+    let policy = "inside.test\nopted.test private\nmetadata.google.internal private\nrebound.test\nloop.test private\n";
+    let mut spec = SandboxSpec::smallest().await?.resolving_through(&world, policy);
+    if sidecar {
+        spec = spec.sidecar();
+    }
+    let sb = spec.start().await?;
+    for name in ["inside.test", "metadata.google.internal", "rebound.test", "loop.test"] {
+        let probe = assert_blocked(&sb, &format!("{name}:80")).await?;
+        assert_eq!(probe.outcome(), "dns:refused", "{name}: {:?}", probe.fields);
+    }
+    for addr in [world.peer.ipv4.to_string(), "169.254.169.254".into(), "100.100.100.200".into()] {
+        assert_blocked(&sb, &format!("{addr}:80")).await?;
+    }
+    let elements = sb.set_elements().await?;
+    assert!(elements.is_empty(), "an answer opened {elements:?}");
+    let denials = sb.exec(&["cat", DENIAL_LOG]).await?.stdout;
+    for (name, reason) in [
+        ("inside.test", "private address"),
+        ("metadata.google.internal", "metadata address"),
+        ("rebound.test", "metadata address"),
+        ("loop.test", "local address"),
+    ] {
+        let logged =
+            denials.lines().any(|l| l.contains(&format!("\"name\":\"{name}\"")) && l.contains(reason));
+        assert!(logged, "no `{reason}` denial of {name}: {denials}");
+    }
+
+    assert_reaches(&sb, "opted.test:80").await?;
+    let opened: Vec<_> = sb.set_elements().await?.into_iter().map(|(addr, ..)| addr).collect();
+    assert!(!opened.is_empty() && opened.iter().all(|a| *a == world.peer.ipv4), "{opened:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_allowed_name_answered_into_the_users_network_or_a_metadata_service_opens_nothing_in_one_container()
+-> anyhow::Result<()> {
+    an_allowed_name_answered_into_the_users_network_or_a_metadata_service_opens_nothing(false).await
+}
+
+#[tokio::test]
+async fn an_allowed_name_answered_into_the_users_network_or_a_metadata_service_opens_nothing_in_sidecar_mode()
+-> anyhow::Result<()> {
+    an_allowed_name_answered_into_the_users_network_or_a_metadata_service_opens_nothing(true).await
 }
