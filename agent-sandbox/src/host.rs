@@ -170,9 +170,33 @@ fn parse_size(text: &str) -> Option<i64> {
     (bytes >= 6.0 * f64::from(1 << 20)).then_some(bytes as i64)
 }
 
+/// The credential files and folders the user's own tools keep in the home folder: the engine's
+/// logins, GitHub's CLI, npm's and git's tokens, netrc, the clouds' keys, Kubernetes, SSH and
+/// GnuPG keys. No image's label makes the launcher copy one in, whatever else it names: the
+/// agent would hold them.
+pub const CREDENTIALS: &[&str] = &[
+    ".docker/config.json",
+    ".config/gh",
+    ".npmrc",
+    ".yarnrc.yml",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".netrc",
+    ".pypirc",
+    ".cargo/credentials.toml",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".ssh",
+    ".gnupg",
+    ".password-store",
+];
+
 /// The home-relative paths an image's login-files label names. The label is the image's, which
 /// anyone may build: a path that leaves the home folder (`..`, an absolute path, `.`) is
-/// refused, so that no label makes the launcher read another of the user's files.
+/// refused, so that no label makes the launcher read another of the user's files, and so is one
+/// that is, or is under, one of the user's [`CREDENTIALS`].
 fn login_paths(declared: &str) -> Result<Vec<PathBuf>> {
     use std::path::Component;
     declared
@@ -181,7 +205,16 @@ fn login_paths(declared: &str) -> Result<Vec<PathBuf>> {
         .map(|relative| {
             let path = PathBuf::from(relative);
             let segments_normal = relative.split('/').all(|s| !s.is_empty() && s != "." && s != "..");
-            if segments_normal && path.components().all(|c| matches!(c, Component::Normal(_))) {
+            let credential = CREDENTIALS.iter().find(|c| path.starts_with(c));
+            if let Some(credential) = credential {
+                Err(Failure::new(
+                    Code::NoLogin,
+                    format!(
+                        "--login-from-host: the image names `{relative}` as a sign-in file, which is your \
+                         `~/{credential}`, a credential of your own tools: it is never copied in"
+                    ),
+                ))
+            } else if segments_normal && path.components().all(|c| matches!(c, Component::Normal(_))) {
                 Ok(path)
             } else {
                 Err(Failure::new(
@@ -255,6 +288,25 @@ mod tests {
             assert_eq!(refused.code, Code::NoLogin, "{bad}");
             assert!(refused.message.contains(bad), "{bad}: {}", refused.message);
         }
+        // The user's tools' credentials, however the label names them among others.
+        for credential in [
+            ".docker/config.json",
+            ".config/gh/hosts.yml",
+            ".npmrc",
+            ".git-credentials",
+            ".netrc",
+            ".aws/credentials",
+            ".config/gcloud/application_default_credentials.json",
+            ".kube/config",
+            ".ssh/id_ed25519",
+        ] {
+            let refused = login_paths(&format!(".claude/.credentials.json:{credential}")).unwrap_err();
+            assert!(refused.message.contains("a credential of your own tools"), "{credential}: {refused}");
+        }
+        assert!(
+            login_paths(".npmrc.d/x:.sshd/x:.config/ghost").is_ok(),
+            "only those paths, not their prefixes"
+        );
         let home = tempfile::tempdir().unwrap();
         std::fs::write(home.path().join("secret"), "private key").unwrap();
         std::os::unix::fs::symlink(home.path().join("secret"), home.path().join("credentials.json")).unwrap();

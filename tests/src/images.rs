@@ -196,3 +196,18 @@ fn copy_dir(from: &Path, to: &Path, only: &[&str]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `image` with one change to its config (a Dockerfile instruction: `ENV`, `ENTRYPOINT`), tagged
+/// `tag` (removed when dropped).
+pub fn with_change(image: &str, tag: &str, change: &str) -> anyhow::Result<RemoveTagOnDrop> {
+    let docker = |args: &[&str]| -> anyhow::Result<String> {
+        let out = std::process::Command::new("docker").args(args).output()?;
+        anyhow::ensure!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let id = docker(&["create", image])?;
+    let committed = docker(&["commit", "--change", change, &id, tag]);
+    docker(&["rm", &id])?;
+    committed?;
+    Ok(RemoveTagOnDrop(tag.to_string()))
+}

@@ -28,13 +28,22 @@ pub fn binary() -> anyhow::Result<PathBuf> {
 }
 
 /// What one run of the launcher printed and returned.
-#[derive(Debug)]
 pub struct Outcome {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
     /// Standard output, then standard error, as the bytes they were.
     pub raw: Vec<u8>,
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcome")
+            .field("code", &self.code)
+            .field("stdout", &self.stdout)
+            .field("stderr", &self.stderr)
+            .finish()
+    }
 }
 
 /// The launcher with a home folder of its own (for `--login-from-host`, and its locks) and the

@@ -3,7 +3,7 @@
 //! allowlist changes (`net_admin_`) need the firewall and run in the full mode only.
 
 use sandbox_tests::docker::{TestNet, docker, exec};
-use sandbox_tests::images::{RemoveTagOnDrop, image};
+use sandbox_tests::images::{RemoveTagOnDrop, image, with_change};
 use sandbox_tests::launcher::{Launcher, Project};
 use sandbox_tests::peers::Peer;
 use sandbox_tests::probe::Probe;
@@ -853,19 +853,4 @@ async fn verify_interrupted_leaves_no_container_or_network() -> anyhow::Result<(
     assert!(rest.contains("interrupted"), "{rest}");
     assert_eq!(left_of(&world), (0, 0), "containers and networks of {world} left behind");
     Ok(())
-}
-
-/// `image` with one change to its config (a Dockerfile instruction: `ENV`, `ENTRYPOINT`), tagged
-/// `tag` (removed when dropped).
-fn with_change(image: &str, tag: &str, change: &str) -> anyhow::Result<RemoveTagOnDrop> {
-    let docker = |args: &[&str]| -> anyhow::Result<String> {
-        let out = std::process::Command::new("docker").args(args).output()?;
-        anyhow::ensure!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    };
-    let id = docker(&["create", image])?;
-    let committed = docker(&["commit", "--change", change, &id, tag]);
-    docker(&["rm", &id])?;
-    committed?;
-    Ok(RemoveTagOnDrop(tag.to_string()))
 }

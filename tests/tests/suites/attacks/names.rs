@@ -254,3 +254,62 @@ async fn an_encrypted_client_hello_under_an_allowed_name_is_refused() -> anyhow:
     assert!(allowed.outcome().starts_with("answered"), "{:?}", allowed.fields);
     Ok(())
 }
+
+/// A blocked name written as a server may still read it as itself: in another case, with a
+/// trailing dot (`BLOCKED.test.`), in a DNS question, a ClientHello's SNI and an HTTP Host, the
+/// last two on the address of an allowed name that the same server serves. Each is refused, and
+/// the server reads none of them. The controls: the allowed name in upper case and with its dot
+/// is resolved, and reached by SNI and by Host.
+async fn a_blocked_name_in_another_case_or_with_a_trailing_dot_is_refused(
+    sidecar: bool,
+) -> anyhow::Result<()> {
+    const BLOCKED: &str = "blocked.test";
+    let net = TestNet::create("attack-case-dot").await?;
+    let shared = Peer::start(&net, &[ALLOWED, BLOCKED]).await?;
+    let mut spec =
+        SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("test.yaml", &allow(&[ALLOWED]));
+    if sidecar {
+        spec = spec.sidecar();
+    }
+    let sb = spec.start().await?;
+    let spellings = ["BLOCKED.TEST", "Blocked.Test.", "blocked.test.", "BLOCKED.test."];
+    for name in spellings {
+        let asked = sb.probe(&["dns", name]).await?;
+        assert_eq!(asked.outcome(), "dns:refused", "{name}: {:?}", asked.fields);
+    }
+    let upper = ALLOWED.to_uppercase();
+    for name in [upper.clone(), format!("{upper}."), format!("{ALLOWED}.")] {
+        let asked = sb.probe(&["dns", &name]).await?;
+        assert_eq!(asked.outcome(), "dns:noerror", "the control, {name}: {:?}", asked.fields);
+    }
+    let addr = shared.ipv4.to_string();
+    let before = shared.log().await?.len();
+    for name in spellings {
+        let hello = sb.probe(&["tls-hello", &addr, "443", "--sni", name]).await?;
+        assert_eq!(hello.outcome(), "reset", "SNI {name}: {:?}", hello.fields);
+        let request = format!("GET / HTTP/1.1\\r\\nHost: {name}\\r\\nConnection: close\\r\\n\\r\\n");
+        let asked = sb.probe(&["tcp", &addr, "80", "--raw", "--send", &request]).await?;
+        assert_eq!(asked.outcome(), "reset", "Host {name}: {:?}", asked.fields);
+    }
+    let read: Vec<String> = shared.log().await?.split_off(before);
+    assert!(read.is_empty(), "the server read something of a refused connection: {read:?}");
+    let hello = sb.probe(&["tls-hello", &addr, "443", "--sni", &upper]).await?;
+    assert_eq!(hello.outcome(), "answered:handshake", "the control, SNI {upper}: {:?}", hello.fields);
+    let request = format!("GET / HTTP/1.1\\r\\nHost: {upper}\\r\\nConnection: close\\r\\n\\r\\n");
+    let asked = sb.probe(&["tcp", &addr, "80", "--raw", "--send", &request]).await?;
+    let greeting = asked.fields.get("greeting").cloned().unwrap_or_default();
+    assert!(greeting.starts_with("HTTP/1.1 200"), "the control, Host {upper}: {:?}", asked.fields);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_blocked_name_in_another_case_or_with_a_trailing_dot_is_refused_in_one_container()
+-> anyhow::Result<()> {
+    a_blocked_name_in_another_case_or_with_a_trailing_dot_is_refused(false).await
+}
+
+#[tokio::test]
+async fn a_blocked_name_in_another_case_or_with_a_trailing_dot_is_refused_in_sidecar_mode()
+-> anyhow::Result<()> {
+    a_blocked_name_in_another_case_or_with_a_trailing_dot_is_refused(true).await
+}

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use sandbox_tests::assert::{assert_blocked, assert_reaches};
 use sandbox_tests::docker::TestNet;
-use sandbox_tests::peers::{PEER_ECHO, PEER_UDP, Peer, ResolvedNet};
+use sandbox_tests::peers::{PEER_ECHO, PEER_UDP, Peer, PeerSpec, ResolvedNet};
 use sandbox_tests::probe::PROBE;
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::SandboxSpec;
@@ -746,4 +746,58 @@ async fn an_allowed_name_answered_into_the_users_network_or_a_metadata_service_o
 async fn an_allowed_name_answered_into_the_users_network_or_a_metadata_service_opens_nothing_in_sidecar_mode()
 -> anyhow::Result<()> {
     an_allowed_name_answered_into_the_users_network_or_a_metadata_service_opens_nothing(true).await
+}
+
+/// A DNS message answering `name` with `addr`, as a DNS-over-HTTPS resolver sends it.
+fn dns_answer(name: &str, addr: std::net::Ipv4Addr) -> Vec<u8> {
+    let mut message = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
+    for label in name.split('.') {
+        message.push(label.len() as u8);
+        message.extend_from_slice(label.as_bytes());
+    }
+    message.extend_from_slice(&[0, 0, 1, 0, 1]);
+    // The answer, its name a pointer to the question's; A, IN, TTL 300, four bytes.
+    message.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 1, 44, 0, 4]);
+    message.extend_from_slice(&addr.octets());
+    message
+}
+
+/// A resolver the policy allows by name (DNS over HTTPS, `doh.test` here as `dns.google` or
+/// `cloudflare-dns.com` would be) answers the agent with a blocked peer's address. Only the
+/// gate's own answers for allowed names open addresses: the agent's connection to that one is
+/// refused, and no element of it is written. The control: the DoH resolver, reached by its
+/// name over TLS, answered (the message arrived whole).
+async fn an_answer_from_an_allowed_doh_resolver_opens_nothing(sidecar: bool) -> anyhow::Result<()> {
+    let net = TestNet::create("attack-doh").await?;
+    let blocked = Peer::start(&net, &[BLOCKED]).await?;
+    let files = tempfile::tempdir()?;
+    let Some(std::net::IpAddr::V4(addr)) = Some(blocked.ipv4) else { anyhow::bail!("no IPv4") };
+    let message = dns_answer(BLOCKED, addr);
+    std::fs::write(files.path().join("dns-query"), &message)?;
+    let _doh = PeerSpec::named(&["doh.test"]).files(files.path()).start(&net).await?;
+    let mut spec =
+        SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("test.yaml", &allow(&["doh.test"]));
+    if sidecar {
+        spec = spec.sidecar();
+    }
+    let sb = spec.start().await?;
+    let asked = sb.probe(&["fetch", "doh.test", "443", "/dns-query", "--tls"]).await?;
+    assert_eq!(asked.outcome(), "fetched", "{:?}", asked.fields);
+    assert_eq!(asked.fields["bytes"], message.len().to_string(), "the resolver's answer arrived whole");
+    for port in ["443", "80"] {
+        assert_blocked(&sb, &format!("{}:{port}", blocked.ipv4)).await?;
+    }
+    let opened = sb.set_elements().await?;
+    assert!(opened.iter().all(|(a, ..)| *a != blocked.ipv4), "the DoH answer opened {opened:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_answer_from_an_allowed_doh_resolver_opens_nothing_in_one_container() -> anyhow::Result<()> {
+    an_answer_from_an_allowed_doh_resolver_opens_nothing(false).await
+}
+
+#[tokio::test]
+async fn an_answer_from_an_allowed_doh_resolver_opens_nothing_in_sidecar_mode() -> anyhow::Result<()> {
+    an_answer_from_an_allowed_doh_resolver_opens_nothing(true).await
 }

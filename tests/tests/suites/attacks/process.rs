@@ -713,3 +713,66 @@ fn the_agent_never_gets_the_compose_files_own_folder() -> anyhow::Result<()> {
     assert_eq!(compose_workspace(&file, &[])?, Ok(copy.path().to_str().unwrap().to_string()));
     Ok(())
 }
+
+/// The user's own tools keep credentials in the home folder (the engine's logins, GitHub's CLI,
+/// npm, git, netrc, the clouds', Kubernetes', SSH keys), and an agent that read one would hold
+/// them. `run` copies none in: with every one of them in the home folder and
+/// `--login-from-host`, the agent finds none of their contents anywhere in its sandbox; and an
+/// image whose sign-in label names one is refused before anything is made. The control: the
+/// image's own sign-in file is copied in.
+#[tokio::test]
+async fn the_users_tool_credentials_never_enter_a_sandbox() -> anyhow::Result<()> {
+    use sandbox_tests::launcher::{Launcher, Project};
+    const MARK: &str = "CREDENTIAL-of-the-users-own-tools-7c2e";
+    let launcher = Launcher::new()?;
+    let home = launcher.home.path();
+    for relative in [
+        ".docker/config.json",
+        ".config/gh/hosts.yml",
+        ".npmrc",
+        ".git-credentials",
+        ".netrc",
+        ".aws/credentials",
+        ".config/gcloud/application_default_credentials.json",
+        ".kube/config",
+        ".ssh/id_ed25519",
+    ] {
+        let path = home.join(relative);
+        std::fs::create_dir_all(path.parent().expect("a folder"))?;
+        std::fs::write(&path, format!("{MARK} {relative}\n"))?;
+    }
+    let signed_in = r#"{"claudeAiOauth":{"accessToken":"the-images-own-sign-in"}}"#;
+    std::fs::create_dir_all(home.join(".claude"))?;
+    std::fs::write(home.join(".claude/.credentials.json"), signed_in)?;
+
+    let claude = sandbox_tests::images::image("claude").await?;
+    let project = Project::new()?;
+    let run = ["run", "claude", &project.path, "--detach", "--offline", "--no-key", "--login-from-host"];
+    launcher.ok(&[&run[..], &["--image", &claude]].concat()).await?;
+    let (id, _) = project.sandbox().await?;
+    let copied = exec(&id, &["cat", "/home/agent/.claude/.credentials.json"], None).await?;
+    assert_eq!(copied.stdout, signed_in, "the control: the image's own sign-in file");
+    let hex: String = MARK.bytes().map(|b| format!("{b:02x}")).collect();
+    let sb = Sandbox::adopt(&id).await?;
+    let hunt = sb.probe(&["find-string", &hex, "/"]).await?;
+    assert_eq!(hunt.fields["found"], "", "the agent found a credential: {:?}", hunt.fields);
+    let as_root = exec(
+        &id,
+        &["sh", "-c", &format!("grep -rlsx --exclude-dir=proc --exclude-dir=sys -e '{MARK}.*' / || true")],
+        None,
+    )
+    .await?;
+    assert_eq!(as_root.stdout.trim(), "", "a credential is in the container: {as_root:?}");
+
+    // An image whose label names one among its own files (claude's, with ~/.ssh added).
+    let label = format!("LABEL {}=.claude/.credentials.json:.ssh/id_ed25519", xtask::labels::LOGIN_FILES);
+    let hostile =
+        sandbox_tests::images::with_change(&claude, "localhost/agent-sandbox-test/names-ssh:1", &label)?;
+    let other = Project::new()?;
+    let refused =
+        launcher.run(&[&run[..2], &[&other.path], &run[3..], &["--image", &hostile.0]].concat()).await?;
+    assert_eq!(refused.code, 71, "{refused:?}");
+    assert!(refused.stderr.contains("`~/.ssh`, a credential of your own tools"), "{refused:?}");
+    assert!(other.containers().await?.is_empty(), "something was made");
+    Ok(())
+}
