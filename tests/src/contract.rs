@@ -99,6 +99,13 @@ impl Facts {
     fn offline(&self) -> SandboxSpec {
         SandboxSpec::of(self.tag.clone()).offline()
     }
+
+    /// The image started offline, as the checks that only read it see it: one per image and run,
+    /// shared by those checks, each still reported by its own name
+    /// (`SandboxSpec::start_shared`).
+    async fn offline_subject(&self) -> anyhow::Result<crate::sandbox::Sandbox> {
+        self.offline().start_shared(&format!("subject-{}", self.tag)).await
+    }
 }
 
 pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
@@ -151,7 +158,7 @@ pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
 
 pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyhow::Result<()> {
     let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
-    let sb = facts.offline().start().await?;
+    let sb = facts.offline_subject().await?;
     crate::assert::assert_agent_processes_unprivileged(&sb).await?;
     // The agent's processes started outside sandbox-exec (`docker exec -u agent`) have no
     // no_new_privs: no setuid or setgid program, and no file capability, may lead them back to
@@ -165,7 +172,7 @@ pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyho
 /// sees them; the control is the host's own, which must differ where the image is emulated.
 pub async fn runs_as(subject: &Subject, machine: &str) -> anyhow::Result<()> {
     let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
-    let sb = facts.offline().start().await?;
+    let sb = facts.offline_subject().await?;
     let seen = sb.as_agent(&["uname", "-m"]).await?;
     assert_eq!(seen.stdout.trim(), machine, "{}: {seen:?}", subject.name);
     let host = std::process::Command::new("uname").arg("-m").output()?;
@@ -184,7 +191,7 @@ pub async fn agent_command_answers_version_offline(subject: &Subject) -> anyhow:
     let command =
         facts.env("ASSISTANT_CMD").unwrap_or_else(|| panic!("{name} sets no ASSISTANT_CMD")).to_string();
     let program = command.split_whitespace().next().expect("a command").to_string();
-    let sb = facts.offline().start().await?;
+    let sb = facts.offline_subject().await?;
     let out = sb.as_agent(&[&program, "--version"]).await?;
     assert_eq!(out.code, 0, "`{program} --version` as the agent, offline: {out:?}");
     assert!(!out.stdout.trim().is_empty(), "`{program} --version` printed nothing");
@@ -359,7 +366,7 @@ pub async fn unattended_mode_is_declared_and_applied(subject: &Subject) -> anyho
 pub async fn no_large_file_is_stored_twice(subject: &Subject) -> anyhow::Result<()> {
     let name = subject.name.as_str();
     let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
-    let sb = facts.offline().start().await?;
+    let sb = facts.offline_subject().await?;
     // The agent runs meanwhile: a file it removes between find's reading of a directory and
     // its stat (Claude Code's lock files) is no error.
     let listing = sb
@@ -480,7 +487,7 @@ pub async fn its_sign_in_hosts_are_in_its_policy(subject: &Subject) -> anyhow::R
             args.extend([format!("while:{host}"), pattern.clone()]);
         }
     }
-    let sb = facts.offline().start().await?;
+    let sb = facts.offline_subject().await?;
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = sb.exec(&args).await?;
     anyhow::ensure!(out.code == 0, "reading {name}'s CLI: {out:?}");

@@ -67,6 +67,8 @@ impl Pod {
         secrets: &HashMap<String, HashMap<String, String>>,
         config_maps: &HashMap<String, HashMap<String, String>>,
     ) -> anyhow::Result<Pod> {
+        // The gateway's NET_ADMIN (place.rs).
+        crate::place::ensure(crate::place::Need::NetAdmin)?;
         anyhow::ensure!(pod["kind"] == "Pod", "not a Pod: {}", pod["kind"]);
         let spec = &pod["spec"];
         known(spec, POD_FIELDS, "spec")?;

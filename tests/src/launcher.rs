@@ -27,6 +27,19 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     Ok(BINARY.get_or_init(|| target.join("debug").join("agent-sandbox")).clone())
 }
 
+/// Fails unless the running test's place allows NET_ADMIN, where the launcher gave it to a
+/// container of `project` (a sandbox with a network, its gateway).
+async fn given_net_admin(project: &str) -> anyhow::Result<()> {
+    for (id, _) in containers_of(project).await? {
+        let inspected = docker().await?.inspect_container(&id, None).await?;
+        let caps = inspected.host_config.and_then(|h| h.cap_add).unwrap_or_default();
+        if caps.iter().any(|c| c.trim_start_matches("CAP_") == "NET_ADMIN") {
+            return crate::place::ensure(crate::place::Need::NetAdmin);
+        }
+    }
+    Ok(())
+}
+
 /// What one run of the launcher printed and returned.
 pub struct Outcome {
     pub code: i32,
@@ -69,13 +82,25 @@ impl Launcher {
         // The run's shape: sidecar mode's pair where the suites run in it and the sandbox has a
         // network to filter.
         let given: Vec<&std::ffi::OsStr> = args.iter().map(AsRef::as_ref).collect();
-        let sidecar = crate::spec::sidecar_shape()
-            && given.first().is_some_and(|a| *a == "run")
-            && !given.iter().any(|a| *a == "--offline" || *a == "--sidecar");
+        let command = given.first().and_then(|a| a.to_str()).unwrap_or_default();
+        let has = |flag: &str| given.iter().any(|a| *a == flag);
+        // What the launcher will give: NET_ADMIN to `verify`'s world, runsc where asked; the
+        // test's place must say so (place.rs). A sandbox with a network is checked once made.
+        if command == "verify" {
+            crate::place::ensure(crate::place::Need::NetAdmin)?;
+        }
+        let gvisor = crate::place::Shape::current() == crate::place::Shape::Gvisor;
+        if has("--runtime") || (gvisor && command == "run") {
+            crate::place::ensure(crate::place::Need::Runsc)?;
+        }
+        let shaped = command == "run" && !has("--offline") && !has("--sidecar") && !has("--runtime");
+        let sidecar = (crate::spec::sidecar_shape() && shaped).then_some("--sidecar");
+        let runtime: &[&str] = if gvisor && shaped { &["--runtime", "runsc"] } else { &[] };
         // The home folder is also where its change locks go (`approve::hold`), so that a
         // sandbox removed by the test, not by `stop`, leaves nothing in the temporary folder.
         cmd.args(args)
-            .args(sidecar.then_some("--sidecar"))
+            .args(sidecar)
+            .args(runtime)
             .env("HOME", self.home.path())
             .env("XDG_RUNTIME_DIR", self.home.path())
             .stdin(std::process::Stdio::null());
@@ -84,6 +109,11 @@ impl Launcher {
         }
         cmd.envs(&self.env);
         let out = cmd.output().await.context("cannot run agent-sandbox")?;
+        if command == "run" && out.status.success() {
+            if let Some(project) = given.get(2).and_then(|p| std::fs::canonicalize(p).ok()) {
+                given_net_admin(&project.to_string_lossy()).await?;
+            }
+        }
         Ok(Outcome {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

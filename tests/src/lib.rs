@@ -1,5 +1,5 @@
 //! The harness of the container suites. Below the suites, which use only it (never each other),
-//! in layers from the bottom: `docker` (networks, volumes, exec, cleanup), `tls` (a test CA and
+//! in layers from the bottom: `place` (what a test may be given and its shape, from its path), `docker` (networks, volumes, exec, cleanup), `tls` (a test CA and
 //! certificates for peers), `probe` (the probe binary and its reports), `images` (what the suites run), `peers` (servers and the DNS peer on
 //! the test networks), `sandbox` (a running sandbox's handle), `spec` (a sandbox from its spec, one
 //! translation for every way of starting it), `assert` (what must hold of a
@@ -18,6 +18,7 @@ pub mod images;
 pub mod kubelet;
 pub mod launcher;
 pub mod peers;
+pub mod place;
 pub mod podman;
 pub mod probe;
 pub mod registry;

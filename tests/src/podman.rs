@@ -39,6 +39,8 @@ pub struct Podman {
 impl Podman {
     /// Starts the service and copies `images` (references in the suites' engine) into Podman.
     pub async fn start(images: &[&str]) -> anyhow::Result<Podman> {
+        // Rootful Podman gives its sandboxes NET_ADMIN (place.rs).
+        crate::place::ensure(crate::place::Need::NetAdmin)?;
         let version = Command::new("podman")
             .arg("--version")
             .output()

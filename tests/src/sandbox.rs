@@ -39,6 +39,8 @@ pub(crate) enum Owner {
         #[allow(dead_code)] RemoveOnDrop,
         #[allow(dead_code)] TestVolume,
     ),
+    /// Shared by the tests of one run (`SandboxSpec::start_shared`): the run's end removes it.
+    Shared,
 }
 
 impl Sandbox {

@@ -20,34 +20,29 @@ use testcontainers::{GenericImage, ImageExt as _};
 use crate::docker::{RemoveOnDrop, TEST_LABEL, TestNet, container_logs, docker};
 use crate::images::image;
 use crate::peers::{Peer, ResolvedNet};
+use crate::place::{Need, Shape};
 use crate::probe::{PROBE, probe_binary};
 use crate::sandbox::{Owner, Sandbox};
+
+/// Set by `cargo xtask test` (and `ci`), which removes the run's shared sandboxes after the run:
+/// [`SandboxSpec::start_shared`] shares them only then.
+pub use xtask::test::SHARED_ENV;
+/// The label of a sandbox shared by a run's tests, its value the nextest run's id.
+pub use xtask::test::SHARED_LABEL;
 
 /// The image the deep security suites run against: the smallest in the graph.
 pub const SMALLEST: &str = "shell";
 
-/// Whether containers may get NET_ADMIN (`cargo xtask test`), or not (`--ci`).
-pub fn full_mode() -> bool {
-    std::env::var(xtask::test::MODE_ENV).map_or(true, |mode| mode != "ci")
-}
-
-/// The variable that starts every sandbox with NET_ADMIN in sidecar mode's shape: a gateway
-/// and an agent container in one network namespace. `cargo xtask test` runs the network suites
-/// once in each shape.
-pub use xtask::test::SHAPE_ENV;
-
-/// Whether this run's sandboxes with NET_ADMIN are sidecar mode's pairs.
+/// Whether the running test's sandboxes with NET_ADMIN are sidecar mode's pairs: its place
+/// says `sidecar` or `gvisor` (place.rs).
 pub fn sidecar_shape() -> bool {
-    std::env::var(SHAPE_ENV).is_ok_and(|shape| shape == "sidecar")
+    Shape::current() != Shape::Single
 }
 
-/// The variable that runs sidecar mode's agent containers under another runtime (`runsc`, gVisor,
-/// registered with the engine).
-pub use xtask::test::RUNTIME_ENV;
-
-/// The runtime of this run's agent containers in sidecar mode: None for the engine's default.
+/// The runtime of the running test's agent containers in sidecar mode: `runsc` where its place
+/// says `gvisor`, else the engine's default.
 pub fn agent_runtime() -> Option<String> {
-    std::env::var(RUNTIME_ENV).ok().filter(|r| !r.is_empty())
+    (Shape::current() == Shape::Gvisor).then(|| "runsc".to_string())
 }
 
 /// Where the shared folder is, and the agent's container's own run folder (a tmpfs of its own).
@@ -138,7 +133,7 @@ impl SandboxSpec {
     }
 
     /// Sidecar mode: a gateway with NET_ADMIN and an agent container without any capability in
-    /// its network namespace, whatever `AGENT_SANDBOX_TEST_SHAPE` says.
+    /// its network namespace, whatever the test's place says.
     pub fn sidecar(mut self) -> Self {
         self.sidecar = true;
         self.net_admin()
@@ -201,6 +196,17 @@ impl SandboxSpec {
     /// The spec as the engine takes it, the one translation both ways of starting use: the
     /// probe and the policy drop-ins mounted read-only, the mounts, network, capabilities,
     /// resolver and limits.
+    /// What the spec gives must be what the test's place says it needs (place.rs).
+    fn check_place(&self) -> anyhow::Result<()> {
+        if self.net_admin {
+            crate::place::ensure(Need::NetAdmin)?;
+        }
+        if self.runtime.clone().or_else(agent_runtime).is_some_and(|r| r == "runsc") {
+            crate::place::ensure(Need::Runsc)?;
+        }
+        Ok(())
+    }
+
     fn host_config(&self, probe: &std::path::Path, drop_in_dir: &std::path::Path) -> HostConfig {
         let binds = [
             format!("{}:{PROBE}:ro", probe.display()),
@@ -236,6 +242,7 @@ impl SandboxSpec {
     /// Starts the sandbox and waits for `sandbox ready` (testcontainers: readiness declared,
     /// never slept).
     pub async fn start(self) -> anyhow::Result<Sandbox> {
+        self.check_place()?;
         if self.terminal {
             return self.start_with_terminal().await;
         }
@@ -270,6 +277,44 @@ impl SandboxSpec {
             format!("{} did not reach `sandbox ready`; it printed:\n{printed}", self.image)
         })?;
         Ok(Sandbox::new(container.id().to_string(), Owner::Testcontainers(Box::new(container)), drop_ins))
+    }
+
+    /// This spec started once per nextest run under `key`, and shared by every test of the run
+    /// that asks for it by that key: tests run in processes of their own, so the first creates
+    /// it under a name of the run's, and the others, refused that name, wait until it is ready.
+    /// Each test must only read it. Outside `cargo xtask test`, which removes the run's shared
+    /// containers after the run ([`SHARED_ENV`], [`SHARED_LABEL`]), it is the test's own.
+    pub async fn start_shared(self, key: &str) -> anyhow::Result<Sandbox> {
+        let run = std::env::var("NEXTEST_RUN_ID").ok().filter(|_| std::env::var_os(SHARED_ENV).is_some());
+        let Some(run) = run else { return self.start().await };
+        self.check_place()?;
+        anyhow::ensure!(
+            !self.net_admin && !self.terminal,
+            "only an offline sandbox without a terminal is shared"
+        );
+        let key: String = key.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        let name = format!("agent-sandbox-shared-{key}-{}", run.get(..8).unwrap_or(&run));
+        // Its drop-in folder outlives the test that made it: the others read the container.
+        let drop_ins = self.write_drop_ins()?;
+        let kept = drop_ins.keep();
+        let docker = docker().await?;
+        let mut body = self.create_body(&kept)?;
+        body.labels.get_or_insert_with(HashMap::new).insert(SHARED_LABEL.to_string(), run.clone());
+        let options = bollard::query_parameters::CreateContainerOptionsBuilder::default().name(&name).build();
+        match docker.create_container(Some(options), body).await {
+            Ok(_) => {
+                docker
+                    .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
+                    .await?;
+            }
+            // Another test of the run made it: the same spec, by the same key.
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let id = docker.inspect_container(&name, None).await?.id.context("a container without an id")?;
+        let sandbox = Sandbox::new(id, Owner::Shared, tempfile::tempdir()?);
+        sandbox.wait_for_stdout("sandbox ready", 1).await?;
+        Ok(sandbox)
     }
 
     /// testcontainers cannot give a container a terminal: this one starts through bollard.
@@ -445,6 +490,7 @@ impl SandboxSpec {
     /// Runs the sandbox's entrypoint to its end (for the refusals), with bollard: testcontainers
     /// treats a container that exits before it is ready as an error.
     pub async fn run_to_exit(self) -> anyhow::Result<Exited> {
+        self.check_place()?;
         let drop_ins = self.write_drop_ins()?;
         let docker = docker().await?;
         let body = self.create_body(drop_ins.path())?;

@@ -58,6 +58,7 @@ pub struct VmWorld {
 
 impl VmWorld {
     pub async fn start() -> anyhow::Result<VmWorld> {
+        crate::place::ensure(crate::place::Need::Arm64Vm)?;
         let net = TestNet::create("arm64-vm").await?;
         let dns = Peer::start_dns(&net).await?;
         let allowed = Peer::start(&net, &["allowed-peer"]).await?;

@@ -1,6 +1,9 @@
 //! `cargo xtask ci`: what CI checks, in one command and one order, so that `.ci/run` and the
-//! GitHub workflow cannot drift apart: fmt, clippy, the build, images.lock unchanged by it, and
-//! the suites in both modes. It stops at the first step that fails and says which.
+//! GitHub workflow cannot drift apart: fmt, clippy, the tests that start no container (seconds,
+//! and a failure stops the run there), the build, images.lock unchanged by it, and the container
+//! suites in one nextest run, every shape in one pool. It stops at the first step that fails
+//! and says which; at its end (or its failure) it prints each step's time, how many tests ran in
+//! each place, and the slowest tests, read from the runs' JUnit reports.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -12,15 +15,12 @@ use xshell::{Shell, cmd};
 use crate::build::{self, BuildOptions};
 use crate::platform::Platform;
 use crate::progress::ProgressMode;
+use crate::test::{CONTAINERS, EMULATED_IMAGES, PURE, junit_path, run_nextest};
 
-use crate::flags::{CiFlags, CiStep, TestFlags};
+use crate::flags::{CiFlags, CiStep};
 
-/// The images every CI run builds for arm64 as well (under emulation on an amd64 machine) and
-/// whose contract `arm64::` checks (`cargo xtask test --arm64` builds them too): the shell
-/// image and one npm agent, claude. Every build step
-/// of the chain runs under qemu-user (base's apt, dpkg and perl for most of the time), on a
-/// thread of its own beside the host's build and the first steps.
-pub const EMULATED_IMAGES: &[&str] = &["shell", "claude"];
+/// How many of the slowest tests the summary names.
+const SLOWEST: usize = 15;
 
 /// The arm64 walk, started with the run and awaited by the build step.
 type Pending =
@@ -32,8 +32,8 @@ impl CiFlags {
             CiStep::value_variants().iter().copied().filter(|step| !self.skip.contains(step)).collect();
         let mut times: Vec<(CiStep, Duration)> = Vec::new();
         // The arm64 chain waits on emulated build steps for minutes: it starts now, on a thread
-        // of its own (its cross build in a target folder of its own), beside fmt, clippy and the
-        // host's build, and the build step waits for it.
+        // of its own (its cross build in a target folder of its own), beside fmt, clippy, the pure
+        // tests and the host's build, and the build step waits for it.
         let mut arm64: Option<Pending> =
             (steps.contains(&CiStep::Build) && Platform::host() != Platform::Arm64).then(|| {
                 let mut opts = self.build_options(root);
@@ -42,13 +42,14 @@ impl CiFlags {
                 opts.jobs = 1;
                 Box::pin(build::spawn_build(opts)) as Pending
             });
+        let mut env = Vec::new();
         for (n, step) in steps.iter().enumerate() {
             eprintln!("==> ci [{}/{}] {}", n + 1, steps.len(), describe(*step));
             let started = Instant::now();
-            let result = self.step(*step, root, &mut arm64).await;
+            let result = self.step(*step, root, &mut arm64, &mut env).await;
             times.push((*step, started.elapsed()));
             if let Err(e) = result {
-                eprintln!("{}", summary(&times));
+                eprintln!("{}", summary(&times, root));
                 let rest: Vec<String> = steps[n + 1..].iter().map(|s| name(*s)).collect();
                 let rest = if rest.is_empty() {
                     String::new()
@@ -58,7 +59,7 @@ impl CiFlags {
                 return Err(e.context(format!("ci: step `{}` failed{rest}", name(*step))));
             }
         }
-        eprintln!("{}", summary(&times));
+        eprintln!("{}", summary(&times, root));
         Ok(())
     }
 
@@ -72,38 +73,54 @@ impl CiFlags {
         opts
     }
 
-    async fn step(&self, step: CiStep, root: &Path, arm64: &mut Option<Pending>) -> anyhow::Result<()> {
+    async fn step(
+        &self,
+        step: CiStep,
+        root: &Path,
+        arm64: &mut Option<Pending>,
+        env: &mut Vec<(String, String)>,
+    ) -> anyhow::Result<()> {
         let sh = Shell::new()?;
         let _dir = sh.push_dir(root);
         match step {
             CiStep::Fmt => cmd!(sh, "cargo fmt --all -- --check").run().context("cargo fmt: run `cargo fmt --all`")?,
             CiStep::Clippy => cmd!(sh, "cargo clippy --workspace --all-targets -- -D warnings").run()?,
+            CiStep::Pure => run_nextest(&sh, "pure", PURE, &[])?,
             CiStep::Build => {
-                let host = build::build(&self.build_options(root)).await;
+                let mut opts = self.build_options(root);
+                let host = build::build(&opts).await;
                 let other = match arm64.take() {
                     Some(walk) => Some(walk.await),
                     None => None,
                 };
-                host?.ensure_success()?;
+                let host = host?;
+                host.ensure_success()?;
                 if let Some(other) = other {
                     other.context("the arm64 chain")?.ensure_success()?;
                 }
+                // The suites find these images up to date: the same settings, the OS source
+                // pinned to the one just used.
+                opts.os_source = Some(host.os_source);
+                *env = opts.export_env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
             }
             CiStep::Lock => cmd!(sh, "git diff --exit-code -- images.lock").run().context(
                 "the build changed images.lock: commit what `cargo xtask build` recorded with the change that caused it",
             )?,
-            CiStep::Test | CiStep::TestCi => {
-                // The NET_ADMIN suites in every shape, then the rest once, without any
-                // capability: no test runs twice in one shape.
-                let flags = TestFlags {
-                    ci: step == CiStep::TestCi,
-                    shape: None,
-                    net_admin_only: step == CiStep::Test,
-                    arm64: false,
-                    common: self.common.clone(),
-                    nextest_args: Vec::new(),
-                };
-                flags.run(root).await?;
+            CiStep::Test => {
+                if env.is_empty() {
+                    // The build step was skipped: the suites' own settings, as `cargo xtask
+                    // test` would build them.
+                    let mut opts = self.build_options(root);
+                    crate::test::build_for_suites(root, &mut opts).await?;
+                    *env = opts.export_env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                }
+                for (name, value) in env.iter() {
+                    sh.set_var(name, value);
+                }
+                cmd!(sh, "cargo build --quiet --package agent-sandbox")
+                    .run()
+                    .context("cannot build agent-sandbox")?;
+                run_nextest(&sh, "default", CONTAINERS, &[])?;
             }
         }
         Ok(())
@@ -119,21 +136,118 @@ fn describe(step: CiStep) -> &'static str {
     match step {
         CiStep::Fmt => "fmt: cargo fmt --all -- --check",
         CiStep::Clippy => "clippy: cargo clippy --workspace --all-targets -- -D warnings",
-        CiStep::Build => "build: every image, and the arm64 chain of shell and claude (under emulation)",
+        CiStep::Pure => "pure: every test that starts no container (unit tests, tidy, snapshots)",
+        CiStep::Build => "build: every image, and the shell's arm64 chain (under emulation)",
         CiStep::Lock => "lock: images.lock unchanged by the build",
-        CiStep::Test => "test: the suites, NET_ADMIN allowed",
-        CiStep::TestCi => "test-ci: the suites that need no capability (JUnit)",
+        CiStep::Test => "test: the container suites, every shape in one nextest run (JUnit)",
     }
 }
 
-/// Each step run and its time, as one line each.
-fn summary(times: &[(CiStep, Duration)]) -> String {
+/// Each step run and its time; then, from the JUnit reports of the pure step and the
+/// container suites' run, how many tests ran where and the slowest.
+fn summary(times: &[(CiStep, Duration)], root: &Path) -> String {
+    let mut text = steps_table(times);
+    let mut cases = Vec::new();
+    for profile in ["pure", "default"] {
+        let ran = times.iter().any(|(step, _)| match profile {
+            "pure" => *step == CiStep::Pure,
+            _ => *step == CiStep::Test,
+        });
+        if let (true, Ok(xml)) = (ran, std::fs::read_to_string(junit_path(root, profile))) {
+            cases.extend(test_cases(&xml));
+        }
+    }
+    if !cases.is_empty() {
+        text.push_str(&places_table(&cases));
+        text.push_str(&slowest_table(&cases, SLOWEST));
+    }
+    text
+}
+
+fn steps_table(times: &[(CiStep, Duration)]) -> String {
     let mut text = String::from("ci steps:");
     for (step, time) in times {
         text.push_str(&format!("\n  {:<8} {:>6.0} s", name(*step), time.as_secs_f64()));
     }
     let total: Duration = times.iter().map(|(_, t)| *t).sum();
     text.push_str(&format!("\n  {:<8} {:>6.0} s", "total", total.as_secs_f64()));
+    text
+}
+
+/// One test case of a JUnit report: its binary (`classname`), name and seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    pub binary: String,
+    pub name: String,
+    pub seconds: f64,
+}
+
+/// The test cases of a JUnit report as nextest writes it (`<testcase name=… classname=…
+/// time=…>`); anything else is skipped. A few attributes of one element, not a general XML
+/// reader: the xtask takes no parser for it.
+pub fn test_cases(xml: &str) -> Vec<Case> {
+    let attribute = |element: &str, key: &str| -> Option<String> {
+        let start = element.find(&format!(" {key}=\""))? + key.len() + 3;
+        let end = element[start..].find('"')? + start;
+        Some(
+            element[start..end]
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&apos;", "'")
+                .replace("&amp;", "&"),
+        )
+    };
+    xml.split("<testcase")
+        .skip(1)
+        .filter_map(|rest| {
+            let element = &rest[..rest.find('>')?];
+            Some(Case {
+                binary: attribute(element, "classname")?,
+                name: attribute(element, "name")?,
+                seconds: attribute(element, "time")?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Where a test ran: which shape of the NET_ADMIN tests, the other container suites (no
+/// capability), or no container at all.
+pub fn place(case: &Case) -> &'static str {
+    let containers = case.binary.starts_with("sandbox-tests::") && !case.binary.ends_with("sandbox-tests");
+    for shape in ["single", "sidecar", "gvisor"] {
+        if case.name.contains(&format!("::net_admin::{shape}::")) {
+            return match shape {
+                "single" => "NET_ADMIN, one container",
+                "sidecar" => "NET_ADMIN, sidecar mode",
+                _ => "NET_ADMIN, the agent under gVisor",
+            };
+        }
+    }
+    if containers { "containers, no capability" } else { "no container" }
+}
+
+fn places_table(cases: &[Case]) -> String {
+    let mut counts: std::collections::BTreeMap<&str, (usize, f64)> = std::collections::BTreeMap::new();
+    for case in cases {
+        let entry = counts.entry(place(case)).or_default();
+        entry.0 += 1;
+        entry.1 += case.seconds;
+    }
+    let mut text = String::from("\ntests by place (count, summed test time):");
+    for (place, (count, seconds)) in counts {
+        text.push_str(&format!("\n  {place:<34} {count:>4}  {seconds:>7.0} s"));
+    }
+    text
+}
+
+fn slowest_table(cases: &[Case], count: usize) -> String {
+    let mut sorted: Vec<&Case> = cases.iter().collect();
+    sorted.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    let mut text = format!("\nthe {count} slowest tests:");
+    for case in sorted.into_iter().take(count) {
+        text.push_str(&format!("\n  {:>6.1} s  {}", case.seconds, case.name));
+    }
     text
 }
 
@@ -144,8 +258,47 @@ mod tests {
     #[test]
     fn the_summary_lists_each_step_and_the_total() {
         assert_eq!(
-            summary(&[(CiStep::Fmt, Duration::from_secs(2)), (CiStep::TestCi, Duration::from_secs(61))]),
-            "ci steps:\n  fmt           2 s\n  test-ci      61 s\n  total        63 s"
+            steps_table(&[(CiStep::Fmt, Duration::from_secs(2)), (CiStep::Test, Duration::from_secs(61))]),
+            "ci steps:\n  fmt           2 s\n  test         61 s\n  total        63 s"
+        );
+    }
+
+    /// nextest's JUnit report, as it writes one: each case's binary, name and time; the places
+    /// counted and the slowest named.
+    #[test]
+    fn the_junit_report_gives_each_tests_place_and_time() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="nextest-run" tests="4" failures="0" errors="0" uuid="x" timestamp="t" time="99.1">
+    <testsuite name="sandbox-tests::suites" tests="3" disabled="0" errors="0" failures="0">
+        <testcase name="firewall::net_admin::sidecar::a_blocked_name_is_refused" classname="sandbox-tests::suites" timestamp="t" time="4.26">
+        </testcase>
+        <testcase name="refusals::an_invalid_policy_is_refused" classname="sandbox-tests::suites" timestamp="t" time="1.5"/>
+        <testcase name="agents::net_admin::single::kilo::completes_a_turn" classname="sandbox-tests::suites" timestamp="t" time="61.0"><system-out>&lt;x&gt;</system-out></testcase>
+    </testsuite>
+    <testsuite name="sandbox-policy" tests="1">
+        <testcase name="tests::a &amp; b" classname="sandbox-policy" timestamp="t" time="0.01"/>
+    </testsuite>
+</testsuites>"#;
+        let cases = test_cases(xml);
+        assert_eq!(cases.len(), 4);
+        assert_eq!(
+            cases[3],
+            Case { binary: "sandbox-policy".into(), name: "tests::a & b".into(), seconds: 0.01 }
+        );
+        let places: Vec<&str> = cases.iter().map(place).collect();
+        assert_eq!(
+            places,
+            [
+                "NET_ADMIN, sidecar mode",
+                "containers, no capability",
+                "NET_ADMIN, one container",
+                "no container"
+            ]
+        );
+        let slowest = slowest_table(&cases, 2);
+        assert_eq!(
+            slowest,
+            "\nthe 2 slowest tests:\n    61.0 s  agents::net_admin::single::kilo::completes_a_turn\n     4.3 s  firewall::net_admin::sidecar::a_blocked_name_is_refused"
         );
     }
 }

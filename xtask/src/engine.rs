@@ -217,6 +217,27 @@ impl Engine {
             .collect())
     }
 
+    /// Removes every container carrying `label` (running or not), forced: the suites' shared
+    /// sandboxes after their run. How many went.
+    pub async fn remove_containers_labelled(&self, label: &str) -> Result<usize, EngineError> {
+        let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
+        let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = self.docker.list_containers(Some(options)).await.map_err(|source| {
+            EngineError::Call { what: format!("listing containers labelled {label}"), source }
+        })?;
+        let force = bollard::query_parameters::RemoveContainerOptionsBuilder::default().force(true).build();
+        let mut removed = 0;
+        for id in containers.into_iter().filter_map(|c| c.id) {
+            if self.docker.remove_container(&id, Some(force.clone())).await.is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// The engine's data directory, when the engine runs on this host (a local socket) and the
     /// directory is visible here.
     pub async fn local_root_dir(&self) -> Option<std::path::PathBuf> {

@@ -43,23 +43,32 @@ pub enum Command {
     Bench(BenchFlags),
     /// Build what the suites need, then run them with cargo-nextest
     #[command(
-        long_about = "Build what the suites need, then run them with cargo-nextest.\n\n\
-            Without --ci the container suites may give containers NET_ADMIN. With --ci only the \
-            suites that need no capability run, with the `ci` nextest profile (no fail-fast, JUnit).",
-        after_help = "Examples:\n  cargo xtask test\n  cargo xtask test --ci\n  cargo xtask test -- graph   (only tests whose name contains 'graph')"
+        long_about = "Build what the suites need, then run them with cargo-nextest, in one run.\n\n\
+            Where a test sits says what it needs: under `net_admin::single::`, `net_admin::sidecar::` \
+            or `net_admin::gvisor::` it gives containers NET_ADMIN, in that shape (one container; \
+            sidecar mode's pair; that pair with the agent under runsc); elsewhere in the container \
+            suites it gives none; outside them it starts no container. One run schedules them all \
+            in one pool and writes JUnit with each test's time under target/nextest/<profile>/.",
+        after_help = "Examples:\n  cargo xtask test                     everything (but --arm64's)\n  \
+            cargo xtask test --pure              the tests that start no container, in seconds\n  \
+            cargo xtask test --ci                no capability for any container\n  \
+            cargo xtask test --shape sidecar     the NET_ADMIN tests in sidecar mode\n  \
+            cargo xtask test -- firewall::       only tests whose name contains `firewall::`"
     )]
     Test(TestFlags),
-    /// Run what CI checks, in order: fmt, clippy, the build, images.lock unchanged, both test modes
+    /// Run what CI checks, in order: fmt, clippy, the pure tests, the build, images.lock unchanged, the suites
     #[command(
         long_about = "Run what CI checks, in order, stopping at the first that fails:\n\n  \
             fmt       cargo fmt --all -- --check\n  \
             clippy    cargo clippy --workspace --all-targets -- -D warnings\n  \
-            build     cargo xtask build (every image)\n  \
+            pure      cargo xtask test --pure: every test that starts no container\n  \
+            build     cargo xtask build (every image, and the shell's arm64 chain)\n  \
             lock      git diff --exit-code images.lock: the build must not have changed it\n  \
-            test      cargo xtask test\n  \
-            test-ci   cargo xtask test --ci\n\n\
+            test      the container suites, every shape in one nextest run\n\n\
             .ci/run installs the tools and the engine, then runs this; the GitHub workflow's test \
-            job runs it too. Each step's time is printed at the end.",
+            job runs it too. At its end: each step's time, how many tests ran in each place \
+            (without a container; with none given a capability; with NET_ADMIN in each shape), \
+            and the 15 slowest tests.",
         after_help = "Examples:\n  cargo xtask ci\n  cargo xtask ci --skip fmt --skip clippy   only the build and the suites\n  \
             cargo xtask ci --ca-bundle /usr/local/share/ca-certificates/corp.crt"
     )]
@@ -183,10 +192,10 @@ pub struct CiFlags {
 pub enum CiStep {
     Fmt,
     Clippy,
+    Pure,
     Build,
     Lock,
     Test,
-    TestCi,
 }
 
 #[derive(Debug, Args)]
@@ -349,26 +358,24 @@ pub enum BenchTarget {
 
 #[derive(Debug, Args)]
 pub struct TestFlags {
-    /// Only the suites that need no capability (containers get none), with the `ci` profile
+    /// Only what gives no container a capability: every test but those under `net_admin::`,
+    /// with the `ci` profile
     #[arg(long)]
     pub ci: bool,
-    /// The sandbox shape the network suites run in. Without it (and without nextest arguments),
-    /// every suite runs in one container, then the network suites (firewall::, names::, keys::,
-    /// attacks::network::, launcher::net_admin_) again as sidecar mode's pair, a gateway and an agent container,
-    /// and the firewall's (firewall::, keys::, attacks::network::, attacks::sidecar::) with that agent container
-    /// under gVisor where the engine has runsc
+    /// Only the tests that start no container (unit tests, tidy, snapshots): seconds, no image
+    /// built
+    #[arg(long, conflicts_with_all = ["ci", "shape"])]
+    pub pure: bool,
+    /// Only the NET_ADMIN tests of one shape (`…::net_admin::<shape>::…`). Without it, one run
+    /// has every test of every shape
     #[arg(long, value_enum, conflicts_with = "ci")]
     pub shape: Option<TestShape>,
-    /// In the one-container pass, only what `--ci` leaves out (the suites that need NET_ADMIN),
-    /// then the other passes as always: with a `--ci` run, every test once (`cargo xtask ci`)
-    #[arg(long, conflicts_with = "ci")]
-    pub net_admin_only: bool,
     /// Only the arm64 chain's suite (arm64::, its release part included): shell and claude built
     /// for linux/arm64, under qemu-user where the host is amd64 (registered by `cargo xtask
     /// setup --tests`), and their contract checked there; and the firewall in a real arm64 kernel:
     /// shell's filesystem booted on Debian's arm64 kernel under qemu-system-aarch64 (as root, a
     /// few minutes). The release workflow runs it; every CI run checks the emulated part
-    #[arg(long, conflicts_with_all = ["ci", "shape", "net_admin_only"])]
+    #[arg(long, conflicts_with_all = ["ci", "shape", "pure"])]
     pub arm64: bool,
     #[command(flatten)]
     pub common: CommonBuildFlags,

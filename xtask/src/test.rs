@@ -1,4 +1,9 @@
-//! `cargo xtask test`: build what the suites need, then run them with cargo-nextest.
+//! `cargo xtask test`: build what the suites need, then run them with cargo-nextest, in one run.
+//! Where a test sits says what it needs and in which shape it runs (tests/src/place.rs): the
+//! container suites are `package(sandbox-tests) & kind(test)`; of them, those that give a
+//! container NET_ADMIN are under `net_admin::<shape>::`, generated once per shape; everything
+//! else starts no container. One nextest run schedules every test of every shape in one pool,
+//! with one tail, and writes JUnit with each test's time (`target/nextest/<profile>/junit.xml`).
 
 use std::path::Path;
 
@@ -8,8 +13,36 @@ use xshell::{Shell, cmd};
 use crate::build::{self, BuildOptions};
 use crate::flags::{TestFlags, TestShape};
 
-/// Tells the suites which mode they run in: `full` (containers may get NET_ADMIN) or `ci`.
-pub const MODE_ENV: &str = "AGENT_SANDBOX_TEST_MODE";
+/// The tests that start no container: every crate's unit tests, tidy, the snapshots, the
+/// harness's own; all but the container suites' binary.
+pub const PURE: &str = "not (package(sandbox-tests) & kind(test))";
+
+/// The container suites, but what only `--arm64` runs.
+pub const CONTAINERS: &str = "package(sandbox-tests) & kind(test) & not test(/^arm64::release::/)";
+
+/// The tests that give a container NET_ADMIN (`cargo xtask test --ci` leaves them out: the `ci`
+/// profile's default-filter in .config/nextest.toml says the same).
+pub const NET_ADMIN: &str = "test(/::net_admin::/)";
+
+/// Tells the suites that this run removes their shared sandboxes after it
+/// (`SandboxSpec::start_shared`), so they may share them.
+pub const SHARED_ENV: &str = "AGENT_SANDBOX_TEST_SHARED";
+/// The label of a sandbox the tests of one nextest run share (its value, the run's id).
+pub const SHARED_LABEL: &str = "io.github.agent-sandbox.test.shared";
+
+/// What `--arm64` runs: the arm64 chain's suite, its release part included.
+pub const ARM64_SUITES: &str = "package(sandbox-tests) & test(/^arm64::/)";
+
+/// The images every CI run builds for arm64 as well (under emulation on an amd64 machine), whose
+/// contract `arm64::` checks: the shell image's chain, os and base with it. Base dominates it
+/// (apt and dpkg under qemu-user); an agent's chain adds its own minutes to a cold run and
+/// proves a Dockerfile's pins for the platform, which the publish workflow's `--arm64` proves
+/// before anything is pushed ([`ARM64_RELEASE_IMAGES`]).
+pub const EMULATED_IMAGES: &[&str] = &["shell"];
+
+/// What `cargo xtask test --arm64` builds for arm64: the shell's chain and claude's, an npm
+/// agent's, whose contract `arm64::release::claude::` checks.
+pub const ARM64_RELEASE_IMAGES: &[&str] = &["shell", "claude"];
 
 impl TestFlags {
     pub async fn run(self, root: &Path) -> anyhow::Result<()> {
@@ -17,13 +50,28 @@ impl TestFlags {
     }
 }
 
-/// What `--arm64` runs: the arm64 chain's suite, its release part included.
-pub const ARM64_SUITES: &str = "package(sandbox-tests) & test(/^arm64::/)";
+/// The filterset and profile a run of `flags` takes.
+fn selection(flags: &TestFlags) -> (String, &'static str) {
+    match (flags.pure, flags.ci, flags.shape) {
+        (true, ..) => (PURE.to_string(), "pure"),
+        (_, true, _) => (format!("not {NET_ADMIN} & not test(/^arm64::release::/)"), "ci"),
+        (_, _, Some(shape)) => (format!("{CONTAINERS} & {}", shape_filter(shape)), "default"),
+        _ => ("not test(/^arm64::release::/)".to_string(), "default"),
+    }
+}
 
-/// What only `--arm64` runs: left out of the other passes for its time and its needs (shell's
-/// firewall in a real arm64 kernel, booted under qemu-system-aarch64: about two minutes of both
-/// cores, as root).
-pub const ARM64_RELEASE_SUITES: &str = "test(/^arm64::release::/)";
+/// The tests of one shape: `net_admin::<shape>::`.
+pub fn shape_filter(shape: TestShape) -> String {
+    format!("test(/::net_admin::{}::/)", shape_name(shape))
+}
+
+pub fn shape_name(shape: TestShape) -> &'static str {
+    match shape {
+        TestShape::Single => "single",
+        TestShape::Sidecar => "sidecar",
+        TestShape::Gvisor => "gvisor",
+    }
+}
 
 async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     let mut opts = BuildOptions::new(root);
@@ -31,75 +79,80 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
     if flags.arm64 {
         return run_arm64(root, flags, opts).await;
     }
-    eprintln!("building the images the suites use");
-    let (mode, profile) = if flags.ci { ("ci", "ci") } else { ("full", "default") };
-    let sh = build_for_suites(root, &mut opts, mode).await?;
-    // The launcher's suite runs the real binary: built once here rather than by the first test
-    // of each test process, which would hold their slots while it compiles.
-    cmd!(sh, "cargo build --quiet --package agent-sandbox").run().context("cannot build agent-sandbox")?;
-    let args = &flags.nextest_args;
-    let every = !flags.ci && args.is_empty() && flags.shape.is_none();
-    let (single, sidecar, gvisor) = match flags.shape {
-        Some(TestShape::Single) => (true, false, false),
-        Some(TestShape::Sidecar) => (false, true, false),
-        Some(TestShape::Gvisor) => (false, false, true),
-        // Asked for particular tests: those, once.
-        None => (true, every, every),
+    let (filter, profile) = selection(&flags);
+    let sh = if flags.pure {
+        let sh = Shell::new()?;
+        sh.change_dir(root);
+        sh
+    } else {
+        eprintln!("building the images the suites use");
+        let sh = build_for_suites(root, &mut opts).await?;
+        // The launcher's suite runs the real binary: built once here rather than by the first
+        // test of each test process, which would hold their slots while it compiles.
+        cmd!(sh, "cargo build --quiet --package agent-sandbox")
+            .run()
+            .context("cannot build agent-sandbox")?;
+        warn_without_runsc(&flags).await?;
+        sh
     };
-    // Asked of the engine only for a run that has a gVisor pass.
-    let has_runsc = gvisor
-        && crate::engine::Engine::connect()
-            .await?
-            .runtimes()
-            .await?
-            .iter()
-            .any(|r| r == crate::gvisor::RUNTIME);
-    if gvisor && !has_runsc {
-        let how = "`cargo xtask setup --tests` installs and registers it";
-        if flags.shape == Some(TestShape::Gvisor) {
-            anyhow::bail!("the engine has no runsc runtime: {how}");
-        }
-        eprintln!("WARNING: the gVisor pass does not run: the engine has no runsc runtime ({how})");
-    }
-    let mut result = Ok(());
-    if single {
-        let only: Vec<String> =
-            if flags.net_admin_only { vec!["-E".into(), net_admin_suites(root)?] } else { Vec::new() };
-        result = cmd!(sh, "cargo nextest run --workspace --profile {profile} {only...} {args...}")
-            .run()
-            .with_context(|| format!("the {mode} suites failed"));
-    }
-    if sidecar {
-        eprintln!("the network suites again, as sidecar mode's pair ({SHAPE_ENV}=sidecar)");
-        let _shape = sh.push_env(SHAPE_ENV, "sidecar");
-        // Without arguments, the suites that prove the network; with them, what they select.
-        let filter: Vec<&str> = if args.is_empty() { vec!["-E", SIDECAR_SUITES] } else { vec![] };
-        let second = cmd!(sh, "cargo nextest run --workspace --profile {profile} {filter...} {args...}")
-            .run()
-            .context("the network suites failed in sidecar mode");
-        result = result.and(second);
-    }
-    if gvisor && has_runsc {
-        eprintln!("the firewall's suites again, the agent's container under gVisor ({RUNTIME_ENV}=runsc)");
-        let _shape = sh.push_env(SHAPE_ENV, "sidecar");
-        let _runtime = sh.push_env(RUNTIME_ENV, crate::gvisor::RUNTIME);
-        let filter: Vec<&str> = if args.is_empty() { vec!["-E", GVISOR_SUITES] } else { vec![] };
-        let third = cmd!(sh, "cargo nextest run --workspace --profile {profile} {filter...} {args...}")
-            .run()
-            .context("the firewall's suites failed with the agent under gVisor");
-        result = result.and(third);
-    }
-    let junit = root.join("target/nextest").join(profile).join("junit.xml");
+    run_nextest(&sh, profile, &filter, &flags.nextest_args)
+}
+
+/// Runs `cargo nextest run` over `filter` with `profile`, and says where its JUnit report is. The
+/// sandboxes its tests shared are removed after it, however it ended (on Ctrl-C the engine
+/// keeps them until the next run, which removes them first).
+pub fn run_nextest(sh: &Shell, profile: &str, filter: &str, args: &[String]) -> anyhow::Result<()> {
+    remove_shared();
+    let _shared = sh.push_env(SHARED_ENV, "1");
+    let result = cmd!(sh, "cargo nextest run --workspace --profile {profile} -E {filter} {args...}")
+        .run()
+        .with_context(|| format!("the tests failed (profile {profile}, {filter})"));
+    remove_shared();
+    let junit = junit_path(sh.current_dir().as_path(), profile);
     if junit.exists() {
-        eprintln!("JUnit report: {}", junit.display());
+        eprintln!("JUnit report, with each test's time: {}", junit.display());
     }
     result
 }
 
+/// Removes the sandboxes a run's tests shared, from a thread of its own (callers are in the
+/// runtime already).
+fn remove_shared() {
+    let _ = std::thread::spawn(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+        runtime.block_on(async {
+            crate::engine::Engine::connect().await.ok()?.remove_containers_labelled(SHARED_LABEL).await.ok()
+        })
+    })
+    .join();
+}
+
+/// Where a run with `profile` writes its JUnit report.
+pub fn junit_path(root: &Path, profile: &str) -> std::path::PathBuf {
+    root.join("target/nextest").join(profile).join("junit.xml")
+}
+
+/// The gVisor tests need the engine's runsc: without it they fail, each naming the runtime; this
+/// says so once, before the run.
+async fn warn_without_runsc(flags: &TestFlags) -> anyhow::Result<()> {
+    if flags.ci || flags.shape.is_some_and(|s| s != TestShape::Gvisor) {
+        return Ok(());
+    }
+    let runtimes = crate::engine::Engine::connect().await?.runtimes().await?;
+    if !runtimes.iter().any(|r| r == crate::gvisor::RUNTIME) {
+        let how = "`cargo xtask setup --tests` installs and registers it";
+        if flags.shape == Some(TestShape::Gvisor) {
+            anyhow::bail!("the engine has no runsc runtime: {how}");
+        }
+        eprintln!("WARNING: the engine has no runsc runtime, so net_admin::gvisor:: tests will fail ({how})");
+    }
+    Ok(())
+}
+
 /// Builds what `opts` names and returns a shell in `root` for the suites: the build's settings
 /// exported, with the OS source pinned to the one just used, so that the suites find these
-/// images up to date instead of building others; `mode` is the suites' mode.
-async fn build_for_suites(root: &Path, opts: &mut BuildOptions, mode: &str) -> anyhow::Result<Shell> {
+/// images up to date instead of building others.
+pub async fn build_for_suites(root: &Path, opts: &mut BuildOptions) -> anyhow::Result<Shell> {
     let report = build::build(opts).await?;
     report.ensure_success()?;
     opts.os_source = Some(report.os_source);
@@ -108,80 +161,46 @@ async fn build_for_suites(root: &Path, opts: &mut BuildOptions, mode: &str) -> a
     for (name, value) in opts.export_env() {
         sh.set_var(name, value);
     }
-    sh.set_var(MODE_ENV, mode);
     Ok(sh)
 }
 
-/// `--arm64`: the arm64 chain every CI run builds ([`crate::ci::EMULATED_IMAGES`]), built under
+/// `--arm64`: the arm64 chain ([`ARM64_RELEASE_IMAGES`]), built under
 /// emulation, then `arm64::`, its release part (the VM) included.
 async fn run_arm64(root: &Path, flags: TestFlags, mut opts: BuildOptions) -> anyhow::Result<()> {
     crate::emulation::ensure(crate::platform::Platform::Arm64)?;
     opts.platform = crate::platform::Platform::Arm64;
-    opts.images = crate::ci::EMULATED_IMAGES.iter().map(|i| i.to_string()).collect();
+    opts.images = ARM64_RELEASE_IMAGES.iter().map(|i| i.to_string()).collect();
     eprintln!(
         "building the arm64 chain of {} (every build step under qemu-user)",
-        crate::ci::EMULATED_IMAGES.join(", ")
+        ARM64_RELEASE_IMAGES.join(", ")
     );
-    let sh = build_for_suites(root, &mut opts, "ci").await?;
-    let args = &flags.nextest_args;
-    cmd!(sh, "cargo nextest run --workspace --profile default -E {ARM64_SUITES} {args...}")
-        .run()
-        .context("the arm64 suites failed")
+    let sh = build_for_suites(root, &mut opts).await?;
+    run_nextest(&sh, "default", ARM64_SUITES, &flags.nextest_args).context("the arm64 suites failed")
 }
-
-/// What `--ci` leaves out, as a nextest filterset: the `ci` profile's default-filter in
-/// .config/nextest.toml (`not (…)`, the one list of the suites that need NET_ADMIN), inverted;
-/// less what only `--arm64` runs, which the ci profile leaves out too.
-pub fn net_admin_suites(root: &Path) -> anyhow::Result<String> {
-    let path = root.join(".config/nextest.toml");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let inverted = inverted_ci_filter(&text).with_context(|| {
-        format!("{}: [profile.ci] has no `default-filter = \"not (…)\"` line", path.display())
-    })?;
-    Ok(format!("({inverted}) & not {ARM64_RELEASE_SUITES}"))
-}
-
-fn inverted_ci_filter(nextest_toml: &str) -> Option<String> {
-    let ci = nextest_toml.split("\n[profile.ci]\n").nth(1)?;
-    let section = ci.split("\n[").next()?;
-    let line = section.lines().find_map(|l| l.trim().strip_prefix("default-filter = \""))?;
-    let filter = line.strip_suffix('"')?.strip_prefix("not (")?.strip_suffix(')')?;
-    Some(filter.to_string())
-}
-
-/// Tells the suites to run sidecar mode's agent containers under this runtime (`runsc`).
-pub const RUNTIME_ENV: &str = "AGENT_SANDBOX_TEST_RUNTIME";
-
-/// The suites run with the agent under gVisor: what the firewall proves from the agent's side
-/// (names::'s gigabyte and thousand connections, and the launcher's, run under gVisor by hand;
-/// docs/sidecar.md).
-pub const GVISOR_SUITES: &str = "package(sandbox-tests) & (test(/^firewall::/) | test(/^keys::/) | test(/^attacks::network::/) | test(/^attacks::sidecar::/) | test(/^attacks::verify::/))";
-
-/// Tells the suites to start every sandbox with NET_ADMIN as sidecar mode's pair.
-pub const SHAPE_ENV: &str = "AGENT_SANDBOX_TEST_SHAPE";
-
-/// The suites run in both shapes: everything the firewall, the name check and the held keys
-/// prove from the agent's side, and the launcher's commands on a sandbox with a network. `attacks::sidecar::` starts its pairs itself, in the first pass.
-pub const SIDECAR_SUITES: &str = "package(sandbox-tests) & (test(/^firewall::/) | test(/^names::/) | test(/^keys::/) | test(/^attacks::network::/) | test(/^attacks::verify::/) | test(/^launcher::net_admin_/))";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The ci profile's default-filter is the filter `--ci` runs: one expression, kept the same
+    /// in both places.
     #[test]
-    fn the_net_admin_suites_are_the_ci_profiles_filter_inverted() {
+    fn the_ci_profile_leaves_out_what_needs_net_admin_and_the_arm64_vm() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let only = net_admin_suites(root).unwrap();
-        for suite in ["firewall::", "agents::", "attacks::(approvals|network", "podman::"] {
-            assert!(only.contains(suite), "{suite} not in {only}");
-        }
-        assert!(only.starts_with("(package(sandbox-tests) & ("), "{only}");
-        assert!(only.ends_with(&format!(") & not {ARM64_RELEASE_SUITES}")), "{only}");
-        assert!(only.contains(ARM64_RELEASE_SUITES), "the ci profile leaves it out too: {only}");
-        assert_eq!(only.matches('(').count(), only.matches(')').count(), "{only}");
-        let toml = "[profile.default]\nx = 1\n\n[profile.ci]\nfail-fast = false\ndefault-filter = \"not (test(/^a::/))\"\n\n[profile.ci.junit]\n";
-        assert_eq!(inverted_ci_filter(toml).as_deref(), Some("test(/^a::/)"));
-        assert_eq!(inverted_ci_filter("[profile.ci]\ndefault-filter = \"test(a)\"\n"), None);
-        assert_eq!(inverted_ci_filter("[profile.default]\n"), None);
+        let toml = std::fs::read_to_string(root.join(".config/nextest.toml")).unwrap();
+        let ci = toml.split("\n[profile.ci]\n").nth(1).expect("a ci profile");
+        let line = ci.lines().find_map(|l| l.strip_prefix("default-filter = ")).expect("a default-filter");
+        let flags = |args: &[&str]| {
+            use clap::Parser as _;
+            let argv = [&["cargo xtask", "test"][..], args].concat();
+            match crate::flags::Xtask::try_parse_from(argv).unwrap().command {
+                crate::flags::Command::Test(flags) => flags,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(line.trim_matches('"'), selection(&flags(&["--ci"])).0);
+        assert_eq!(selection(&flags(&[])).0, "not test(/^arm64::release::/)");
+        assert_eq!(selection(&flags(&["--pure"])), (PURE.to_string(), "pure"));
+        assert_eq!(shape_filter(TestShape::Sidecar), "test(/::net_admin::sidecar::/)");
     }
 }

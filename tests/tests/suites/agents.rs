@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::Peer;
+use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::{SandboxSpec, ca_secret_file, secret_file};
 
 /// The model APIs' hosts, from sandbox-init's table: the mock API plays each.
@@ -87,7 +88,13 @@ macro_rules! refresh_tests {
     };
 }
 
-include!(concat!(env!("OUT_DIR"), "/agent_turns.rs"));
+// Each agent's module, `agents::net_admin::single::<image>::…`: a turn's sandbox is on a test
+// network with its firewall.
+net_admin! {
+    [single] {
+        include!(concat!(env!("OUT_DIR"), "/agent_turns.rs"));
+    }
+}
 
 fn read_turn(name: &str) -> anyhow::Result<Turn> {
     let path = sandbox_tests::root().join("images").join(name).join("turn.yaml");
@@ -232,23 +239,22 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
             sb.as_agent(&["env", &format!("F={file}"), &format!("C={contents}"), "sh", "-c", write]).await?;
         anyhow::ensure!(out.code == 0, "writing {file}: {out:?}");
     }
-    // As written: the CLI must not act on the tool call by itself. Given a minute, it refuses
-    // the tool, or waits at a prompt no one answers (the run is then cut: 124). A CLI that acts
-    // by default (turn.yaml says why) is waited for as the unattended run is: its first start
-    // under the full suites' load has taken over a minute (Kilo's, in CI).
+    // As written: the CLI must not act on the tool call by itself. It refuses the tool, or waits
+    // at a prompt no one answers; the half ends once it has shown which: the file written, the
+    // CLI gone, or the mock's tool call served and no file for a few seconds after (a CLI that
+    // acts writes it at once). A CLI that acts by default (turn.yaml says why) is waited for as
+    // the unattended run is: its first start under the full suites' load has taken over a minute.
     let limit = if turn.acts_without_unattended.is_some() { 240 } else { 60 };
-    let asked = format!("cd /workspace && timeout {limit} sh -c {} < /dev/null", shell_quote(&turn.run));
-    let refused = sb.as_agent(&["sh", "-c", &asked]).await?;
-    let acted = sb.exec(&["test", "-e", FILE]).await?.code == 0;
-    eprintln!("{name}: without unattended mode: exit {:?}, file written: {acted}", refused.code);
+    let (acted, ended) = without_unattended(&sb, &mock, &turn.run, limit).await?;
+    let out =
+        sb.as_agent(&["sh", "-c", "cat /tmp/turn.out 2>/dev/null; cat /tmp/turn.code 2>/dev/null"]).await?;
+    eprintln!("{name}: without unattended mode: {ended}, file written: {acted}");
     assert_eq!(
         acted,
         turn.acts_without_unattended.is_some(),
-        "without its unattended arguments (turn.yaml: acts_without_unattended {:?}): exit {:?}\n{}\n{}",
+        "without its unattended arguments (turn.yaml: acts_without_unattended {:?}): {ended}\n{}",
         turn.acts_without_unattended,
-        refused.code,
-        refused.stdout,
-        refused.stderr
+        out.stdout,
     );
     if acted {
         sb.exec(&["rm", FILE]).await?;
@@ -303,6 +309,60 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
 }
 
 /// `text` as one word for sh.
+/// Runs the turn's command without its unattended arguments, as the agent, until it has shown
+/// whether it acts on the mock's tool call: (the file was written, how the half ended). It ends
+/// at the file, at the CLI's exit, or [`TOOL_GRACE`] after the mock served the tool call with no
+/// file; at `limit` seconds at most. The CLI, if still running, is stopped.
+async fn without_unattended(
+    sb: &Sandbox,
+    mock: &Peer,
+    run: &str,
+    limit: u64,
+) -> anyhow::Result<(bool, String)> {
+    let script = format!(
+        "cd /workspace; timeout {limit} sh -c {} </dev/null >/tmp/turn.out 2>&1 & echo $! > /tmp/turn.pid; \
+         wait $!; echo \"exit $?\" > /tmp/turn.code",
+        shell_quote(run)
+    );
+    sb.exec_detached(&["sandbox-exec", "--", "sh", "-c", &script], None).await?;
+    let started = std::time::Instant::now();
+    let mut served: Option<std::time::Instant> = None;
+    let ended = loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        if sb.exec(&["test", "-e", FILE]).await?.code == 0 {
+            break "it wrote the file".to_string();
+        }
+        let code = sb.as_agent(&["cat", "/tmp/turn.code"]).await?;
+        if code.code == 0 {
+            break format!("it ended ({})", code.stdout.trim());
+        }
+        if served.is_none() && mock.log().await?.iter().any(|l| l.contains(" mock=tool ")) {
+            served = Some(std::time::Instant::now());
+        }
+        if let Some(at) = served.filter(|at| at.elapsed() >= TOOL_GRACE) {
+            break format!("no file {:.0} s after the mock served the tool call", at.elapsed().as_secs_f64());
+        }
+        if started.elapsed() >= std::time::Duration::from_secs(limit) {
+            break format!("nothing within {limit} s");
+        }
+    };
+    // Stopped as its own `timeout` would stop it, then given a moment to write what it was
+    // writing: a file that lands in that moment counts.
+    sb.as_agent(&["sh", "-c", "kill -TERM $(cat /tmp/turn.pid) 2>/dev/null; true"]).await?;
+    for _ in 0..20 {
+        if sb.as_agent(&["test", "-e", "/tmp/turn.code"]).await?.code == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let acted = sb.exec(&["test", "-e", FILE]).await?.code == 0;
+    Ok((acted, ended))
+}
+
+/// How long after the mock served its tool call a CLI that acts on it has written the file: it
+/// writes at once (the unattended runs write it within a second of the tool call).
+const TOOL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }

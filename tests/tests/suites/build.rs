@@ -212,10 +212,8 @@ async fn a_scaffolded_agent_builds_and_passes_the_contract() -> anyhow::Result<(
     contract::agent_command_answers_version_offline(&subject).await?;
     contract::state_dirs_are_the_agents_and_outlive_the_container(&subject).await?;
     contract::its_sign_in_hosts_are_in_its_policy(&subject).await?;
-    if sandbox_tests::spec::full_mode() {
-        // api.acme.test, the --domain given, is reached; example.com is refused.
-        contract::reaches_its_policy_and_not_example_com(&subject).await?;
-    }
+    // Its policy's reach (NET_ADMIN) is what contract::<image>::net_admin:: proves of every
+    // image the graph holds; this test's place asks for no capability.
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! The contract every image keeps (the harness's `contract`), generated from images/
-//! (tests/build.rs): add an image folder and `contract::<image>::…` appear. The `net_admin_` test
-//! needs NET_ADMIN and is left out of `--ci`.
+//! (tests/build.rs): add an image folder and `contract::<image>::…` appear. The one under
+//! `net_admin::` needs NET_ADMIN.
 
 use sandbox_tests::contract::{self, Subject};
 
@@ -54,12 +54,15 @@ macro_rules! contract_tests {
                 .await
         }
 
-        #[tokio::test]
-        async fn net_admin_reaches_its_policy_and_not_example_com() -> anyhow::Result<()> {
-            super::contract::reaches_its_policy_and_not_example_com(
-                &super::Subject::of_repository($name).await?,
-            )
-            .await
+        // `contract::<image>::net_admin::single::…`: its own policy, on a test network.
+        net_admin! {
+            [single] {
+                #[tokio::test]
+                async fn reaches_its_policy_and_not_example_com() -> anyhow::Result<()> {
+                    let subject = sandbox_tests::contract::Subject::of_repository($name).await?;
+                    sandbox_tests::contract::reaches_its_policy_and_not_example_com(&subject).await
+                }
+            }
         }
     };
 }

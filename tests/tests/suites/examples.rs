@@ -176,8 +176,8 @@ async fn runs_as_written(run: Run) -> anyhow::Result<()> {
     let mut volumes = Vec::new();
     let mut spec = SandboxSpec::of(run.image.clone()).offline();
     spec.limits = run.limits.clone();
-    // As the example asks, except under `--ci`, where no container gets a capability.
-    spec.net_admin = sandbox_tests::spec::full_mode();
+    // No capability: this test's place is not `net_admin` (the example's NET_ADMIN is checked
+    // in its translation above); offline, the firewall has nothing to filter.
     let mut state_dirs = Vec::new();
     for (source, target) in &run.mounts {
         if source == "workspace" {
@@ -260,100 +260,6 @@ fn devcontainer_cli() -> anyhow::Result<String> {
     })
 }
 
-/// The devcontainer example, copied to a project's `.devcontainer/` and run with the real Dev
-/// Containers CLI as an editor would: `devcontainer up`, then `devcontainer exec` as the user
-/// the editor uses. The one change: the state volume is a test volume, not the user's. The CLI
-/// is kept off the network: its control manifest (containers.dev) is pre-seeded, fresh.
-#[tokio::test]
-async fn the_devcontainer_example_runs_with_the_devcontainer_cli() -> anyhow::Result<()> {
-    let cli = devcontainer_cli()?;
-    let example = example("devcontainer/devcontainer.json")?;
-    let mut config: Value = serde_json::from_str(&example)?;
-    assert_eq!(config["image"].as_str(), Some(image("claude").await?.as_str()), "the image the build tags");
-    let volume = TestVolume::create("devcontainer-cli").await?;
-    let state = "source=agent-sandbox-claude-state,target=/home/agent/.claude,type=volume";
-    assert_eq!(config["mounts"], serde_json::json!([state]), "the example's state volume");
-    config["mounts"] = serde_json::json!([state.replace("agent-sandbox-claude-state", &volume.name)]);
-    let project = tempfile::tempdir()?;
-    std::fs::create_dir(project.path().join(".devcontainer"))?;
-    std::fs::write(
-        project.path().join(".devcontainer/devcontainer.json"),
-        serde_json::to_string_pretty(&config)?,
-    )?;
-    std::fs::write(project.path().join("README.md"), "the user's project\n")?;
-    let tmp = tempfile::tempdir()?;
-    for user in ["root".to_string(), std::env::var("USER").unwrap_or_default()] {
-        let cache = tmp.path().join(format!("devcontainercli-{user}"));
-        std::fs::create_dir_all(&cache)?;
-        std::fs::write(
-            cache.join("control-manifest.json"),
-            r#"{"disallowedFeatures":[],"featureAdvisories":[]}"#,
-        )?;
-    }
-    let folder = project.path().display().to_string();
-    let id_label = format!("{}=devcontainer-cli-{}", sandbox_tests::docker::TEST_LABEL, std::process::id());
-    let run = |args: Vec<String>| {
-        let (cli, tmp) = (cli.clone(), tmp.path().to_path_buf());
-        async move {
-            let out = tokio::process::Command::new(&cli)
-                .args(&args)
-                .env("ANTHROPIC_API_KEY", KEY)
-                .env("TMPDIR", &tmp)
-                .stdin(std::process::Stdio::null())
-                .output()
-                .await?;
-            Ok::<_, anyhow::Error>((
-                out.status.code(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            ))
-        }
-    };
-    let common = |verb: &str| -> Vec<String> {
-        [verb, "--workspace-folder", &folder, "--id-label", &id_label].iter().map(|s| s.to_string()).collect()
-    };
-    let (code, stdout, stderr) = run(common("up")).await?;
-    let last: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap_or(Value::Null);
-    assert_eq!((code, last["outcome"].as_str()), (Some(0), Some("success")), "up: {stdout}\n{stderr}");
-    let id = last["containerId"].as_str().unwrap_or_default().to_string();
-    let _remove = sandbox_tests::docker::RemoveOnDrop(id.clone());
-    let mut logs = String::new();
-    for _ in 0..100 {
-        logs = sandbox_tests::docker::container_logs(&id).await?.0;
-        if logs.contains("sandbox ready") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(logs.contains("sandbox ready: ") && !logs.contains("firewall off"), "{logs}");
-    let script = r#"id -u
-cat /workspace/README.md
-test -O /home/agent/.claude && echo state-is-the-agents
-getent hosts example.com >/dev/null; echo blocked-lookup=$?
-pane=$(tmux -S /run/agent-sandbox/tmux/tmux-1000/default list-panes -t agent -F '#{pane_pid}')
-tr '\0' '\n' < /proc/$pane/environ | grep '^ANTHROPIC_' | sort"#;
-    let mut exec = common("exec");
-    exec.extend(["sh".into(), "-c".into(), script.into()]);
-    let (code, stdout, stderr) = run(exec).await?;
-    assert_eq!(code, Some(0), "exec: {stdout}\n{stderr}");
-    assert_eq!(
-        stdout.lines().filter(|l| !l.is_empty()).collect::<Vec<_>>(),
-        [
-            "1000",
-            "the user's project",
-            "state-is-the-agents",
-            "blocked-lookup=2",
-            "ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox",
-            "ANTHROPIC_BASE_URL=http://127.0.0.1:15101",
-        ],
-        "{stderr}"
-    );
-    let denials =
-        sandbox_tests::docker::exec(&id, &["cat", "/run/agent-sandbox/denials.jsonl"], None).await?;
-    assert!(denials.stdout.contains("\"name\":\"example.com\""), "the gate refused it: {denials:?}");
-    Ok(())
-}
-
 /// The sidecar compose example, brought up by the real docker-compose (Debian's; `cargo xtask
 /// setup --tests` installs it), its namespace's holder on a private network whose DNS peer is
 /// the gateway's resolver. Taken down with its volumes when dropped.
@@ -390,85 +296,182 @@ impl Drop for ComposeRun {
     }
 }
 
-#[tokio::test]
-async fn net_admin_the_sidecar_compose_example_runs_with_docker_compose() -> anyhow::Result<()> {
-    use sandbox_tests::docker::{copy_in, exec};
-    use sandbox_tests::probe::{PROBE, probe_binary, spawn};
+net_admin! {
+    [single] {
+        /// The devcontainer example, copied to a project's `.devcontainer/` and run with the real Dev
+        /// Containers CLI as an editor would: `devcontainer up`, then `devcontainer exec` as the user
+        /// the editor uses. The one change: the state volume is a test volume, not the user's. The CLI
+        /// is kept off the network: its control manifest (containers.dev) is pre-seeded, fresh.
+        #[tokio::test]
+        async fn the_devcontainer_example_runs_with_the_devcontainer_cli() -> anyhow::Result<()> {
+            let cli = devcontainer_cli()?;
+            let example = example("devcontainer/devcontainer.json")?;
+            let mut config: Value = serde_json::from_str(&example)?;
+            assert_eq!(config["image"].as_str(), Some(image("claude").await?.as_str()), "the image the build tags");
+            let volume = TestVolume::create("devcontainer-cli").await?;
+            let state = "source=agent-sandbox-claude-state,target=/home/agent/.claude,type=volume";
+            assert_eq!(config["mounts"], serde_json::json!([state]), "the example's state volume");
+            config["mounts"] = serde_json::json!([state.replace("agent-sandbox-claude-state", &volume.name)]);
+            let project = tempfile::tempdir()?;
+            std::fs::create_dir(project.path().join(".devcontainer"))?;
+            std::fs::write(
+                project.path().join(".devcontainer/devcontainer.json"),
+                serde_json::to_string_pretty(&config)?,
+            )?;
+            std::fs::write(project.path().join("README.md"), "the user's project\n")?;
+            let tmp = tempfile::tempdir()?;
+            for user in ["root".to_string(), std::env::var("USER").unwrap_or_default()] {
+                let cache = tmp.path().join(format!("devcontainercli-{user}"));
+                std::fs::create_dir_all(&cache)?;
+                std::fs::write(
+                    cache.join("control-manifest.json"),
+                    r#"{"disallowedFeatures":[],"featureAdvisories":[]}"#,
+                )?;
+            }
+            let folder = project.path().display().to_string();
+            let id_label = format!("{}=devcontainer-cli-{}", sandbox_tests::docker::TEST_LABEL, std::process::id());
+            let run = |args: Vec<String>| {
+                let (cli, tmp) = (cli.clone(), tmp.path().to_path_buf());
+                async move {
+                    let out = tokio::process::Command::new(&cli)
+                        .args(&args)
+                        .env("ANTHROPIC_API_KEY", KEY)
+                        .env("TMPDIR", &tmp)
+                        .stdin(std::process::Stdio::null())
+                        .output()
+                        .await?;
+                    Ok::<_, anyhow::Error>((
+                        out.status.code(),
+                        String::from_utf8_lossy(&out.stdout).into_owned(),
+                        String::from_utf8_lossy(&out.stderr).into_owned(),
+                    ))
+                }
+            };
+            let common = |verb: &str| -> Vec<String> {
+                [verb, "--workspace-folder", &folder, "--id-label", &id_label].iter().map(|s| s.to_string()).collect()
+            };
+            let (code, stdout, stderr) = run(common("up")).await?;
+            let last: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap_or(Value::Null);
+            assert_eq!((code, last["outcome"].as_str()), (Some(0), Some("success")), "up: {stdout}\n{stderr}");
+            let id = last["containerId"].as_str().unwrap_or_default().to_string();
+            let _remove = sandbox_tests::docker::RemoveOnDrop(id.clone());
+            let mut logs = String::new();
+            for _ in 0..100 {
+                logs = sandbox_tests::docker::container_logs(&id).await?.0;
+                if logs.contains("sandbox ready") {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            assert!(logs.contains("sandbox ready: ") && !logs.contains("firewall off"), "{logs}");
+            let script = r#"id -u
+        cat /workspace/README.md
+        test -O /home/agent/.claude && echo state-is-the-agents
+        getent hosts example.com >/dev/null; echo blocked-lookup=$?
+        pane=$(tmux -S /run/agent-sandbox/tmux/tmux-1000/default list-panes -t agent -F '#{pane_pid}')
+        tr '\0' '\n' < /proc/$pane/environ | grep '^ANTHROPIC_' | sort"#;
+            let mut exec = common("exec");
+            exec.extend(["sh".into(), "-c".into(), script.into()]);
+            let (code, stdout, stderr) = run(exec).await?;
+            assert_eq!(code, Some(0), "exec: {stdout}\n{stderr}");
+            assert_eq!(
+                stdout.lines().filter(|l| !l.is_empty()).collect::<Vec<_>>(),
+                [
+                    "1000",
+                    "the user's project",
+                    "state-is-the-agents",
+                    "blocked-lookup=2",
+                    "ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox",
+                    "ANTHROPIC_BASE_URL=http://127.0.0.1:15101",
+                ],
+                "{stderr}"
+            );
+            let denials =
+                sandbox_tests::docker::exec(&id, &["cat", "/run/agent-sandbox/denials.jsonl"], None).await?;
+            assert!(denials.stdout.contains("\"name\":\"example.com\""), "the gate refused it: {denials:?}");
+            Ok(())
+        }
+        #[tokio::test]
+        async fn the_sidecar_compose_example_runs_with_docker_compose() -> anyhow::Result<()> {
+            use sandbox_tests::docker::{copy_in, exec};
+            use sandbox_tests::probe::{PROBE, probe_binary, spawn};
 
-    let claude = image("claude").await?;
-    let example = sandbox_tests::root().join("examples/compose-sidecar.yaml");
-    let file: Value = yaml_serde::from_str(&std::fs::read_to_string(&example)?)?;
-    for service in ["net", "gateway", "claude"] {
-        assert_eq!(file["services"][service]["image"], claude.as_str(), "the image the build tags");
+            let claude = image("claude").await?;
+            let example = sandbox_tests::root().join("examples/compose-sidecar.yaml");
+            let file: Value = yaml_serde::from_str(&std::fs::read_to_string(&example)?)?;
+            for service in ["net", "gateway", "claude"] {
+                assert_eq!(file["services"][service]["image"], claude.as_str(), "the image the build tags");
+            }
+            // The gateway's capabilities are the launcher's, from the one definition.
+            let mut caps: Vec<&str> =
+                file["services"]["gateway"]["cap_add"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            let mut launchers = sandbox_init::policy::layout::GATEWAY_CAPS.to_vec();
+            caps.sort_unstable();
+            launchers.sort_unstable();
+            assert_eq!(caps, launchers);
+
+            let world =
+                sandbox_tests::peers::ResolvedNet::start("compose", &["platform.claude.com", "example.com"]).await?;
+            let workspace = tempfile::tempdir()?;
+            std::fs::write(workspace.path().join("README.md"), "the user's project\n")?;
+            let overrides = tempfile::Builder::new().suffix(".yaml").tempfile()?;
+            std::fs::write(
+                overrides.path(),
+                format!("networks:\n  default:\n    external: true\n    name: {}\n", world.net.name),
+            )?;
+            let run = ComposeRun {
+                project: format!("agentsandboxtestcompose{}", std::process::id()),
+                files: vec![example.display().to_string(), overrides.path().display().to_string()],
+                env: vec![
+                    ("WORKSPACE".into(), workspace.path().display().to_string()),
+                    ("SANDBOX_DNS".into(), world.dns.ipv4.to_string()),
+                    ("ANTHROPIC_API_KEY".into(), KEY.into()),
+                ],
+            };
+            let up = run.compose(&["up", "-d"])?;
+            anyhow::ensure!(up.status.success(), "docker-compose up: {}", String::from_utf8_lossy(&up.stderr));
+            let (agent, gateway) = (run.id("claude")?, run.id("gateway")?);
+            sandbox_tests::docker::wait_for_log(&agent, "sandbox ready: agent container", 60).await?;
+
+            // Every process of the agent's container, its PID 1 and the session's included: uid 1000,
+            // no capability in any set, no privilege to gain.
+            let processes = sandbox_tests::assert::processes_of(&agent).await?;
+            assert!(processes.iter().any(|p| p.name == "tmux: server"), "{processes:?}");
+            processes.iter().for_each(sandbox_tests::assert::assert_unprivileged);
+            let readme = exec(&agent, &["sandbox-exec", "--", "cat", "/workspace/README.md"], None).await?;
+            assert_eq!(readme.stdout, "the user's project\n", "{readme:?}");
+
+            // The key: the gateway's; the session has the forwarder's address and a placeholder.
+            let environ = sandbox_tests::docker::pane_environ(&agent).await?;
+            assert!(environ.contains("ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
+            assert!(!environ.contains(KEY), "the agent's session has the key: {environ:?}");
+            let inspect =
+                exec(&agent, &["sh", "-c", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"], None).await?;
+            assert!(!inspect.stdout.contains(KEY), "a process of the agent's container has the key");
+
+            // Through the gateway: an allowed name is reached, any other is refused at the gate and
+            // never asked upstream.
+            copy_in(&agent, PROBE, &std::fs::read(probe_binary()?)?, 0o755).await?;
+            let allowed =
+                spawn(&agent, true, &["tcp", "platform.claude.com", "443", "--timeout-ms", "3000"]).await??;
+            assert_eq!(allowed.outcome(), "connected", "{:?}", allowed.fields);
+            let refused = spawn(&agent, true, &["tcp", "example.com", "443", "--timeout-ms", "3000"]).await??;
+            assert!(refused.outcome().starts_with("dns:"), "{:?}", refused.fields);
+            let asked = world.dns.dns_queries().await?;
+            assert!(asked.iter().any(|q| q.contains("platform.claude.com")), "{asked:?}");
+            assert!(
+                !asked.iter().any(|q| q.contains("example.com")),
+                "the gate asked upstream for a refused name: {asked:?}"
+            );
+            let denials = exec(&gateway, &["cat", "/run/agent-sandbox/denials.jsonl"], None).await?;
+            assert!(denials.stdout.contains("example.com"), "the gateway logs the refusal: {denials:?}");
+
+            // `down` takes every container it made.
+            let down = run.compose(&["down", "--volumes", "--timeout", "1"])?;
+            anyhow::ensure!(down.status.success(), "docker-compose down: {}", String::from_utf8_lossy(&down.stderr));
+            let left = run.compose(&["ps", "-q"])?;
+            assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "{left:?}");
+            Ok(())
+        }
     }
-    // The gateway's capabilities are the launcher's, from the one definition.
-    let mut caps: Vec<&str> =
-        file["services"]["gateway"]["cap_add"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    let mut launchers = sandbox_init::policy::layout::GATEWAY_CAPS.to_vec();
-    caps.sort_unstable();
-    launchers.sort_unstable();
-    assert_eq!(caps, launchers);
-
-    let world =
-        sandbox_tests::peers::ResolvedNet::start("compose", &["platform.claude.com", "example.com"]).await?;
-    let workspace = tempfile::tempdir()?;
-    std::fs::write(workspace.path().join("README.md"), "the user's project\n")?;
-    let overrides = tempfile::Builder::new().suffix(".yaml").tempfile()?;
-    std::fs::write(
-        overrides.path(),
-        format!("networks:\n  default:\n    external: true\n    name: {}\n", world.net.name),
-    )?;
-    let run = ComposeRun {
-        project: format!("agentsandboxtestcompose{}", std::process::id()),
-        files: vec![example.display().to_string(), overrides.path().display().to_string()],
-        env: vec![
-            ("WORKSPACE".into(), workspace.path().display().to_string()),
-            ("SANDBOX_DNS".into(), world.dns.ipv4.to_string()),
-            ("ANTHROPIC_API_KEY".into(), KEY.into()),
-        ],
-    };
-    let up = run.compose(&["up", "-d"])?;
-    anyhow::ensure!(up.status.success(), "docker-compose up: {}", String::from_utf8_lossy(&up.stderr));
-    let (agent, gateway) = (run.id("claude")?, run.id("gateway")?);
-    sandbox_tests::docker::wait_for_log(&agent, "sandbox ready: agent container", 60).await?;
-
-    // Every process of the agent's container, its PID 1 and the session's included: uid 1000,
-    // no capability in any set, no privilege to gain.
-    let processes = sandbox_tests::assert::processes_of(&agent).await?;
-    assert!(processes.iter().any(|p| p.name == "tmux: server"), "{processes:?}");
-    processes.iter().for_each(sandbox_tests::assert::assert_unprivileged);
-    let readme = exec(&agent, &["sandbox-exec", "--", "cat", "/workspace/README.md"], None).await?;
-    assert_eq!(readme.stdout, "the user's project\n", "{readme:?}");
-
-    // The key: the gateway's; the session has the forwarder's address and a placeholder.
-    let environ = sandbox_tests::docker::pane_environ(&agent).await?;
-    assert!(environ.contains("ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
-    assert!(!environ.contains(KEY), "the agent's session has the key: {environ:?}");
-    let inspect =
-        exec(&agent, &["sh", "-c", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"], None).await?;
-    assert!(!inspect.stdout.contains(KEY), "a process of the agent's container has the key");
-
-    // Through the gateway: an allowed name is reached, any other is refused at the gate and
-    // never asked upstream.
-    copy_in(&agent, PROBE, &std::fs::read(probe_binary()?)?, 0o755).await?;
-    let allowed =
-        spawn(&agent, true, &["tcp", "platform.claude.com", "443", "--timeout-ms", "3000"]).await??;
-    assert_eq!(allowed.outcome(), "connected", "{:?}", allowed.fields);
-    let refused = spawn(&agent, true, &["tcp", "example.com", "443", "--timeout-ms", "3000"]).await??;
-    assert!(refused.outcome().starts_with("dns:"), "{:?}", refused.fields);
-    let asked = world.dns.dns_queries().await?;
-    assert!(asked.iter().any(|q| q.contains("platform.claude.com")), "{asked:?}");
-    assert!(
-        !asked.iter().any(|q| q.contains("example.com")),
-        "the gate asked upstream for a refused name: {asked:?}"
-    );
-    let denials = exec(&gateway, &["cat", "/run/agent-sandbox/denials.jsonl"], None).await?;
-    assert!(denials.stdout.contains("example.com"), "the gateway logs the refusal: {denials:?}");
-
-    // `down` takes every container it made.
-    let down = run.compose(&["down", "--volumes", "--timeout", "1"])?;
-    anyhow::ensure!(down.status.success(), "docker-compose down: {}", String::from_utf8_lossy(&down.stderr));
-    let left = run.compose(&["ps", "-q"])?;
-    assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "{left:?}");
-    Ok(())
 }

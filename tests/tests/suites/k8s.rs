@@ -177,73 +177,77 @@ async fn gvisor_a_loopback_resolver_and_a_bad_policy_are_refused_with_their_code
 
 const KEY: &str = "sk-ant-k8s-test-key-not-real";
 
-/// The printed Pod run by the kubelet stand-in (tests/src/kubelet.rs), not by a cluster: the
-/// gateway starts first as a native sidecar and passes its startup probe, the agent's container
-/// then runs its session with no capability in any process, the key from the Secret is the
-/// gateway's alone, and the network holds: the policy's name and the ConfigMap's reached, any
-/// other refused at the gate.
-#[tokio::test]
-async fn net_admin_the_printed_pod_runs_its_gateway_as_a_sidecar_and_its_agent_without_capabilities()
--> anyhow::Result<()> {
-    use std::collections::HashMap;
+net_admin! {
+    [single] {
+        /// The printed Pod run by the kubelet stand-in (tests/src/kubelet.rs), not by a cluster: the
+        /// gateway starts first as a native sidecar and passes its startup probe, the agent's container
+        /// then runs its session with no capability in any process, the key from the Secret is the
+        /// gateway's alone, and the network holds: the policy's name and the ConfigMap's reached, any
+        /// other refused at the gate.
+        #[tokio::test]
+        async fn the_printed_pod_runs_its_gateway_as_a_sidecar_and_its_agent_without_capabilities()
+        -> anyhow::Result<()> {
+            use std::collections::HashMap;
 
-    use sandbox_tests::assert::{assert_unprivileged, processes_of};
-    use sandbox_tests::docker::{copy_in, exec};
-    use sandbox_tests::probe::{PROBE, probe_binary, spawn};
+            use sandbox_tests::assert::{assert_unprivileged, processes_of};
+            use sandbox_tests::docker::{copy_in, exec};
+            use sandbox_tests::probe::{PROBE, probe_binary, spawn};
 
-    let claude = image("claude").await?;
-    let world =
-        sandbox_tests::peers::ResolvedNet::start("k8s", &["platform.claude.com", "docs.rs", "example.com"])
-            .await?;
-    let launcher = Launcher::new()?;
-    let dns = world.dns.ipv4.to_string();
-    let objects =
-        k8s(&launcher, &["claude", "--dns", &dns, "--image", &claude, "--allow", "docs.rs"]).await?;
-    let [config, _policy, pod] = &objects[..] else {
-        anyhow::bail!("a ConfigMap, a NetworkPolicy and a Pod: {objects:?}")
-    };
-    let data: HashMap<String, String> = serde_json::from_value(config["data"].clone())?;
-    let config_maps = HashMap::from([(config["metadata"]["name"].as_str().unwrap().to_string(), data)]);
-    let secrets = HashMap::from([(
-        "agent-sandbox-claude-keys".to_string(),
-        HashMap::from([("anthropic_api_key".to_string(), KEY.to_string())]),
-    )]);
-    let pod = sandbox_tests::kubelet::Pod::run(pod, &world.net.name, &secrets, &config_maps).await?;
-    let (gateway, agent) = (pod.id("gateway"), pod.id("agent"));
-    sandbox_tests::docker::wait_for_log(agent, "sandbox ready: agent container", 60).await?;
+            let claude = image("claude").await?;
+            let world =
+                sandbox_tests::peers::ResolvedNet::start("k8s", &["platform.claude.com", "docs.rs", "example.com"])
+                    .await?;
+            let launcher = Launcher::new()?;
+            let dns = world.dns.ipv4.to_string();
+            let objects =
+                k8s(&launcher, &["claude", "--dns", &dns, "--image", &claude, "--allow", "docs.rs"]).await?;
+            let [config, _policy, pod] = &objects[..] else {
+                anyhow::bail!("a ConfigMap, a NetworkPolicy and a Pod: {objects:?}")
+            };
+            let data: HashMap<String, String> = serde_json::from_value(config["data"].clone())?;
+            let config_maps = HashMap::from([(config["metadata"]["name"].as_str().unwrap().to_string(), data)]);
+            let secrets = HashMap::from([(
+                "agent-sandbox-claude-keys".to_string(),
+                HashMap::from([("anthropic_api_key".to_string(), KEY.to_string())]),
+            )]);
+            let pod = sandbox_tests::kubelet::Pod::run(pod, &world.net.name, &secrets, &config_maps).await?;
+            let (gateway, agent) = (pod.id("gateway"), pod.id("agent"));
+            sandbox_tests::docker::wait_for_log(agent, "sandbox ready: agent container", 60).await?;
 
-    let processes = processes_of(agent).await?;
-    assert!(processes.iter().any(|p| p.name == "tmux: server"), "{processes:?}");
-    processes.iter().for_each(assert_unprivileged);
-    // The gateway's container has exactly the capabilities the pod gives it (a process started
-    // in it shows the container's bounding set; PID 1 narrows its own further), and no way to
-    // gain more.
-    let given: u64 = [12u32, 10, 0, 7, 6, 8, 5].iter().map(|c| 1u64 << c).sum();
-    let gateway_status = exec(gateway, &["cat", "/proc/self/status"], None).await?.stdout;
-    let field = |name: &str| gateway_status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
-    assert_eq!(u64::from_str_radix(field("CapBnd:").unwrap_or_default(), 16)?, given, "{gateway_status}");
-    assert_eq!(field("NoNewPrivs:"), Some("1"), "{gateway_status}");
-    let pid1 = processes_of(gateway).await?.into_iter().find(|p| p.pid == "1").expect("the gateway's PID 1");
-    let bounding = u64::from_str_radix(&pid1.fields["CapBnd"], 16)?;
-    assert_eq!(bounding & !given, 0, "the gateway's PID 1 holds more than the pod gives: {:?}", pid1.fields);
+            let processes = processes_of(agent).await?;
+            assert!(processes.iter().any(|p| p.name == "tmux: server"), "{processes:?}");
+            processes.iter().for_each(assert_unprivileged);
+            // The gateway's container has exactly the capabilities the pod gives it (a process started
+            // in it shows the container's bounding set; PID 1 narrows its own further), and no way to
+            // gain more.
+            let given: u64 = [12u32, 10, 0, 7, 6, 8, 5].iter().map(|c| 1u64 << c).sum();
+            let gateway_status = exec(gateway, &["cat", "/proc/self/status"], None).await?.stdout;
+            let field = |name: &str| gateway_status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+            assert_eq!(u64::from_str_radix(field("CapBnd:").unwrap_or_default(), 16)?, given, "{gateway_status}");
+            assert_eq!(field("NoNewPrivs:"), Some("1"), "{gateway_status}");
+            let pid1 = processes_of(gateway).await?.into_iter().find(|p| p.pid == "1").expect("the gateway's PID 1");
+            let bounding = u64::from_str_radix(&pid1.fields["CapBnd"], 16)?;
+            assert_eq!(bounding & !given, 0, "the gateway's PID 1 holds more than the pod gives: {:?}", pid1.fields);
 
-    // The key: the gateway took it from the Secret's file; the session has a placeholder.
-    let environ = sandbox_tests::docker::pane_environ(agent).await?;
-    assert!(environ.contains("ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
-    let everything =
-        exec(agent, &["sh", "-c", "cat /proc/*/environ 2>/dev/null; grep -rs . /run /home /tmp"], None)
-            .await?;
-    assert!(!everything.stdout.contains(KEY), "the agent's container has the key");
+            // The key: the gateway took it from the Secret's file; the session has a placeholder.
+            let environ = sandbox_tests::docker::pane_environ(agent).await?;
+            assert!(environ.contains("ANTHROPIC_API_KEY=sk-ant-api03-held-by-agent-sandbox"), "{environ:?}");
+            let everything =
+                exec(agent, &["sh", "-c", "cat /proc/*/environ 2>/dev/null; grep -rs . /run /home /tmp"], None)
+                    .await?;
+            assert!(!everything.stdout.contains(KEY), "the agent's container has the key");
 
-    copy_in(agent, PROBE, &std::fs::read(probe_binary()?)?, 0o755).await?;
-    let tcp = |host: &str| spawn(agent, true, &["tcp", host, "443", "--timeout-ms", "3000"]);
-    for allowed in ["platform.claude.com", "docs.rs"] {
-        let reached = tcp(allowed).await??;
-        assert_eq!(reached.outcome(), "connected", "{allowed}: {:?}", reached.fields);
+            copy_in(agent, PROBE, &std::fs::read(probe_binary()?)?, 0o755).await?;
+            let tcp = |host: &str| spawn(agent, true, &["tcp", host, "443", "--timeout-ms", "3000"]);
+            for allowed in ["platform.claude.com", "docs.rs"] {
+                let reached = tcp(allowed).await??;
+                assert_eq!(reached.outcome(), "connected", "{allowed}: {:?}", reached.fields);
+            }
+            let refused = tcp("example.com").await??;
+            assert!(refused.outcome().starts_with("dns:"), "{:?}", refused.fields);
+            let asked = world.dns.dns_queries().await?;
+            assert!(!asked.iter().any(|q| q.contains("example.com")), "asked upstream for a refused name: {asked:?}");
+            Ok(())
+        }
     }
-    let refused = tcp("example.com").await??;
-    assert!(refused.outcome().starts_with("dns:"), "{:?}", refused.fields);
-    let asked = world.dns.dns_queries().await?;
-    assert!(!asked.iter().any(|q| q.contains("example.com")), "asked upstream for a refused name: {asked:?}");
-    Ok(())
 }

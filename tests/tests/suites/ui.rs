@@ -180,94 +180,98 @@ async fn the_page_lists_sandboxes_live_and_shows_the_agents_screen_as_text() -> 
     Ok(())
 }
 
-/// The page's approvals are `allow --pending`'s: a name refused to the agent appears under
-/// pending, approving lets the agent connect (checked from inside), the approval of a list the
-/// queue no longer matches changes nothing, deny cuts it, and stop removes the sandbox. Names
-/// the agent chose that hold markup are shown as text.
-#[tokio::test]
-async fn net_admin_the_page_approves_denies_and_stops_as_the_cli_does() -> anyhow::Result<()> {
-    let net = TestNet::create("ui").await?;
-    let peer = Peer::start(&net, &["docs.ui.test", "late.ui.test", "later.ui.test"]).await?;
-    let (launcher, project) = (Launcher::new()?, Project::new()?);
-    let (id, name) = launcher.shell_on(&project, &net).await?;
-    let sb = Sandbox::adopt(&id).await?;
-    let ui = launcher.ui().await?;
-    let browser = Browser::start().await?;
-    browser.goto(&format!("{}#/s/{name}", ui.url)).await?;
-    browser.wait_for(&format!("section#sandbox[data-name=\"{name}\"]"), SHOWN).await?;
+net_admin! {
+    [single] {
+        /// The page's approvals are `allow --pending`'s: a name refused to the agent appears under
+        /// pending, approving lets the agent connect (checked from inside), the approval of a list the
+        /// queue no longer matches changes nothing, deny cuts it, and stop removes the sandbox. Names
+        /// the agent chose that hold markup are shown as text.
+        #[tokio::test]
+        async fn the_page_approves_denies_and_stops_as_the_cli_does() -> anyhow::Result<()> {
+            let net = TestNet::create("ui").await?;
+            let peer = Peer::start(&net, &["docs.ui.test", "late.ui.test", "later.ui.test"]).await?;
+            let (launcher, project) = (Launcher::new()?, Project::new()?);
+            let (id, name) = launcher.shell_on(&project, &net).await?;
+            let sb = Sandbox::adopt(&id).await?;
+            let ui = launcher.ui().await?;
+            let browser = Browser::start().await?;
+            browser.goto(&format!("{}#/s/{name}", ui.url)).await?;
+            browser.wait_for(&format!("section#sandbox[data-name=\"{name}\"]"), SHOWN).await?;
 
-    assert_blocked(&sb, "docs.ui.test:443").await?;
-    browser.wait_for(&named("li.pending", "docs.ui.test"), SHOWN).await?;
-    let approve = browser.find(Locator::Css("#approve")).await?;
-    assert!(approve.text().await?.contains('1'), "{}", approve.text().await?);
-    browser.screenshot(screenshots()?.join("pending.png")).await?;
+            assert_blocked(&sb, "docs.ui.test:443").await?;
+            browser.wait_for(&named("li.pending", "docs.ui.test"), SHOWN).await?;
+            let approve = browser.find(Locator::Css("#approve")).await?;
+            assert!(approve.text().await?.contains('1'), "{}", approve.text().await?);
+            browser.screenshot(screenshots()?.join("pending.png")).await?;
 
-    // The queue changed after the page showed it: an approval of what it showed is refused,
-    // nothing is allowed, and the page looks again.
-    let shown = r#"{"names":["docs.ui.test"]}"#;
-    sb.probe(&["dns", "late.ui.test"]).await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, answer) = ui.api("POST", &format!("/api/sandboxes/{name}/approve"), Some(shown)).await?;
-    assert_eq!(status, 409, "{answer}");
-    assert_blocked(&sb, "docs.ui.test:443").await?;
+            // The queue changed after the page showed it: an approval of what it showed is refused,
+            // nothing is allowed, and the page looks again.
+            let shown = r#"{"names":["docs.ui.test"]}"#;
+            sb.probe(&["dns", "late.ui.test"]).await?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let (status, answer) = ui.api("POST", &format!("/api/sandboxes/{name}/approve"), Some(shown)).await?;
+            assert_eq!(status, 409, "{answer}");
+            assert_blocked(&sb, "docs.ui.test:443").await?;
 
-    // Names under a site the policy never allowed are listed in a dialog first, and the button
-    // waits until the list has held still (the agent sees when the page looks).
-    browser.wait_for(&named("li.pending", "late.ui.test"), SHOWN).await?;
-    click_when_enabled(&browser, "#approve").await?;
-    let listed =
-        browser.eventually_text("#confirm-approve-list", |t| t.contains("late.ui.test"), SHOWN).await?;
-    assert!(listed.contains("docs.ui.test") && listed.contains("new site"), "{listed}");
-    browser.find(Locator::Css("#confirm-approve-yes")).await?.click().await?;
-    browser
-        .eventually_text("#runtime", |t| t.contains("docs.ui.test") && t.contains("late.ui.test"), SHOWN)
-        .await?;
-    assert_reaches(&sb, "docs.ui.test:443").await?;
-    assert_reaches(&sb, "late.ui.test:443").await?;
-    assert_blocked(&sb, "later.ui.test:443").await?;
-    // The connection shows, with its verdict.
-    browser.wait_for(&named("tr.total", "docs.ui.test"), SHOWN).await?;
-    // Markup as a name: the agent's own Host header of markup is refused and logged without it
-    // (sandbox-init logs host names alone), so lines of markup are fed to both logs as root, as
-    // an image of another make could write them: the page shows them as text.
-    let refused = sb.probe(&["tcp", &peer.ipv4.to_string(), "80", "--http", "--host", MARKUP]).await?;
-    assert_ne!(refused.outcome(), "http:200", "{:?}", refused.fields);
-    let time = "2099-01-01T00:00:00.000Z";
-    let connection = format!(
-        r#"{{"address":"10.9.9.9","port":443,"protocol":"tcp","name":"{MARKUP}","reason":"{MARKUP}","time":"{time}","verdict":"refused","via":"tls"}}"#
-    );
-    let denial = format!(
-        r#"{{"time":"{time}","denied":"dns","reason":"not allowlisted","name":"{MARKUP}","kind":"A"}}"#
-    );
-    for (line, log) in
-        [(connection, "/run/agent-sandbox/connections.jsonl"), (denial, "/run/agent-sandbox/denials.jsonl")]
-    {
-        let fed = exec(&id, &["sh", "-c", &format!("printf '%s\\n' \"$0\" >> {log}"), &line], None).await?;
-        anyhow::ensure!(fed.code == 0, "{fed:?}");
+            // Names under a site the policy never allowed are listed in a dialog first, and the button
+            // waits until the list has held still (the agent sees when the page looks).
+            browser.wait_for(&named("li.pending", "late.ui.test"), SHOWN).await?;
+            click_when_enabled(&browser, "#approve").await?;
+            let listed =
+                browser.eventually_text("#confirm-approve-list", |t| t.contains("late.ui.test"), SHOWN).await?;
+            assert!(listed.contains("docs.ui.test") && listed.contains("new site"), "{listed}");
+            browser.find(Locator::Css("#confirm-approve-yes")).await?.click().await?;
+            browser
+                .eventually_text("#runtime", |t| t.contains("docs.ui.test") && t.contains("late.ui.test"), SHOWN)
+                .await?;
+            assert_reaches(&sb, "docs.ui.test:443").await?;
+            assert_reaches(&sb, "late.ui.test:443").await?;
+            assert_blocked(&sb, "later.ui.test:443").await?;
+            // The connection shows, with its verdict.
+            browser.wait_for(&named("tr.total", "docs.ui.test"), SHOWN).await?;
+            // Markup as a name: the agent's own Host header of markup is refused and logged without it
+            // (sandbox-init logs host names alone), so lines of markup are fed to both logs as root, as
+            // an image of another make could write them: the page shows them as text.
+            let refused = sb.probe(&["tcp", &peer.ipv4.to_string(), "80", "--http", "--host", MARKUP]).await?;
+            assert_ne!(refused.outcome(), "http:200", "{:?}", refused.fields);
+            let time = "2099-01-01T00:00:00.000Z";
+            let connection = format!(
+                r#"{{"address":"10.9.9.9","port":443,"protocol":"tcp","name":"{MARKUP}","reason":"{MARKUP}","time":"{time}","verdict":"refused","via":"tls"}}"#
+            );
+            let denial = format!(
+                r#"{{"time":"{time}","denied":"dns","reason":"not allowlisted","name":"{MARKUP}","kind":"A"}}"#
+            );
+            for (line, log) in
+                [(connection, "/run/agent-sandbox/connections.jsonl"), (denial, "/run/agent-sandbox/denials.jsonl")]
+            {
+                let fed = exec(&id, &["sh", "-c", &format!("printf '%s\\n' \"$0\" >> {log}"), &line], None).await?;
+                anyhow::ensure!(fed.code == 0, "{fed:?}");
+            }
+            browser.eventually_text("#connections", |t| t.contains(MARKUP), SHOWN).await?;
+            browser.eventually_text("#unallowable", |t| t.contains(MARKUP), SHOWN).await?;
+            let title = browser.title().await?;
+            assert_ne!(title, "1", "a name's markup ran");
+            assert!(!present(&browser, "img").await?, "a name's markup became an element");
+            browser.screenshot(screenshots()?.join("sandbox.png")).await?;
+
+            // Deny cuts it; a bad name gets the CLI's message.
+            let deny = format!("{} button.deny", named("li.runtime", "docs.ui.test"));
+            browser.find(Locator::Css(&deny)).await?.click().await?;
+            gone(&browser, &named("li.runtime", "docs.ui.test"), SHOWN).await?;
+            assert_blocked(&sb, "docs.ui.test:443").await?;
+            assert_reaches(&sb, "late.ui.test:443").await?;
+            browser.find(Locator::Css("#allow-input")).await?.send_keys("https://docs.rs").await?;
+            browser.find(Locator::Css("#allow-button")).await?.click().await?;
+            browser.eventually_text("#message", |t| t.contains("`https://docs.rs`, character 7"), SHOWN).await?;
+
+            // Stop, confirmed.
+            browser.find(Locator::Css("#stop")).await?.click().await?;
+            browser.wait_for("#confirm-stop-yes", SHOWN).await?.click().await?;
+            browser.eventually_text("#message", |t| t.contains("stopped"), Duration::from_secs(30)).await?;
+            assert!(project.containers().await?.is_empty(), "the page's stop left the sandbox");
+            browser.close().await?;
+            drop::<UiServer>(ui);
+            Ok(())
+        }
     }
-    browser.eventually_text("#connections", |t| t.contains(MARKUP), SHOWN).await?;
-    browser.eventually_text("#unallowable", |t| t.contains(MARKUP), SHOWN).await?;
-    let title = browser.title().await?;
-    assert_ne!(title, "1", "a name's markup ran");
-    assert!(!present(&browser, "img").await?, "a name's markup became an element");
-    browser.screenshot(screenshots()?.join("sandbox.png")).await?;
-
-    // Deny cuts it; a bad name gets the CLI's message.
-    let deny = format!("{} button.deny", named("li.runtime", "docs.ui.test"));
-    browser.find(Locator::Css(&deny)).await?.click().await?;
-    gone(&browser, &named("li.runtime", "docs.ui.test"), SHOWN).await?;
-    assert_blocked(&sb, "docs.ui.test:443").await?;
-    assert_reaches(&sb, "late.ui.test:443").await?;
-    browser.find(Locator::Css("#allow-input")).await?.send_keys("https://docs.rs").await?;
-    browser.find(Locator::Css("#allow-button")).await?.click().await?;
-    browser.eventually_text("#message", |t| t.contains("`https://docs.rs`, character 7"), SHOWN).await?;
-
-    // Stop, confirmed.
-    browser.find(Locator::Css("#stop")).await?.click().await?;
-    browser.wait_for("#confirm-stop-yes", SHOWN).await?.click().await?;
-    browser.eventually_text("#message", |t| t.contains("stopped"), Duration::from_secs(30)).await?;
-    assert!(project.containers().await?.is_empty(), "the page's stop left the sandbox");
-    browser.close().await?;
-    drop::<UiServer>(ui);
-    Ok(())
 }
