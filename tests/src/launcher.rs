@@ -109,10 +109,11 @@ impl Launcher {
         }
         cmd.envs(&self.env);
         let out = cmd.output().await.context("cannot run agent-sandbox")?;
-        if command == "run" && out.status.success() {
-            if let Some(project) = given.get(2).and_then(|p| std::fs::canonicalize(p).ok()) {
-                given_net_admin(&project.to_string_lossy()).await?;
-            }
+        if command == "run"
+            && out.status.success()
+            && let Some(project) = given.get(2).and_then(|p| std::fs::canonicalize(p).ok())
+        {
+            given_net_admin(&project.to_string_lossy()).await?;
         }
         Ok(Outcome {
             code: out.status.code().unwrap_or(-1),
