@@ -21,6 +21,17 @@ pub async fn run(flags: &AllowFlags) -> Result<i32> {
     let domains = if flags.pending {
         approve::allow_pending(&sandbox, &flags.domains, flags.yes).await?
     } else {
+        let cautions = approve::typed_cautions(&sandbox, &flags.domains).await?;
+        let n = flags.domains.len();
+        if !cautions.is_empty() && flags.yes != Some(n) {
+            return Err(Failure::new(
+                Code::BadArgument,
+                format!(
+                    "add --yes {n} to allow exactly these; nothing changed:\n  {}",
+                    cautions.join("\n  ")
+                ),
+            ));
+        }
         approve::allow(&sandbox, &flags.domains, upload).await?;
         flags.domains.clone()
     };

@@ -327,6 +327,23 @@ pub async fn deny(sandbox: &Sandbox, domains: &[String]) -> Result<()> {
     apply(sandbox, &kept, &after).await
 }
 
+/// Of names typed to `allow`, those that would reopen a write channel the policy closed (a
+/// forwarded service's other host, a bundle's write host), each with why: approved only with
+/// `--yes N` (the page sends them to the command line). A new site typed is what `allow` is for.
+pub async fn typed_cautions(sandbox: &Sandbox, domains: &[String]) -> Result<Vec<String>> {
+    let policy = policy_in(sandbox, None).await?;
+    Ok(domains
+        .iter()
+        .filter_map(|domain| {
+            let name = domain.split(':').next().unwrap_or(domain).trim_start_matches("*.");
+            match crate::queue::caution(name, &policy)? {
+                crate::queue::Caution::NewSite { .. } => None,
+                caution => Some(caution.why(domain)),
+            }
+        })
+        .collect())
+}
+
 /// More names than this, `allow --pending` approves only with `--yes N`.
 pub const APPROVE_WITHOUT_YES: usize = 3;
 
@@ -447,17 +464,21 @@ pub async fn allow_pending(sandbox: &Sandbox, extra: &[String], yes: Option<usiz
 /// (`shown`), or nothing changes ([`Code::Changed`]: the page looks again). Then it is what
 /// `pending` and `allow --pending --yes N` would do, in one step under the caller's hold: a name
 /// that arrived after the page looked waits for the next look.
-/// A name that needs a second look ([`crate::queue::Caution`]) is approved only `confirmed`: the
-/// page sends that from its dialog alone, which lists each with why.
+/// A name that needs a second look ([`crate::queue::Caution`]), or more than
+/// [`APPROVE_WITHOUT_YES`] names, are approved only `confirmed`: the page sends that from its
+/// dialog alone, which lists each with why.
 pub async fn approve_shown(sandbox: &Sandbox, shown: &[String], confirmed: bool) -> Result<Vec<String>> {
     sandbox.ensure_running()?;
     review_shown(sandbox, shown).await?;
     if !confirmed {
         let policy = policy_in(sandbox, None).await?;
-        let cautions: Vec<String> = shown
+        let mut cautions: Vec<String> = shown
             .iter()
             .filter_map(|name| crate::queue::caution(name, &policy).map(|c| c.why(name)))
             .collect();
+        if shown.len() > APPROVE_WITHOUT_YES {
+            cautions.push(format!("{} names at once", shown.len()));
+        }
         if !cautions.is_empty() {
             return Err(Failure::new(
                 Code::BadArgument,

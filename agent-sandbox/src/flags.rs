@@ -422,8 +422,10 @@ pub struct AllowFlags {
     /// Allow every name `agent-sandbox pending` lists
     #[arg(long)]
     pub pending: bool,
-    /// With --pending: approve N names, when there are more than three (N must be how many)
-    #[arg(long, value_name = "N", requires = "pending")]
+    /// Approve N names, N being how many: with --pending when there are more than three, or one
+    /// under a new site or a forwarded service's site; and a name typed here that is a
+    /// forwarded service's other host or a bundle's write host (the refusal says why)
+    #[arg(long, value_name = "N")]
     pub yes: Option<usize>,
     /// Give the names this upload budget, bytes an hour (64MB, 1GiB): raises a spent budget
     /// that `pending` lists (never lowers one: the largest of a name's entries holds)

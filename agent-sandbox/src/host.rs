@@ -191,7 +191,27 @@ pub const CREDENTIALS: &[&str] = &[
     ".ssh",
     ".gnupg",
     ".password-store",
+    ".config/containers/auth.json",
+    ".config/hub",
+    ".config/op",
+    ".config/rclone",
+    ".local/share/keyrings",
+    ".terraform.d",
+    ".vault-token",
+    ".pgpass",
+    ".m2/settings.xml",
+    ".gem/credentials",
+    ".boto",
+    ".s3cfg",
+    ".gitconfig",
 ];
+
+/// Whether `path` (home-relative) is, or is under, one of the [`CREDENTIALS`]: which one. Without
+/// case, as a case-insensitive file system (macOS's) reads `.SSH/id_ed25519` as `~/.ssh`'s.
+fn credential_of(path: &Path) -> Option<&'static str> {
+    let lower = PathBuf::from(path.to_string_lossy().to_lowercase());
+    CREDENTIALS.iter().copied().find(|c| lower.starts_with(c))
+}
 
 /// The home-relative paths an image's login-files label names. The label is the image's, which
 /// anyone may build: a path that leaves the home folder (`..`, an absolute path, `.`) is
@@ -205,7 +225,7 @@ fn login_paths(declared: &str) -> Result<Vec<PathBuf>> {
         .map(|relative| {
             let path = PathBuf::from(relative);
             let segments_normal = relative.split('/').all(|s| !s.is_empty() && s != "." && s != "..");
-            let credential = CREDENTIALS.iter().find(|c| path.starts_with(c));
+            let credential = credential_of(&path);
             if let Some(credential) = credential {
                 Err(Failure::new(
                     Code::NoLogin,
@@ -302,6 +322,12 @@ mod tests {
         ] {
             let refused = login_paths(&format!(".claude/.credentials.json:{credential}")).unwrap_err();
             assert!(refused.message.contains("a credential of your own tools"), "{credential}: {refused}");
+        }
+        for spelled in [".SSH/id_ed25519", ".Docker/config.json", ".AWS/credentials", ".Kube/config"] {
+            assert!(
+                login_paths(spelled).is_err(),
+                "{spelled}: a case-insensitive file system reads it as the real one"
+            );
         }
         assert!(
             login_paths(".npmrc.d/x:.sshd/x:.config/ghost").is_ok(),

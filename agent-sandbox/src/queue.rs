@@ -70,6 +70,9 @@ pub enum Caution {
     /// It is under the site of a service the policy forwards: approved, the agent's own
     /// connection there would carry a token of its own past the forwarder's rules.
     Forwarded { service: String, host: String },
+    /// A host a bundle of the policy leaves out because it takes writes (`upload.pypi.org`):
+    /// approved, it is a write channel with a token of the agent's own.
+    WriteHost { service: String },
     /// No entry of the policy is under its site: a place the agent was never meant to go.
     NewSite { site: String },
 }
@@ -89,6 +92,10 @@ impl Caution {
                      agent's own works there"
                 )
             }
+            Caution::WriteHost { service } => format!(
+                "{name} is where the {service} bundle takes writes (left out of it on purpose): approved, \
+                 the agent could publish with a token of its own"
+            ),
             Caution::NewSite { site } => format!("{name}: no entry of the sandbox's policy is under {site}"),
         }
     }
@@ -97,6 +104,13 @@ impl Caution {
 /// Whether approving `name` needs a second look under `policy`: None for another host of a
 /// site the policy already reaches directly.
 pub fn caution(name: &str, policy: &Policy) -> Option<Caution> {
+    let folded = name.trim_end_matches('.').to_ascii_lowercase();
+    let bundles = sandbox_policy::services();
+    if let Some(service) =
+        policy.services.iter().find(|s| bundles.get(*s).is_some_and(|b| b.writes.contains(&folded)))
+    {
+        return Some(Caution::WriteHost { service: service.clone() });
+    }
     let site = site(name);
     if let Some(forwarded) = policy.forwarded().into_iter().find(|f| self::site(&f.host) == site) {
         return Some(Caution::Forwarded { service: forwarded.service, host: forwarded.host });
@@ -235,6 +249,9 @@ fn inward_why(reason: &str) -> String {
                                (a `cidrs` entry names such an address, if you must)"
             .into(),
         "local address" => "answered with a loopback or link-local address: never opened by a name".into(),
+        "special address" => {
+            "answered with a multicast, broadcast or reserved address: never opened by a name".into()
+        }
         other => format!("answered where the gate opens nothing ({other})"),
     }
 }
@@ -403,6 +420,14 @@ mod tests {
             assert!(matches!(caution(tenant, &policy), Some(Caution::NewSite { .. })), "{tenant}");
         }
         assert_eq!(caution("api.example.com", &policy), None);
+        let pypi = Policy::from_yaml(Path::new("p.yaml"), "version: 1\nservices: [pypi]\n").unwrap();
+        for upload in ["upload.pypi.org", "UPLOAD.PYPI.ORG.", "test.pypi.org"] {
+            assert_eq!(
+                caution(upload, &pypi),
+                Some(Caution::WriteHost { service: "pypi".into() }),
+                "{upload}"
+            );
+        }
         let direct = Policy::from_yaml(
             Path::new("p.yaml"),
             "version: 1\nservices: [github]\nforward: {github: {direct: true}}\n",

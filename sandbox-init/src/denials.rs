@@ -68,6 +68,7 @@ pub fn inward_reason(scope: crate::policy::address::Scope) -> &'static str {
         Scope::Private => "private address",
         Scope::Local => "local address",
         Scope::Metadata => "metadata address",
+        Scope::Special => "special address",
         Scope::Public => "public address",
     }
 }

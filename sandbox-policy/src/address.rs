@@ -20,9 +20,13 @@ pub enum Scope {
     /// This host or its link: loopback, link-local (169.254/16, fe80::/10), unspecified
     /// (0.0.0.0/8 and `::`, which connect to this host). Never opened by an answer.
     Local,
-    /// A cloud's metadata service (AWS, GCP, Azure, OpenStack: 169.254.169.254 and
-    /// fd00:ec2::254; Alibaba Cloud: 100.100.100.200). Never opened by an answer.
+    /// A cloud's metadata or host service (AWS, GCP, Azure, OpenStack: 169.254.169.254; AWS's
+    /// fd00:ec2::254 and GCP's fd20:ce::254; Alibaba Cloud: 100.100.100.200; Azure's WireServer
+    /// 168.63.129.16; Oracle Cloud Classic: 192.0.0.192). Never opened by an answer.
     Metadata,
+    /// Not one host of the internet: multicast, broadcast, the reserved 240/4, IETF protocol
+    /// assignments (192.0.0.0/24), Teredo (2001::/32, whose IPv4 is hidden). Never opened.
+    Special,
 }
 
 impl Scope {
@@ -32,7 +36,7 @@ impl Scope {
         match self {
             Scope::Public => true,
             Scope::Private => private,
-            Scope::Local | Scope::Metadata => false,
+            Scope::Local | Scope::Metadata | Scope::Special => false,
         }
     }
 
@@ -43,16 +47,26 @@ impl Scope {
             Scope::Private => "an address of the user's network",
             Scope::Local => "a loopback or link-local address",
             Scope::Metadata => "a cloud metadata service's address",
+            Scope::Special => "a multicast, broadcast or reserved address",
         }
     }
 }
 
-const METADATA_V4: [Ipv4Addr; 2] = [Ipv4Addr::new(169, 254, 169, 254), Ipv4Addr::new(100, 100, 100, 200)];
-const METADATA_V6: [Ipv6Addr; 1] = [Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254)];
+const METADATA_V4: [Ipv4Addr; 4] = [
+    Ipv4Addr::new(169, 254, 169, 254),
+    Ipv4Addr::new(100, 100, 100, 200),
+    Ipv4Addr::new(168, 63, 129, 16),
+    Ipv4Addr::new(192, 0, 0, 192),
+];
+const METADATA_V6: [Ipv6Addr; 2] = [
+    Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254),
+    Ipv6Addr::new(0xfd20, 0x00ce, 0, 0, 0, 0, 0, 0x0254),
+];
 
-/// The scope of `addr`. An IPv6 address that carries an IPv4 one (IPv4-mapped `::ffff:a.b.c.d`,
-/// which an IPv6 socket connects to as that IPv4 address; NAT64's `64:ff9b::/96`, which a
-/// translator forwards there) is judged by the IPv4 address it carries.
+/// The scope of `addr`. An IPv6 address that carries an IPv4 one is judged by the IPv4 address
+/// it carries: IPv4-mapped `::ffff:a.b.c.d` (an IPv6 socket connects to it as that IPv4
+/// address), IPv4-compatible `::a.b.c.d`, NAT64's `64:ff9b::/96` and `64:ff9b:1::/48`, 6to4's
+/// `2002:a.b.c.d::/48` (a translator or relay forwards them there).
 pub fn scope(addr: IpAddr) -> Scope {
     match addr {
         IpAddr::V4(v4) => scope_v4(v4),
@@ -69,6 +83,8 @@ fn scope_v4(a: Ipv4Addr) -> Scope {
         Scope::Metadata
     } else if a.is_loopback() || a.is_link_local() || first == 0 {
         Scope::Local
+    } else if a.is_multicast() || first >= 240 || (first == 192 && second == 0 && a.octets()[2] == 0) {
+        Scope::Special
     } else if a.is_private() || (first == 100 && (64..128).contains(&second)) {
         Scope::Private
     } else {
@@ -82,6 +98,8 @@ fn scope_v6(a: Ipv6Addr) -> Scope {
         Scope::Metadata
     } else if a.is_loopback() || a.is_unspecified() || (first & 0xffc0) == 0xfe80 {
         Scope::Local
+    } else if a.is_multicast() || (first == 0x2001 && a.segments()[1] == 0) {
+        Scope::Special
     } else if (first & 0xfe00) == 0xfc00 {
         Scope::Private
     } else {
@@ -91,10 +109,15 @@ fn scope_v6(a: Ipv6Addr) -> Scope {
 
 fn embedded_v4(a: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = a.segments();
-    let last = || Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
     match s {
-        [0, 0, 0, 0, 0, 0xffff, _, _] => Some(last()),
-        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(last()),
+        // `::` and `::1` are this host's (loopback, unspecified), not IPv4-compatible.
+        [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
+        [0, 0, 0, 0, 0, 0xffff | 0, _, _] => Some(v4(s[6], s[7])),
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(v4(s[6], s[7])),
+        // NAT64's local-use prefix: the IPv4 address in the last 32 bits, as in /96 (RFC 8215).
+        [0x64, 0xff9b, 1, ..] => Some(v4(s[6], s[7])),
+        [0x2002, hi, lo, ..] => Some(v4(hi, lo)),
         _ => None,
     }
 }
@@ -112,11 +135,30 @@ mod tests {
         for addr in [
             "169.254.169.254",
             "100.100.100.200",
+            "168.63.129.16",
+            "192.0.0.192",
             "fd00:ec2::254",
+            "fd20:ce::254",
             "::ffff:169.254.169.254",
+            "::a9fe:a9fe",
             "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::a9fe:a9fe",
+            "2002:a9fe:a9fe::1",
         ] {
             assert_eq!(of(addr), Scope::Metadata, "{addr}");
+        }
+        for addr in [
+            "255.255.255.255",
+            "224.0.0.251",
+            "239.1.2.3",
+            "240.0.0.1",
+            "192.0.0.8",
+            "ff02::1",
+            "ff05::2",
+            "2001:0:4136:e378::1",
+        ] {
+            assert_eq!(of(addr), Scope::Special, "{addr}");
+            assert!(!of(addr).opened_by_answer(true), "{addr}");
         }
         for addr in [
             "127.0.0.1",

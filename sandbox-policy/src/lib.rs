@@ -58,6 +58,10 @@ pub enum PolicyError {
 pub struct Service {
     pub description: String,
     pub domains: Vec<DomainRule>,
+    /// Hosts of the service the bundle leaves out because they take writes (a package index's
+    /// upload host): an approval of one is a write channel, and the launcher says so.
+    #[serde(default)]
+    pub writes: Vec<String>,
 }
 
 /// The bundles, parsed once. A bad bundle is a build defect, caught by the unit tests.

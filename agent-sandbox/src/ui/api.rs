@@ -230,8 +230,20 @@ pub async fn allow(
     }
     approve::validate("DOMAIN", &body.domains)?;
     let (sandbox, _held) = held(&ui, &name).await?;
+    let cautions = approve::typed_cautions(&sandbox, &body.domains).await?;
+    if !cautions.is_empty() {
+        return Err(Failure::new(
+            Code::BadArgument,
+            format!(
+                "not from the page: `agent-sandbox allow {name} {} --yes {}` allows it, knowing that {}",
+                body.domains.join(" "),
+                body.domains.len(),
+                cautions.join("; ")
+            ),
+        ));
+    }
     approve::allow(&sandbox, &body.domains, None).await?;
-    eprintln!("agent-sandbox: the page allowed {} for {name}", body.domains.join(", "));
+    crate::say::line(&format!("agent-sandbox: the page allowed {} for {name}", body.domains.join(", ")));
     Ok(Json(json!({ "allowed": body.domains })))
 }
 

@@ -52,7 +52,9 @@ pub fn plan_writes(written: &WrittenMap, elements: Vec<Element>, now: Instant) -
 
 /// The elements a new allowlist keeps, with the entries that still allow each: unexpired ones
 /// (a second of margin for the load) that one of their entries still opens on that protocol
-/// and port. The rest are forgotten: the table that replaces the old one will not have them.
+/// and port, and at that address (an address of the user's network only while the entry says
+/// `private: true`). The rest are forgotten: the table that replaces the old one will not have
+/// them, and the reload cuts their connections.
 pub fn retain(written: &WrittenMap, allowlist: &Allowlist, now: Instant) -> WrittenMap {
     let soon = now + Duration::from_secs(1);
     written
@@ -62,7 +64,12 @@ pub fn retain(written: &WrittenMap, allowlist: &Allowlist, now: Instant) -> Writ
             let entries: Vec<DomainPattern> = w
                 .entries
                 .iter()
-                .filter(|p| allowlist.entry(p).is_some_and(|a| a.opens(opening, port)))
+                .filter(|p| {
+                    allowlist.entry(p).is_some_and(|a| {
+                        a.opens(opening, port)
+                            && crate::policy::address::scope(addr).opened_by_answer(a.private)
+                    })
+                })
                 .cloned()
                 .collect();
             (!entries.is_empty()).then_some(((addr, opening, port), Written { expiry: w.expiry, entries }))
@@ -268,5 +275,27 @@ mod tests {
         let kept = retain(&map, &Allowlist::new(&policy), now);
         assert_eq!(kept.keys().copied().collect::<Vec<_>>(), vec![key(1)], "{kept:?}");
         assert_eq!(kept[&key(1)].entries, vec![DomainPattern::parse("kept.test").unwrap()]);
+    }
+
+    /// An address of the user's network stays only while its entry says `private: true`: a
+    /// reload that takes the word back drops the element (and so cuts its connections).
+    #[test]
+    fn a_reload_drops_a_private_address_its_entry_no_longer_opens() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(300);
+        let inside = (IpAddr::from([192, 168, 1, 10]), Opening::Checked, 443);
+        let mut map = WrittenMap::new();
+        map.insert(inside, written(later, &["opted.test"]));
+        map.insert(key(1), written(later, &["opted.test"]));
+        let still = Policy::from_yaml(
+            Path::new("p.yaml"),
+            "version: 1\ndomains: [{domain: opted.test, private: true}]\n",
+        )
+        .unwrap();
+        assert_eq!(retain(&map, &Allowlist::new(&still), now).len(), 2);
+        let taken_back =
+            Policy::from_yaml(Path::new("p.yaml"), "version: 1\ndomains: [opted.test]\n").unwrap();
+        let kept = retain(&map, &Allowlist::new(&taken_back), now);
+        assert_eq!(kept.keys().copied().collect::<Vec<_>>(), vec![key(1)], "the public one stays: {kept:?}");
     }
 }

@@ -691,7 +691,7 @@ net_admin! {
         /// 127.0.0.1. None opens anything: the gate refuses them and logs why, and no element of those
         /// addresses is written, even where the entry says `private: true`; by address too the agent is
         /// refused. The control: `opted.test`, whose entry says `private: true`, answers with the same
-        /// private peer and reaches it.
+        /// private peer and reaches it; until a reload takes the word back, which drops what it opened.
         #[tokio::test]
         async fn an_allowed_name_answered_into_the_users_network_or_a_metadata_service_opens_nothing() -> anyhow::Result<()> {
             let world = ResolvedNet::start_private("attack-inward", &["inside.test", "opted.test"]).await?;
@@ -700,10 +700,15 @@ net_admin! {
                 world.dns.set_zone(name, "AAAA", "fd00:ec2::254", 300).await?;
             }
             world.dns.set_zone("loop.test", "A", "127.0.0.1", 300).await?;
-            let policy = "inside.test\nopted.test private\nmetadata.google.internal private\nrebound.test\nloop.test private\n";
+            // Azure's WireServer, GCP's IPv6 metadata, a multicast group: the red team's.
+            world.dns.set_zone("wire.test", "A", "168.63.129.16", 300).await?;
+            world.dns.set_zone("wire.test", "AAAA", "fd20:ce::254", 300).await?;
+            world.dns.set_zone("group.test", "A", "224.0.0.251", 300).await?;
+            let policy = "inside.test\nopted.test private\nmetadata.google.internal private\nrebound.test\n\
+                          loop.test private\nwire.test private\ngroup.test private\n";
             let spec = SandboxSpec::smallest().await?.resolving_through(&world, policy);
             let sb = spec.start().await?;
-            for name in ["inside.test", "metadata.google.internal", "rebound.test", "loop.test"] {
+            for name in ["inside.test", "metadata.google.internal", "rebound.test", "loop.test", "wire.test", "group.test"] {
                 let probe = assert_blocked(&sb, &format!("{name}:80")).await?;
                 assert_eq!(probe.outcome(), "dns:refused", "{name}: {:?}", probe.fields);
             }
@@ -718,6 +723,8 @@ net_admin! {
                 ("metadata.google.internal", "metadata address"),
                 ("rebound.test", "metadata address"),
                 ("loop.test", "local address"),
+                ("wire.test", "metadata address"),
+                ("group.test", "special address"),
             ] {
                 let logged =
                     denials.lines().any(|l| l.contains(&format!("\"name\":\"{name}\"")) && l.contains(reason));
@@ -727,6 +734,14 @@ net_admin! {
             assert_reaches(&sb, "opted.test:80").await?;
             let opened: Vec<_> = sb.set_elements().await?.into_iter().map(|(addr, ..)| addr).collect();
             assert!(!opened.is_empty() && opened.iter().all(|a| *a == world.peer.ipv4), "{opened:?}");
+            // The word taken back: a reload drops what it opened, so the address no longer
+            // takes the name, by name or by address.
+            sb.write_drop_in("resolved.txt", &policy.replace("opted.test private", "opted.test"))?;
+            reload(&sb, 1).await?;
+            assert!(sb.set_elements().await?.is_empty(), "the private address stayed open");
+            let request = "GET / HTTP/1.1\\r\\nHost: opted.test\\r\\nConnection: close\\r\\n\\r\\n";
+            let by_address = sb.probe(&["tcp", &world.peer.ipv4.to_string(), "80", "--raw", "--send", request]).await?;
+            assert_ne!(by_address.outcome(), "connected", "{:?}", by_address.fields);
             Ok(())
         }
         /// A resolver the policy allows by name (DNS over HTTPS, `doh.test` here as `dns.google` or
