@@ -368,13 +368,37 @@ pub async fn no_large_file_is_stored_twice(subject: &Subject) -> anyhow::Result<
     let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
     let sb = facts.offline_subject().await?;
     // The agent runs meanwhile: a file it removes between find's reading of a directory and
-    // its stat (Claude Code's lock files) is no error.
+    // its stat (Claude Code's lock files) is no error. What it writes is its own, not the
+    // image's: the trees it may write are left out (the subject is shared with the checks that
+    // run its CLI, and Codex stages a copy of its daemon in ~/.codex at its first start; no
+    // image puts a file over 10 MB there at build).
     let listing = sb
         .exec(&[
             "find",
             "/",
             "-xdev",
             "-ignore_readdir_race",
+            "(",
+            "-path",
+            "/home",
+            "-o",
+            "-path",
+            "/tmp",
+            "-o",
+            "-path",
+            "/var/tmp",
+            "-o",
+            "-path",
+            "/workspace",
+            "-o",
+            "-path",
+            "/run",
+            "-o",
+            "-path",
+            "/dev/shm",
+            ")",
+            "-prune",
+            "-o",
             "-type",
             "f",
             "-size",

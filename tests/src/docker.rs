@@ -56,6 +56,9 @@ pub async fn force_remove(id: String) {
 /// makes one in the engine's own (private) ranges, as a user's compose network is.
 pub struct TestNet {
     pub name: String,
+    /// Shared by the tests of a run: not removed when one test's handle is dropped (the xtask
+    /// removes it after the run).
+    keep: bool,
 }
 
 static CREATED: AtomicU32 = AtomicU32::new(0);
@@ -67,8 +70,9 @@ impl TestNet {
         // the next subnet while the engine says one overlaps another network's.
         let seed = (std::process::id() << 8) ^ n;
         let mut last = None;
+        let name = format!("agent-sandbox-test-{test}-{}-{n}", std::process::id());
         for subnets in sandbox_verify::world_subnets(seed) {
-            match TestNet::make(test, n, &subnets).await {
+            match TestNet::make(&name, test, &subnets, &[]).await {
                 Ok(net) => return Ok(net),
                 Err(e) if sandbox_verify::overlaps(&e.to_string()) => last = Some(e),
                 Err(e) => return Err(e),
@@ -82,11 +86,40 @@ impl TestNet {
     pub async fn create_private(test: &str) -> anyhow::Result<TestNet> {
         let n = CREATED.fetch_add(1, Ordering::SeqCst);
         let v6 = format!("fd00:a5:{:x}:{n:x}::/64", std::process::id() & 0xffff);
-        TestNet::make(test, n, &[v6]).await
+        let name = format!("agent-sandbox-test-{test}-{}-{n}", std::process::id());
+        TestNet::make(&name, test, &[v6], &[]).await
     }
 
-    async fn make(test: &str, n: u32, subnets: &[String]) -> anyhow::Result<TestNet> {
-        let name = format!("agent-sandbox-test-{test}-{}-{n}", std::process::id());
+    /// A network named `name` that the tests of a run share, with `labels` too; an error saying
+    /// it "already exists" where another test of the run made it ([`TestNet::kept`] then).
+    pub async fn create_kept(name: &str, labels: &[(&str, &str)]) -> anyhow::Result<TestNet> {
+        let seed = std::process::id() << 8 ^ 0xff;
+        let mut last = None;
+        for subnets in sandbox_verify::world_subnets(seed) {
+            match TestNet::make(name, "shared", &subnets, labels).await {
+                Ok(mut net) => {
+                    net.keep = true;
+                    return Ok(net);
+                }
+                Err(e) if sandbox_verify::overlaps(&e.to_string()) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no free /24 in 198.18.0.0/15")))
+    }
+
+    /// The shared network `name`, made by another test of the run.
+    pub fn kept(name: &str) -> TestNet {
+        TestNet { name: name.to_string(), keep: true }
+    }
+
+    async fn make(
+        name: &str,
+        test: &str,
+        subnets: &[String],
+        labels: &[(&str, &str)],
+    ) -> anyhow::Result<TestNet> {
+        let name = name.to_string();
         // The gateway named, as the engine names one it chose: `x.y.z.1`, `…::1`.
         let gateway = |subnet: &str| {
             let net = subnet.split('/').next().unwrap_or_default();
@@ -106,17 +139,24 @@ impl TestNet {
                 internal: Some(true),
                 enable_ipv6: Some(true),
                 ipam: Some(Ipam { config: Some(config.collect()), ..Default::default() }),
-                labels: Some(HashMap::from([(TEST_LABEL.to_string(), test.to_string())])),
+                labels: Some(
+                    std::iter::once((TEST_LABEL.to_string(), test.to_string()))
+                        .chain(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+                        .collect(),
+                ),
                 ..Default::default()
             })
             .await
             .map_err(|e| anyhow::anyhow!("cannot create the network {name}: {e}"))?;
-        Ok(TestNet { name })
+        Ok(TestNet { name, keep: false })
     }
 }
 
 impl Drop for TestNet {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         let name = self.name.clone();
         drop_async(move || remove_with_users(Resource::Network, name));
     }

@@ -27,6 +27,7 @@ pub mod spec;
 pub mod tls;
 pub mod verify;
 pub mod vm;
+pub mod world;
 
 /// The workspace root.
 pub fn root() -> std::path::PathBuf {

@@ -32,6 +32,8 @@ pub struct Peer {
     pub ipv6: IpAddr,
     /// The peer's certificate and key, mounted at /certs.
     _certs: tempfile::TempDir,
+    /// Shared by the tests of a run (world.rs): not removed when one test's handle is dropped.
+    kept: bool,
 }
 
 const ZONE: &str = "/tmp/zone";
@@ -52,6 +54,8 @@ pub struct PeerSpec {
     forge: bool,
     /// The whole of its command, in place of the defaults.
     serving: Option<Vec<String>>,
+    /// Shared by the tests of a run: its container's name and labels; its certificates kept.
+    kept: Option<(String, Vec<(String, String)>)>,
 }
 
 impl PeerSpec {
@@ -84,6 +88,14 @@ impl PeerSpec {
     /// layout (sandbox-verify's).
     pub fn serving(mut self, command: &[&str]) -> PeerSpec {
         self.serving = Some(command.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    /// A peer the tests of a run share (world.rs): named `container`, with `labels` too, and its
+    /// certificates outliving the test that started it.
+    pub fn kept(mut self, container: &str, labels: &[(&str, &str)]) -> PeerSpec {
+        let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.kept = Some((container.to_string(), labels));
         self
     }
 
@@ -185,10 +197,12 @@ impl Peer {
             aliases: Some(aliases.iter().map(|a| a.to_string()).collect()),
             ..Default::default()
         };
+        let mut labels = HashMap::from([(TEST_LABEL.to_string(), "peer".to_string())]);
+        labels.extend(spec.kept.iter().flat_map(|(_, l)| l.iter().cloned()));
         let body = ContainerCreateBody {
             image: Some(image),
             cmd: Some(cmd),
-            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "peer".to_string())])),
+            labels: Some(labels),
             host_config: Some(HostConfig {
                 network_mode: Some(net.name.clone()),
                 binds: Some(binds),
@@ -199,8 +213,10 @@ impl Peer {
             }),
             ..Default::default()
         };
-        let created =
-            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
+        let options = spec.kept.as_ref().map(|(name, _)| {
+            bollard::query_parameters::CreateContainerOptionsBuilder::default().name(name).build()
+        });
+        let created = docker.create_container(options, body).await?;
         docker.start_container(&created.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
         let inspect = docker.inspect_container(&created.id, None).await?;
         let settings = inspect
@@ -210,9 +226,32 @@ impl Peer {
             .context("the peer has no address on the test network")?;
         let ipv4: IpAddr = settings.ip_address.context("no IPv4 address")?.parse()?;
         let ipv6: IpAddr = settings.global_ipv6_address.context("no IPv6 address")?.parse()?;
-        let peer = Peer { id: created.id, ipv4, ipv6, _certs: certs };
+        let kept = spec.kept.is_some();
+        let certs = match spec.kept {
+            // The peer outlives this test: so must what it was started with.
+            Some(_) => tempfile::TempDir::new_in(certs.keep())?,
+            None => certs,
+        };
+        let peer = Peer { id: created.id, ipv4, ipv6, _certs: certs, kept };
         crate::docker::wait_for_log(&peer.id, "peer ready", 5).await?;
         Ok(peer)
+    }
+
+    /// A running peer on `net` started by another test of the run (world.rs): its addresses.
+    pub async fn of_container(container: &str, net: &TestNet) -> anyhow::Result<Peer> {
+        let inspect = docker().await?.inspect_container(container, None).await?;
+        let settings = inspect
+            .network_settings
+            .and_then(|n| n.networks)
+            .and_then(|mut n| n.remove(&net.name))
+            .context("the peer has no address on the shared network")?;
+        Ok(Peer {
+            id: inspect.id.context("a container without an id")?,
+            ipv4: settings.ip_address.context("no IPv4 address")?.parse()?,
+            ipv6: settings.global_ipv6_address.context("no IPv6 address")?.parse()?,
+            _certs: tempfile::tempdir()?,
+            kept: true,
+        })
     }
 
     /// Makes the DNS peer answer `name` with `addr` (A or AAAA by its family) and this TTL.
@@ -336,6 +375,9 @@ pub struct LoggedQuery {
 
 impl Drop for Peer {
     fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
         let id = self.id.clone();
         drop_async(move || force_remove(id));
     }

@@ -30,6 +30,13 @@ pub use xtask::test::SHARED_ENV;
 /// The label of a sandbox shared by a run's tests, its value the nextest run's id.
 pub use xtask::test::SHARED_LABEL;
 
+/// The run whose tests share sandboxes and worlds (its id's first 8 characters), where `cargo
+/// xtask test` runs them and removes what they shared after it ([`SHARED_ENV`]).
+pub fn shared_run() -> Option<String> {
+    let run = std::env::var("NEXTEST_RUN_ID").ok().filter(|_| std::env::var_os(SHARED_ENV).is_some())?;
+    Some(run.chars().take(8).collect())
+}
+
 /// The image the deep security suites run against: the smallest in the graph.
 pub const SMALLEST: &str = "shell";
 
@@ -285,15 +292,14 @@ impl SandboxSpec {
     /// Each test must only read it. Outside `cargo xtask test`, which removes the run's shared
     /// containers after the run ([`SHARED_ENV`], [`SHARED_LABEL`]), it is the test's own.
     pub async fn start_shared(self, key: &str) -> anyhow::Result<Sandbox> {
-        let run = std::env::var("NEXTEST_RUN_ID").ok().filter(|_| std::env::var_os(SHARED_ENV).is_some());
-        let Some(run) = run else { return self.start().await };
+        let Some(run) = shared_run() else { return self.start().await };
         self.check_place()?;
         anyhow::ensure!(
             !self.net_admin && !self.terminal,
             "only an offline sandbox without a terminal is shared"
         );
         let key: String = key.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
-        let name = format!("agent-sandbox-shared-{key}-{}", run.get(..8).unwrap_or(&run));
+        let name = format!("agent-sandbox-shared-{key}-{run}");
         // Its drop-in folder outlives the test that made it: the others read the container.
         let drop_ins = self.write_drop_ins()?;
         let kept = drop_ins.keep();
@@ -311,7 +317,15 @@ impl SandboxSpec {
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        let id = docker.inspect_container(&name, None).await?.id.context("a container without an id")?;
+        // The engine refuses the name before the other's container can be looked up by it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let id = loop {
+            match docker.inspect_container(&name, None).await {
+                Ok(inspected) => break inspected.id.context("a container without an id")?,
+                Err(e) if std::time::Instant::now() >= deadline => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
         let sandbox = Sandbox::new(id, Owner::Shared, tempfile::tempdir()?);
         sandbox.wait_for_stdout("sandbox ready", 1).await?;
         Ok(sandbox)

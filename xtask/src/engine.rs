@@ -238,6 +238,25 @@ impl Engine {
         Ok(removed)
     }
 
+    /// Removes every network carrying `label` (its containers removed first: see
+    /// [`Engine::remove_containers_labelled`]). How many went.
+    pub async fn remove_networks_labelled(&self, label: &str) -> Result<usize, EngineError> {
+        let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
+        let options =
+            bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&filters).build();
+        let networks = self.docker.list_networks(Some(options)).await.map_err(|source| {
+            EngineError::Call { what: format!("listing networks labelled {label}"), source }
+        })?;
+        let mut removed = 0;
+        // By id: the engine lets two networks share a name, and refuses to remove by it then.
+        for id in networks.into_iter().filter_map(|n| n.id) {
+            if self.docker.remove_network(&id).await.is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// The engine's data directory, when the engine runs on this host (a local socket) and the
     /// directory is visible here.
     pub async fn local_root_dir(&self) -> Option<std::path::PathBuf> {

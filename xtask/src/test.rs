@@ -115,13 +115,15 @@ pub fn run_nextest(sh: &Shell, profile: &str, filter: &str, args: &[String]) -> 
     result
 }
 
-/// Removes the sandboxes a run's tests shared, from a thread of its own (callers are in the
-/// runtime already).
+/// Removes the sandboxes and the world a run's tests shared (containers, then networks), from
+/// a thread of its own (callers are in the runtime already).
 fn remove_shared() {
     let _ = std::thread::spawn(|| {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
         runtime.block_on(async {
-            crate::engine::Engine::connect().await.ok()?.remove_containers_labelled(SHARED_LABEL).await.ok()
+            let engine = crate::engine::Engine::connect().await.ok()?;
+            engine.remove_containers_labelled(SHARED_LABEL).await.ok()?;
+            engine.remove_networks_labelled(SHARED_LABEL).await.ok()
         })
     })
     .join();

@@ -9,6 +9,7 @@ use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::{Peer, ResolvedNet};
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::SandboxSpec;
+use sandbox_tests::world::World;
 
 const ALLOWED: &str = "api.allowed.test";
 const BLOCKED: &str = "blocked.test";
@@ -30,20 +31,20 @@ async fn resolving_through(net: &TestNet, dns: &Peer, name: &str) -> anyhow::Res
         .await
 }
 
-/// A network with one allowed and one blocked peer, and a sandbox allowing `domains`.
-async fn setup(test: &str, domains: &[&str]) -> anyhow::Result<(TestNet, Peer, Peer, SandboxSpec)> {
-    let net = TestNet::create(test).await?;
-    let allowed = Peer::start(&net, &[ALLOWED, "a.wild.test", "wild.test"]).await?;
-    let blocked = Peer::start(&net, &[BLOCKED]).await?;
-    let spec = SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("test.yaml", &policy(domains));
-    Ok((net, allowed, blocked, spec))
+/// The run's shared world (an allowed and a blocked peer: world.rs), and a sandbox on it
+/// allowing `domains`. For the tests that only reach or are refused: none reads a peer's log.
+async fn setup(domains: &[&str]) -> anyhow::Result<(World, SandboxSpec)> {
+    let world = World::shared().await?;
+    let spec =
+        SandboxSpec::smallest().await?.net_admin().on(&world.net).drop_in("test.yaml", &policy(domains));
+    Ok((world, spec))
 }
 
 net_admin! {
     [single, sidecar, gvisor] {
         #[tokio::test]
         async fn an_allowlisted_name_is_reachable_on_its_ports_and_no_other() -> anyhow::Result<()> {
-            let (_net, _allowed, _blocked, spec) = setup("ports", &[ALLOWED]).await?;
+            let (_world, spec) = setup(&[ALLOWED]).await?;
             let sb = spec.start().await?;
             assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
             assert_reaches(&sb, &format!("{ALLOWED}:80")).await?;
@@ -53,7 +54,7 @@ net_admin! {
         }
         #[tokio::test]
         async fn a_blocked_name_is_refused_by_the_dns_gate_at_once() -> anyhow::Result<()> {
-            let (_net, _allowed, _blocked, spec) = setup("names", &[ALLOWED]).await?;
+            let (_world, spec) = setup(&[ALLOWED]).await?;
             let sb = spec.start().await?;
             let probe = assert_blocked(&sb, &format!("{BLOCKED}:443")).await?;
             assert_eq!(probe.outcome(), "dns:refused");
@@ -61,9 +62,9 @@ net_admin! {
         }
         #[tokio::test]
         async fn a_blocked_address_is_refused_at_once_over_ipv4_and_ipv6() -> anyhow::Result<()> {
-            let (_net, allowed, blocked, spec) = setup("addresses", &[ALLOWED]).await?;
+            let (world, spec) = setup(&[ALLOWED]).await?;
             let sb = spec.start().await?;
-            for addr in [blocked.ipv4, blocked.ipv6, allowed.ipv6] {
+            for addr in [world.blocked.ipv4, world.blocked.ipv6, world.allowed.ipv6] {
                 // The allowed peer's IPv6 address was never in a DNS answer the agent asked for.
                 let probe = assert_blocked(&sb, &format!("{addr}:443")).await?;
                 assert_eq!(probe.outcome(), "refused", "{addr}");
@@ -72,7 +73,7 @@ net_admin! {
         }
         #[tokio::test]
         async fn a_wildcard_allows_subdomains_but_not_its_apex() -> anyhow::Result<()> {
-            let (_net, _allowed, _blocked, spec) = setup("wildcard", &["*.wild.test"]).await?;
+            let (_world, spec) = setup(&["*.wild.test"]).await?;
             let sb = spec.start().await?;
             assert_reaches(&sb, "a.wild.test:443").await?;
             assert_eq!(assert_blocked(&sb, "wild.test:443").await?.outcome(), "dns:refused");
@@ -97,12 +98,12 @@ net_admin! {
         }
         #[tokio::test]
         async fn udp_and_icmp_to_a_blocked_host_are_refused() -> anyhow::Result<()> {
-            let (net, _allowed, blocked, spec) = setup("udp-icmp", &[ALLOWED]).await?;
+            let (world, spec) = setup(&[ALLOWED]).await?;
             let sb = spec.start().await?;
             // The control: without the firewall the same probes get their answers.
-            let open = SandboxSpec::smallest().await?.on(&net).env("SANDBOX_FIREWALL", "off").start().await?;
+            let open = SandboxSpec::smallest().await?.on(&world.net).env("SANDBOX_FIREWALL", "off").start().await?;
             let udp_port = sandbox_tests::peers::PEER_UDP.to_string();
-            for addr in [blocked.ipv4, blocked.ipv6] {
+            for addr in [world.blocked.ipv4, world.blocked.ipv6] {
                 let addr = addr.to_string();
                 assert_eq!(
                     open.probe(&["udp", &addr, &udp_port]).await?.outcome(),
@@ -192,7 +193,7 @@ net_admin! {
         }
         #[tokio::test]
         async fn the_agent_cannot_reprogram_the_firewall() -> anyhow::Result<()> {
-            let (_net, _allowed, blocked, spec) = setup("reprogram", &[ALLOWED]).await?;
+            let (world, spec) = setup(&[ALLOWED]).await?;
             let sb = spec.start().await?;
             for cmd in [
                 "nft flush ruleset",
@@ -205,7 +206,7 @@ net_admin! {
                 let refusal = if sb.under_gvisor() { "Protocol not supported" } else { "Operation not permitted" };
                 assert!(out.stderr.contains(refusal), "`{cmd}`: {out:?}");
             }
-            assert_eq!(assert_blocked(&sb, &format!("{}:443", blocked.ipv4)).await?.outcome(), "refused");
+            assert_eq!(assert_blocked(&sb, &format!("{}:443", world.blocked.ipv4)).await?.outcome(), "refused");
             Ok(())
         }
         #[tokio::test]
@@ -267,19 +268,19 @@ net_admin! {
         }
         #[tokio::test]
         async fn a_restarted_container_applies_the_firewall_again() -> anyhow::Result<()> {
-            let (_net, _allowed, blocked, spec) = setup("restart", &[ALLOWED]).await?;
+            let (world, spec) = setup(&[ALLOWED]).await?;
             let sb = spec.start().await?;
             sb.stop().await?;
             sb.start_again().await?;
             sb.wait_for_stdout("sandbox ready", 2).await?;
             assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
-            assert_eq!(assert_blocked(&sb, &format!("{}:443", blocked.ipv4)).await?.outcome(), "refused");
+            assert_eq!(assert_blocked(&sb, &format!("{}:443", world.blocked.ipv4)).await?.outcome(), "refused");
             assert_eq!(assert_blocked(&sb, &format!("{BLOCKED}:443")).await?.outcome(), "dns:refused");
             Ok(())
         }
         #[tokio::test]
         async fn the_denial_log_records_refused_names_and_connections() -> anyhow::Result<()> {
-            let (_net, _allowed, blocked, spec) = setup("denials", &[ALLOWED]).await?;
+            let (world, spec) = setup(&[ALLOWED]).await?;
             let sb = spec.start().await?;
             // Nothing of the start itself (PID 1's probes, the kernel's IPv6 multicast reports) is in
             // the logs: the first line is the agent's.
@@ -288,14 +289,14 @@ net_admin! {
             assert_eq!(start, "", "logged at start");
             assert!(!sb.logs().await?.1.contains("refused"), "refusals at start: {:?}", sb.logs().await?);
             assert_blocked(&sb, &format!("{BLOCKED}:443")).await?;
-            assert_blocked(&sb, &format!("{}:443", blocked.ipv4)).await?;
+            assert_blocked(&sb, &format!("{}:443", world.blocked.ipv4)).await?;
             tokio::time::sleep(Duration::from_millis(300)).await;
             let file = sb.exec(&["cat", "/run/agent-sandbox/denials.jsonl"]).await?.stdout;
             let (_, stderr) = sb.logs().await?;
             for log in [&file, &stderr] {
                 assert!(log.contains(r#""denied":"dns","name":"blocked.test""#), "{log}");
                 let connection =
-                    format!(r#""address":"{}","denied":"connection","port":443,"protocol":"tcp""#, blocked.ipv4);
+                    format!(r#""address":"{}","denied":"connection","port":443,"protocol":"tcp""#, world.blocked.ipv4);
                 // The uid the kernel saw: under gVisor its sentry's, root (which the rules hold as the
                 // agent's in sidecar mode).
                 let uid = if sb.under_gvisor() { r#""uid":0"# } else { r#""uid":1000"# };
@@ -307,12 +308,12 @@ net_admin! {
             let line = status.lines().find(|l| l.contains(&format!("{allowed} port 443"))).unwrap_or_default();
             assert!(line.contains("expires in"), "no allowed address with its TTL in:\n{status}");
             let denials = status.split("recent denials:").nth(1).unwrap_or_default();
-            assert!(denials.contains("blocked.test") && denials.contains(&blocked.ipv4.to_string()), "{status}");
+            assert!(denials.contains("blocked.test") && denials.contains(&world.blocked.ipv4.to_string()), "{status}");
             Ok(())
         }
         #[tokio::test]
         async fn processes_of_a_sandbox_with_net_admin_hold_no_capability() -> anyhow::Result<()> {
-            let (_net, _allowed, _blocked, spec) = setup("caps", &[ALLOWED]).await?;
+            let (_world, spec) = setup(&[ALLOWED]).await?;
             let sb = spec.start().await?;
             let checkers = sandbox_tests::assert::assert_agent_processes_unprivileged(&sb).await?;
             assert_eq!(checkers, 1, "the name check runs, unprivileged too");
@@ -321,7 +322,7 @@ net_admin! {
         #[tokio::test]
         async fn two_allowed_names_on_one_address_and_the_ready_line() -> anyhow::Result<()> {
             // ALLOWED and a.wild.test are aliases of the same peer.
-            let (_net, _allowed, _blocked, spec) = setup("same-address", &[ALLOWED, "a.wild.test"]).await?;
+            let (_world, spec) = setup(&[ALLOWED, "a.wild.test"]).await?;
             let sb = spec.start().await?;
             let first = assert_reaches(&sb, &format!("{ALLOWED}:443")).await?;
             let second = assert_reaches(&sb, "a.wild.test:443").await?;
