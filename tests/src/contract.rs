@@ -102,9 +102,11 @@ impl Facts {
 
     /// The image started offline, as the checks that only read it see it: one per image and run,
     /// shared by those checks, each still reported by its own name
-    /// (`SandboxSpec::start_shared`).
+    /// (`SandboxSpec::start_shared`). It lives as long as the run, so its session idles
+    /// (`SandboxSpec::idle_session`); the check of the agent's processes starts the image's own
+    /// command ([`starts_ready_with_an_unprivileged_agent`]).
     async fn offline_subject(&self) -> anyhow::Result<crate::sandbox::Sandbox> {
-        self.offline().start_shared(&format!("subject-{}", self.tag)).await
+        self.offline().idle_session().start_shared(&format!("subject-{}", self.tag)).await
     }
 }
 
@@ -158,7 +160,8 @@ pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
 
 pub async fn starts_ready_with_an_unprivileged_agent(subject: &Subject) -> anyhow::Result<()> {
     let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
-    let sb = facts.offline_subject().await?;
+    // Its own sandbox, running the image's own agent command (the shared subject idles).
+    let sb = facts.offline().start().await?;
     crate::assert::assert_agent_processes_unprivileged(&sb).await?;
     // The agent's processes started outside sandbox-exec (`docker exec -u agent`) have no
     // no_new_privs: no setuid or setgid program, and no file capability, may lead them back to
@@ -367,11 +370,11 @@ pub async fn no_large_file_is_stored_twice(subject: &Subject) -> anyhow::Result<
     let name = subject.name.as_str();
     let Some(facts) = sandbox_facts(subject).await? else { return Ok(()) };
     let sb = facts.offline_subject().await?;
-    // The agent runs meanwhile: a file it removes between find's reading of a directory and
-    // its stat (Claude Code's lock files) is no error. What it writes is its own, not the
-    // image's: the trees it may write are left out (the subject is shared with the checks that
-    // run its CLI, and Codex stages a copy of its daemon in ~/.codex at its first start; no
-    // image puts a file over 10 MB there at build).
+    // The checks sharing the subject run its CLI meanwhile: a file one removes between find's
+    // reading of a directory and its stat (Claude Code's lock files) is no error. What they
+    // write is the agent's, not the image's: the trees the agent may write are left out (Codex
+    // stages a copy of its daemon in ~/.codex at its first start; no image puts a file over
+    // 10 MB there at build).
     let listing = sb
         .exec(&[
             "find",

@@ -194,6 +194,14 @@ impl SandboxSpec {
         self
     }
 
+    /// The session runs `sleep infinity` instead of the image's agent CLI: for a test that runs
+    /// the CLI itself, or only reads the image. A CLI left at its prompt spins while the test
+    /// lives (Copilot's took 4.6 CPU-minutes of one suite run, read from the run's process
+    /// accounting) and may act beside the test's own run (a sign-in refreshed twice).
+    pub fn idle_session(self) -> Self {
+        self.env("ASSISTANT_CMD", "sleep infinity")
+    }
+
     /// Mounts a host directory (an absolute path) or a named volume at `target`, read-write.
     pub fn mount(mut self, source: &str, target: &str) -> Self {
         self.mounts.push((source.into(), target.into()));

@@ -134,7 +134,10 @@ async fn mock_api(net: &TestNet, dns: &Peer, hosts: &[&str]) -> anyhow::Result<P
 /// names besides its own.
 fn on_the_mock(image: String, net: &TestNet, dns: &Peer) -> SandboxSpec {
     let names: String = api_hosts().iter().map(|h| format!("  - {h}\n")).collect();
+    // The session idles: the turn runs the CLI itself, and a second CLI in the pane would spin
+    // beside it and could answer the mock, or refresh the sign-in, in the turn's place.
     SandboxSpec::of(image)
+        .idle_session()
         .net_admin()
         .on(net)
         .dns(dns)
