@@ -42,11 +42,13 @@ impl CiFlags {
                 opts.jobs = 1;
                 Box::pin(build::spawn_build(opts)) as Pending
             });
+        // The static binaries the build step and the suites need, from the start as well.
+        let mut binaries = steps.contains(&CiStep::Build).then(|| spawn_static_binaries(root));
         let mut env = Vec::new();
         for (n, step) in steps.iter().enumerate() {
             eprintln!("==> ci [{}/{}] {}", n + 1, steps.len(), describe(*step));
             let started = Instant::now();
-            let result = self.step(*step, root, &mut arm64, &mut env).await;
+            let result = self.step(*step, root, &mut arm64, &mut binaries, &mut env).await;
             times.push((*step, started.elapsed()));
             if let Err(e) = result {
                 eprintln!("{}", summary(&times, root));
@@ -78,15 +80,27 @@ impl CiFlags {
         step: CiStep,
         root: &Path,
         arm64: &mut Option<Pending>,
+        binaries: &mut Option<std::thread::JoinHandle<anyhow::Result<()>>>,
         env: &mut Vec<(String, String)>,
     ) -> anyhow::Result<()> {
         let sh = Shell::new()?;
         let _dir = sh.push_dir(root);
+        // Every build of the workspace in the run lints as it compiles, so that each finds the
+        // last one's artifacts fresh (the wrapper is part of cargo's fingerprint).
+        for (name, value) in lint_env()? {
+            sh.set_var(name, value);
+        }
         match step {
             CiStep::Fmt => cmd!(sh, "cargo fmt --all -- --check").run().context("cargo fmt: run `cargo fmt --all`")?,
-            CiStep::Clippy => cmd!(sh, "cargo clippy --workspace --all-targets -- -D warnings").run()?,
+            CiStep::Clippy => lint_build(&sh)?,
             CiStep::Pure => run_nextest(&sh, "pure", PURE, &[])?,
             CiStep::Build => {
+                if let Some(binaries) = binaries.take() {
+                    binaries
+                        .join()
+                        .map_err(|_| anyhow::anyhow!("the static binaries' build panicked"))?
+                        .context("the static binaries (sandbox-init, sandbox-probe)")?;
+                }
                 let mut opts = self.build_options(root);
                 let host = build::build(&opts).await;
                 let other = match arm64.take() {
@@ -117,14 +131,57 @@ impl CiFlags {
                 for (name, value) in env.iter() {
                     sh.set_var(name, value);
                 }
-                cmd!(sh, "cargo build --quiet --package agent-sandbox")
-                    .run()
-                    .context("cannot build agent-sandbox")?;
+                // The launcher's suite runs the real binary, and the suites' peers the probe:
+                // both built here (fresh from the steps before), not by a test holding a slot.
+                lint_build(&sh)?;
+                crate::project::probe_binary(&sh, root)?;
                 run_nextest(&sh, "default", CONTAINERS, &[])?;
             }
         }
         Ok(())
     }
+}
+
+/// What clippy-driver, as the workspace's rustc wrapper, takes: its arguments joined by its
+/// separator, as `cargo clippy -- -D warnings` passes them.
+const CLIPPY_ARGS: &str = "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__";
+
+/// clippy's lints, as errors, in a full build: clippy-driver as the workspace's rustc wrapper
+/// (what `cargo clippy` sets for a check). The workspace is then compiled once, linted in the
+/// same pass, where a check and then a build compiled every crate twice.
+fn lint_env() -> anyhow::Result<[(&'static str, String); 2]> {
+    anyhow::ensure!(
+        crate::project::on_path("clippy-driver"),
+        "clippy-driver is not on PATH: `rustup component add clippy` (or `cargo xtask setup --tests`)"
+    );
+    Ok([("RUSTC_WORKSPACE_WRAPPER", "clippy-driver".to_string()), ("CLIPPY_ARGS", CLIPPY_ARGS.to_string())])
+}
+
+/// Every target of the workspace, as `cargo clippy --workspace --all-targets` checks them, built
+/// with the lints of `sh`'s [`lint_env`] in the test profile: the set and the features nextest's
+/// build takes, so the pure and container steps compile nothing more (but the suites' own).
+fn lint_build(sh: &Shell) -> anyhow::Result<()> {
+    cmd!(sh, "cargo build --workspace --all-targets --profile test")
+        .run()
+        .context("clippy's lints or the build failed (`cargo clippy --workspace --all-targets` shows the lints)")
+}
+
+/// sandbox-init for the host's images and the suites' probe, static, built from the run's start
+/// on a thread of its own at the lowest priority, in a target folder of their own
+/// (`project::static_binary_for`): their release builds (LTO, one codegen unit: mostly one
+/// core's work) take what the lint build leaves idle and never delay the pure tests' verdict.
+fn spawn_static_binaries(root: &Path) -> std::thread::JoinHandle<anyhow::Result<()>> {
+    let root = root.to_path_buf();
+    std::thread::spawn(move || {
+        // Linux's nice value is a thread's, and the processes it starts inherit it. At worst the
+        // call fails and the builds run at the usual priority.
+        // SAFETY: setpriority reads no memory of ours; `0` names the calling thread.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+        let sh = Shell::new()?;
+        crate::project::sandbox_init_binary(&sh, &root)?;
+        crate::project::probe_binary(&sh, &root)?;
+        Ok(())
+    })
 }
 
 /// The step's name, as `--skip` takes it.
@@ -135,7 +192,9 @@ fn name(step: CiStep) -> String {
 fn describe(step: CiStep) -> &'static str {
     match step {
         CiStep::Fmt => "fmt: cargo fmt --all -- --check",
-        CiStep::Clippy => "clippy: cargo clippy --workspace --all-targets -- -D warnings",
+        CiStep::Clippy => {
+            "clippy: every target built once with clippy's lints as errors (clippy-driver as rustc's wrapper)"
+        }
         CiStep::Pure => "pure: every test that starts no container (unit tests, tidy, snapshots)",
         CiStep::Build => "build: every image, and the shell's arm64 chain (under emulation)",
         CiStep::Lock => "lock: images.lock unchanged by the build",

@@ -126,10 +126,14 @@ pub fn static_binary_for(
     }
     let _dir = sh.push_dir(root);
     let _flags = sh.push_env("RUSTFLAGS", "-C target-feature=+crt-static");
-    // Another platform's build in a target folder of its own: it never waits on the workspace's
-    // lock (clippy, the host's build), so `cargo xtask ci` runs it beside them.
-    let target_dir =
-        if platform == Platform::host() { target_dir } else { target_dir.join("agent-sandbox/cross") };
+    // In target folders of their own (one for the host's, one for other platforms'): they never
+    // wait on the workspace's lock (the lint build, the tests' build) or on each other, so
+    // `cargo xtask ci` builds them beside those from its start.
+    let target_dir = target_dir.join(if platform == Platform::host() {
+        "agent-sandbox/static"
+    } else {
+        "agent-sandbox/cross"
+    });
     let _target = sh.push_env("CARGO_TARGET_DIR", &target_dir);
     let cross = platform.cross_linker(Platform::host());
     let _linker = cross.as_ref().map(|(var, linker)| sh.push_env(var, linker));

@@ -92,6 +92,8 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
         cmd!(sh, "cargo build --quiet --package agent-sandbox")
             .run()
             .context("cannot build agent-sandbox")?;
+        // The peers' and sandboxes' probe likewise (its release build takes a minute).
+        crate::project::probe_binary(&sh, root)?;
         warn_without_runsc(&flags).await?;
         sh
     };

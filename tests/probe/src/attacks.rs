@@ -671,7 +671,7 @@ pub fn find_string(args: &Args) {
         match std::fs::read(path) {
             Ok(bytes) => {
                 *read += 1;
-                if !needle.is_empty() && bytes.windows(needle.len()).any(|w| w == needle.as_slice()) {
+                if !needle.is_empty() && memchr::memmem::find(&bytes, &needle).is_some() {
                     found.push(path.display().to_string());
                 }
             }
