@@ -161,9 +161,9 @@ fn lint_env() -> anyhow::Result<[(&'static str, String); 2]> {
 /// with the lints of `sh`'s [`lint_env`] in the test profile: the set and the features nextest's
 /// build takes, so the pure and container steps compile nothing more (but the suites' own).
 fn lint_build(sh: &Shell) -> anyhow::Result<()> {
-    cmd!(sh, "cargo build --workspace --all-targets --profile test")
-        .run()
-        .context("clippy's lints or the build failed (`cargo clippy --workspace --all-targets` shows the lints)")
+    cmd!(sh, "cargo build --workspace --all-targets --profile test").run().context(
+        "clippy's lints or the build failed (`cargo clippy --workspace --all-targets` shows the lints)",
+    )
 }
 
 /// sandbox-init for the host's images and the suites' probe, static, built from the run's start

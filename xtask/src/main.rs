@@ -7,7 +7,11 @@ use xtask::flags::{Command, Xtask};
 fn main() -> std::process::ExitCode {
     let flags = Xtask::parse();
     let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
-    match runtime.block_on(run(flags)) {
+    let result = runtime.block_on(run(flags));
+    // A failed step says so at once: no wait for work still running beside it on the blocking
+    // pool (`cargo xtask ci`'s arm64 chain), which the exit ends.
+    runtime.shutdown_background();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
