@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::exec::{StartExecOptions, StartExecResults};
@@ -417,7 +418,35 @@ impl Sandbox {
 
     /// The files under `path` in the container (one file, or a folder's files), by their path
     /// relative to `path`'s parent; none when `path` does not exist.
+    ///
+    /// The engine tars a file by its size at `lstat` and then copies what `open` finds: when
+    /// sandbox-init renames a new status file over the old one in between, the archive ends
+    /// short ("unexpected EOF"). Files here are replaced whole, never written in place, so a
+    /// second read sees one version or the other; a torn archive is read again, a few times.
     pub async fn get(&self, path: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        const TRIES: u32 = 4;
+        let mut attempt = 1;
+        loop {
+            let Some(bytes) = self.archive(path).await? else { return Ok(Vec::new()) };
+            match unpack(&bytes) {
+                Ok(files) => return Ok(files),
+                Err(_) if attempt < TRIES => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => {
+                    return Err(Failure::new(
+                        Code::Engine,
+                        format!("cannot read {path} from the sandbox: {e}"),
+                    )
+                    .into());
+                }
+            }
+        }
+    }
+
+    /// The engine's tar archive of `path` in the firewall's container; `None` when it does not exist.
+    async fn archive(&self, path: &str) -> Result<Option<Vec<u8>>> {
         let (docker, id) = (&self.docker, self.firewall());
         let options = DownloadFromContainerOptions { path: path.to_string() };
         let mut stream = docker.download_from_container(id, Some(options));
@@ -426,27 +455,12 @@ impl Sandbox {
             match chunk {
                 Ok(chunk) => bytes.extend_from_slice(&chunk),
                 Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                    return Ok(Vec::new());
+                    return Ok(None);
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        let mut files = Vec::new();
-        let mut archive = tar::Archive::new(bytes.as_slice());
-        let unpack = |e: std::io::Error| {
-            Failure::new(Code::Engine, format!("cannot read {path} from the sandbox: {e}"))
-        };
-        for entry in archive.entries().map_err(unpack)? {
-            let mut entry = entry.map_err(unpack)?;
-            if entry.header().entry_type() != tar::EntryType::Regular {
-                continue;
-            }
-            let name = entry.path().map_err(unpack)?.to_string_lossy().into_owned();
-            let mut contents = Vec::new();
-            std::io::Read::read_to_end(&mut entry, &mut contents).map_err(unpack)?;
-            files.push((name, contents));
-        }
-        Ok(files)
+        Ok(Some(bytes))
     }
 
     /// Runs `cmd` as root in the container and collects its output.
@@ -643,6 +657,25 @@ impl Terminal {
     }
 }
 
+/// The regular files of a tar archive, by name.
+fn unpack(bytes: &[u8]) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    let mut files = Vec::new();
+    for entry in tar::Archive::new(bytes).entries()? {
+        let mut entry = entry?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        let name = entry.path()?.to_string_lossy().into_owned();
+        let mut contents = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut contents)?;
+        if (contents.len() as u64) < entry.header().size()? {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("{name} ends short")));
+        }
+        files.push((name, contents));
+    }
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,5 +712,19 @@ mod tests {
         assert_eq!(many.code, Code::NoSandbox);
         assert!(many.message.contains("agent-sandbox-claude-app-1, agent-sandbox-claude-lib-3"), "{many}");
         assert_eq!(pick(all(), "gemini").unwrap_err().code, Code::NoSandbox);
+    }
+
+    #[test]
+    fn a_torn_archive_is_an_error_and_a_whole_one_is_read() {
+        let mut archive = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(40);
+        header.set_mode(0o644);
+        archive.append_data(&mut header, "status.json", &[b'x'; 40][..]).unwrap();
+        let whole = archive.into_inner().unwrap();
+        assert_eq!(unpack(&whole).unwrap(), vec![("status.json".to_string(), vec![b'x'; 40])]);
+        // What the engine sends when the file it copies ends before the size it announced.
+        let torn = &whole[..512 + 20];
+        assert!(unpack(torn).is_err());
     }
 }
