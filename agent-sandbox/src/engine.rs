@@ -438,8 +438,7 @@ impl Sandbox {
                     return Err(Failure::new(
                         Code::Engine,
                         format!("cannot read {path} from the sandbox: {e}"),
-                    )
-                    .into());
+                    ));
                 }
             }
         }
