@@ -592,8 +592,8 @@ impl Sandbox {
     }
 }
 
-/// A command run in the container with a terminal of its own, attached: what it prints and
-/// what it reads.
+/// A command run in the container, attached (with a terminal of its own, or without): what it
+/// prints and what it reads.
 pub struct Terminal {
     docker: Docker,
     exec: String,
@@ -611,21 +611,35 @@ impl Sandbox {
     /// Runs `cmd` as the image's user with a terminal (the variables `env` set) and attaches
     /// to it.
     pub async fn terminal(&self, cmd: &str, env: Vec<String>) -> Result<Terminal> {
+        self.attached(&[cmd.to_string()], env, true, true).await
+    }
+
+    /// Runs `cmd` in the agent's container as the image's user (the variables `env` set) and
+    /// attaches to its output, to its input when `stdin`, with a terminal of its own when `tty`
+    /// (its output then comes as one stream).
+    pub async fn attached(
+        &self,
+        cmd: &[String],
+        env: Vec<String>,
+        stdin: bool,
+        tty: bool,
+    ) -> Result<Terminal> {
         let config = ExecConfig {
-            cmd: Some(vec![cmd.into()]),
-            attach_stdin: Some(true),
+            cmd: Some(cmd.to_vec()),
+            attach_stdin: Some(stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
-            tty: Some(true),
+            tty: Some(tty),
             env: Some(env),
             ..Default::default()
         };
         let exec = self.docker.create_exec(&self.id, config).await?.id;
-        let options = StartExecOptions { detach: false, tty: true, output_capacity: None };
+        let options = StartExecOptions { detach: false, tty, output_capacity: None };
         let StartExecResults::Attached { output, input } =
             self.docker.start_exec(&exec, Some(options)).await?
         else {
-            return Err(Failure::new(Code::Engine, format!("the engine did not attach to {cmd}")));
+            let shown = cmd.first().map_or("", String::as_str);
+            return Err(Failure::new(Code::Engine, format!("the engine did not attach to {shown}")));
         };
         Ok(Terminal { docker: self.docker.clone(), exec, output, input })
     }
@@ -650,9 +664,25 @@ impl Terminal {
         Resizer { docker: self.docker.clone(), exec: self.exec.clone() }
     }
 
-    /// The command's exit status, once its output has ended.
+    /// The command's exit status, once its output has ended (0 when the engine recorded none:
+    /// the session's client, killed with its container).
     pub async fn status(&self) -> Result<i64> {
         Ok(self.docker.inspect_exec(&self.exec).await?.exit_code.unwrap_or(0))
+    }
+
+    /// The command's exit status, once its output has ended. The engine may close the output a
+    /// moment before it records the status: it is asked again meanwhile, never taken as 0.
+    pub async fn exit_code(&self) -> Result<i64> {
+        for _ in 0..100 {
+            let inspected = self.docker.inspect_exec(&self.exec).await?;
+            if inspected.running != Some(true)
+                && let Some(code) = inspected.exit_code
+            {
+                return Ok(code);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(Failure::new(Code::Engine, "the engine recorded no exit status for the command"))
     }
 }
 

@@ -21,9 +21,11 @@ const ROOT_AFTER_HELP: &str = "Examples:\n  \
     69  no container engine answers (start it, or set DOCKER_HOST)\n  \
     70  the sandbox did not start, or did not apply a change (sandbox-init's message is shown)\n  \
     71  a host sign-in file (--login-from-host) is missing or unreadable\n  \
-    72  the project's git files changed while the agent ran (stop, or the end of run, names them)
-    73  verify: a check failed (the scorecard says which, and what it means)
-    74  ui: an approval the page sent no longer matches the queue (the page looks again)";
+    72  the project's git files changed while the agent ran (stop, or the end of run, names them)\n  \
+    73  verify: a check failed (the scorecard says which, and what it means)\n  \
+    74  ui: an approval the page sent no longer matches the queue (the page looks again)\n\n\
+    exec exits with its command's status instead, and with these codes only where it cannot run \
+    the command at all.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -75,6 +77,26 @@ pub enum Command {
     /// Attach to a sandbox's session (detach again with C-b d)
     #[command(after_help = "Examples:\n  agent-sandbox attach claude\n  agent-sandbox attach myproject")]
     Attach(AttachFlags),
+    /// Run a command as the agent in a running sandbox, without attaching
+    #[command(
+        long_about = "Run a command as the agent in a running sandbox, without attaching: as uid \
+            1000 with no capability, in /workspace, with the session's environment (the \
+            forwarder's address and the keys' placeholders; never a key), behind the sandbox's \
+            firewall, in whichever container the agent has (the one container, or sidecar mode's \
+            and gVisor's agent container). It is `docker exec C sandbox-exec -- CMD`, found by \
+            the sandbox's name in every shape.\n\n\
+            Its output is the sandbox's, which the agent can write: on a terminal it is filtered \
+            as `attach` filters the session (colours pass; clipboard writes, links, title reports \
+            and the like do not); into a pipe or a file it passes as it is. Standard input \
+            reaches the command only with -i. The exit status is the command's (126: it could not \
+            be run, 127: it was not found), or one of the launcher's own codes below where it \
+            cannot run it at all (68: no such sandbox, or it is stopped).",
+        after_help = "Examples:\n  \
+            agent-sandbox exec claude -- git status           a command, its output and status\n  \
+            agent-sandbox exec -i claude -- sh -s < job.sh    a script from this standard input\n  \
+            agent-sandbox exec -it claude -- bash             a shell beside the session"
+    )]
+    Exec(ExecFlags),
     /// Stop a sandbox and remove its container; its state volume is kept
     #[command(after_help = "Examples:\n  agent-sandbox stop claude")]
     Stop(StopFlags),
@@ -386,6 +408,21 @@ pub struct SandboxFlag {
 pub struct AttachFlags {
     #[command(flatten)]
     pub which: SandboxFlag,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecFlags {
+    /// Pass this standard input to the command (without it, the command reads nothing)
+    #[arg(long, short = 'i')]
+    pub interactive: bool,
+    /// Give the command a terminal of its own (needs one here): a shell, a full-screen program
+    #[arg(long, short = 't')]
+    pub tty: bool,
+    #[command(flatten)]
+    pub which: SandboxFlag,
+    /// The command and its arguments (after `--` when an argument starts with `-`)
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

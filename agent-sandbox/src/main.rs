@@ -9,6 +9,7 @@ mod approve;
 mod attach;
 mod deny;
 mod engine;
+mod exec;
 mod exit;
 mod flags;
 mod gitguard;
@@ -59,6 +60,7 @@ async fn dispatch(command: Command) -> Result<i32> {
         Command::Run(flags) => run::run(&flags).await,
         Command::Ls(flags) => ls::run(&flags).await,
         Command::Attach(flags) => attach::run(&flags).await,
+        Command::Exec(flags) => exec::run(&flags).await,
         Command::Stop(flags) => stop::run(&flags).await,
         Command::Logs(flags) => logs::run(&flags).await,
         Command::Status(flags) => status::run(&flags).await,

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use sandbox_policy::terminal::{RawMode, Sanitizer};
 
-use crate::engine::{Resizer, Sandbox};
+use crate::engine::{Resizer, Sandbox, Terminal};
 use crate::exit::{Code, Failure, Result};
 
 async fn resize(resizer: &Resizer) {
@@ -35,21 +35,36 @@ pub async fn attach(sandbox: &Sandbox) -> Result<i32> {
             "attaching needs a terminal: run this from one (or use `run --detach`, then `agent-sandbox attach` from a terminal)",
         ));
     }
-    let term = std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".into());
-    let mut terminal = sandbox.terminal("sandbox-attach", vec![format!("TERM={term}")]).await?;
+    let mut terminal = sandbox.terminal("sandbox-attach", vec![term()]).await?;
+    relay(&mut terminal, true).await;
+    let code = terminal.status().await?;
+    Ok(i32::try_from(code).unwrap_or(1))
+}
+
+/// `TERM=` this terminal's type, for a command given a terminal of its own.
+pub fn term() -> String {
+    format!("TERM={}", std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".into()))
+}
+
+/// This terminal on `terminal`'s until its output ends: its size passed on at the start and on
+/// every change, the keys typed passed on (in raw mode) when `keys`, and its output through the
+/// `Sanitizer`, then `END`.
+pub async fn relay(terminal: &mut Terminal, keys: bool) {
     let mut input = std::mem::replace(&mut terminal.input, Box::pin(tokio::io::sink()));
-    let raw = RawMode::enable();
+    let raw = if keys { RawMode::enable() } else { None };
     let resizer = terminal.resizer();
     resize(&resizer).await;
-    let keys = tokio::spawn(async move {
-        let mut stdin = tokio::io::stdin();
-        let mut buffer = [0u8; 4096];
-        while let Ok(n) = stdin.read(&mut buffer).await {
-            if n == 0 || input.write_all(&buffer[..n]).await.is_err() {
-                break;
+    let keys = keys.then(|| {
+        tokio::spawn(async move {
+            let mut stdin = tokio::io::stdin();
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = stdin.read(&mut buffer).await {
+                if n == 0 || input.write_all(&buffer[..n]).await.is_err() {
+                    break;
+                }
+                let _ = input.flush().await;
             }
-            let _ = input.flush().await;
-        }
+        })
     });
     let window = {
         tokio::spawn(async move {
@@ -75,8 +90,8 @@ pub async fn attach(sandbox: &Sandbox) -> Result<i32> {
     let _ = stdout.write_all(sandbox_policy::terminal::END);
     let _ = stdout.flush();
     drop(raw);
-    keys.abort();
+    if let Some(keys) = keys {
+        keys.abort();
+    }
     window.abort();
-    let code = terminal.status().await?;
-    Ok(i32::try_from(code).unwrap_or(1))
 }

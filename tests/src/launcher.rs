@@ -76,8 +76,17 @@ impl Launcher {
         self
     }
 
-    /// Runs `agent-sandbox ARGS…` to its end, without a terminal.
+    /// Runs `agent-sandbox ARGS…` to its end, without a terminal, its standard input empty.
     pub async fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> anyhow::Result<Outcome> {
+        self.run_fed(args, None).await
+    }
+
+    /// The same, with `input` on its standard input when given.
+    pub async fn run_fed<S: AsRef<std::ffi::OsStr>>(
+        &self,
+        args: &[S],
+        input: Option<&[u8]>,
+    ) -> anyhow::Result<Outcome> {
         let mut cmd = tokio::process::Command::new(binary()?);
         // The run's shape: sidecar mode's pair where the suites run in it and the sandbox has a
         // network to filter.
@@ -103,12 +112,20 @@ impl Launcher {
             .args(runtime)
             .env("HOME", self.home.path())
             .env("XDG_RUNTIME_DIR", self.home.path())
-            .stdin(std::process::Stdio::null());
+            .stdin(if input.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         for var in sandbox_init::apis::key_vars() {
             cmd.env_remove(var);
         }
         cmd.envs(&self.env);
-        let out = cmd.output().await.context("cannot run agent-sandbox")?;
+        let mut child = cmd.spawn().context("cannot run agent-sandbox")?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            use tokio::io::AsyncWriteExt as _;
+            stdin.write_all(input).await.context("cannot write agent-sandbox's standard input")?;
+            // Dropped: the launcher reads the end of its input.
+        }
+        let out = child.wait_with_output().await.context("cannot run agent-sandbox")?;
         if command == "run"
             && out.status.success()
             && let Some(project) = given.get(2).and_then(|p| std::fs::canonicalize(p).ok())

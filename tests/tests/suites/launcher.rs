@@ -825,6 +825,64 @@ net_admin! {
             Ok(())
         }
     }
+    [single, sidecar, gvisor] {
+        /// `exec` runs a command as the agent in whichever container the agent has: uid 1000 with no
+        /// capability, in /workspace, behind the firewall (an allowed name connects, a blocked one
+        /// is refused); the command's output on its own streams and its exit status; standard
+        /// input only with -i; and the launcher's own codes where it cannot run it.
+        #[tokio::test]
+        async fn exec_runs_a_command_as_the_agent_with_its_output_and_status() -> anyhow::Result<()> {
+            let world = sandbox_tests::world::World::shared().await?;
+            let shell = image("shell").await?;
+            let (launcher, project) = (Launcher::new()?, Project::new()?);
+            let net = world.net.name.as_str();
+            let args = ["run", "shell", &project.path, "--detach", "--network", net, "--image", &shell];
+            launcher.ok(&[&args[..], &["--allow", "api.allowed.test"]].concat()).await?;
+            let (_, name) = project.sandbox().await?;
+
+            let who = "id -u; pwd; grep -E '^Cap(Prm|Eff|Bnd|Amb)' /proc/self/status; echo to-stderr >&2; exit 7";
+            let out = launcher.run(&["exec", &name, "--", "sh", "-c", who]).await?;
+            assert_eq!(out.code, 7, "the command's status: {out:?}");
+            let lines: Vec<&str> = out.stdout.lines().collect();
+            assert_eq!(lines[..2], ["1000", "/workspace"], "{out:?}");
+            // Every capability set is empty (gVisor's /proc shows no ambient set).
+            let sets: Vec<&str> = lines.iter().filter(|l| l.starts_with("Cap")).copied().collect();
+            assert!(sets.len() >= 3 && sets.iter().any(|l| l.starts_with("CapEff:")), "{out:?}");
+            assert!(sets.iter().all(|l| l.ends_with("\t0000000000000000")), "a capability is left: {out:?}");
+            assert_eq!(out.stderr.trim(), "to-stderr", "{out:?}");
+            // The host's own file, as written: the agent's view of the project.
+            std::fs::write(project.dir.path().join("from-host.txt"), "host-wrote-this")?;
+            let out = launcher.ok(&["exec", &name, "cat", "from-host.txt"]).await?;
+            assert_eq!(out.stdout, "host-wrote-this", "{out:?}");
+
+            // Behind the firewall: the allowed name connects, the blocked one does not.
+            let reach = |host: &str| format!("exec 3<>/dev/tcp/{host}/80 && echo connected");
+            let allowed = launcher.run(&["exec", &name, "--", "timeout", "20", "bash", "-c", &reach("api.allowed.test")]).await?;
+            assert_eq!((allowed.code, allowed.stdout.trim()), (0, "connected"), "{allowed:?}");
+            let blocked = launcher.run(&["exec", &name, "--", "timeout", "20", "bash", "-c", &reach("blocked.test")]).await?;
+            assert_ne!(blocked.code, 0, "the blocked name was reached: {blocked:?}");
+            assert!(!blocked.stdout.contains("connected"), "{blocked:?}");
+
+            // Standard input reaches the command with -i, to its end; without it, nothing does.
+            let fed = launcher.run_fed(&["exec", "-i", &name, "--", "wc", "-c"], Some(&[b'x'; 100_000])).await?;
+            assert_eq!((fed.code, fed.stdout.trim()), (0, "100000"), "{fed:?}");
+            let unfed = launcher.run_fed(&["exec", &name, "--", "wc", "-c"], Some(b"ignored")).await?;
+            assert_eq!((unfed.code, unfed.stdout.trim()), (0, "0"), "{unfed:?}");
+
+            // Where the command cannot run, sandbox-exec's 127; where the launcher cannot, its own.
+            let missing = launcher.run(&["exec", &name, "--", "no-such-command"]).await?;
+            assert_eq!(missing.code, 127, "{missing:?}");
+            let nobody = launcher.run(&["exec", "no-such-sandbox", "--", "true"]).await?;
+            assert_eq!(nobody.code, 68, "{nobody:?}");
+            let no_tty = launcher.run(&["exec", "-t", &name, "--", "true"]).await?;
+            assert_eq!(no_tty.code, 64, "{no_tty:?}");
+            assert!(no_tty.stderr.contains("leave out -t"), "{no_tty:?}");
+            launcher.ok(&["stop", &name]).await?;
+            let stopped = launcher.run(&["exec", &name, "--", "true"]).await?;
+            assert_eq!(stopped.code, 68, "{stopped:?}");
+            Ok(())
+        }
+    }
     [gvisor] {
         /// Sidecar mode, as `run --sidecar` makes it (the gateway with the firewall and the key, the
         /// agent's container without any capability), and with the agent under gVisor: every check

@@ -348,6 +348,47 @@ async fn the_agent_cannot_write_the_users_clipboard_through_sandbox_attach() -> 
     Ok(())
 }
 
+/// The agent leaves a file in the project whose text writes the user's clipboard (OSC 52), and
+/// the user reads it with `agent-sandbox exec S -- cat notes.md` from a terminal, with and
+/// without `-t`: the terminal gets the text, not the clipboard write. The positive control: the
+/// same command into a pipe passes the file's bytes as they are (the payload was there, and
+/// scripts get what the command printed).
+#[tokio::test]
+async fn the_agent_cannot_write_the_users_clipboard_through_exec() -> anyhow::Result<()> {
+    use sandbox_tests::launcher::{Launcher, Project};
+    use tokio::io::AsyncReadExt as _;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    let id = launcher.offline_shell(&project, &[]).await?;
+    let (_, name) = project.sandbox().await?;
+    std::fs::set_permissions(project.dir.path(), std::fs::Permissions::from_mode(0o777))?;
+    let write = r"printf 'before-mark]52;c;QUdFTlQtQ0xJUEJPQVJEafter-mark
+' > /workspace/notes.md";
+    assert_eq!(exec(&id, &["sandbox-exec", "--", "sh", "-c", write], None).await?.code, 0);
+
+    let piped = launcher.ok(&["exec", &name, "--", "cat", "notes.md"]).await?;
+    assert!(
+        piped.raw.windows(9).any(|w| w == b"\x1b]52;c;QU") && piped.stdout.contains("after-mark"),
+        "the control: into a pipe the file passes as it is: {piped:?}"
+    );
+    let binary = sandbox_tests::launcher::binary()?.display().to_string();
+    for flags in ["", "-t "] {
+        let user = format!("{binary} exec {flags}{name} -- cat notes.md");
+        let mut run = tokio::process::Command::new("script")
+            .args(["-qfec", &user, "/dev/null"])
+            .env("HOME", launcher.home.path())
+            .env("TERM", "xterm-256color")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut stdout = run.stdout.take().expect("piped");
+        let mut seen = Vec::new();
+        tokio::time::timeout(Duration::from_secs(60), stdout.read_to_end(&mut seen)).await??;
+        assert_no_clipboard_write(&String::from_utf8_lossy(&seen));
+    }
+    Ok(())
+}
+
 /// What the agent writes to its pane (through tmux passthrough, so that tmux passes it
 /// unchanged) so that the user clicks it: a link whose text shows the docs over an address
 /// carrying its data (the attacker's host named inside other text, or hidden by concealed
