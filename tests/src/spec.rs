@@ -30,11 +30,13 @@ pub use xtask::test::SHARED_ENV;
 /// The label of a sandbox shared by a run's tests, its value the nextest run's id.
 pub use xtask::test::SHARED_LABEL;
 
-/// The run whose tests share sandboxes and worlds (its id's first 8 characters), where `cargo
-/// xtask test` runs them and removes what they shared after it ([`SHARED_ENV`]).
+/// The run whose tests share sandboxes and worlds, `PID-RUN` (the xtask's pid, which removes
+/// what they shared after it, [`SHARED_ENV`]; the nextest run id's first 8 characters), where
+/// `cargo xtask test` runs them.
 pub fn shared_run() -> Option<String> {
-    let run = std::env::var("NEXTEST_RUN_ID").ok().filter(|_| std::env::var_os(SHARED_ENV).is_some())?;
-    Some(run.chars().take(8).collect())
+    let owner = std::env::var(SHARED_ENV).ok()?;
+    let run = std::env::var("NEXTEST_RUN_ID").ok()?;
+    Some(format!("{owner}-{}", run.chars().take(8).collect::<String>()))
 }
 
 /// The image the deep security suites run against: the smallest in the graph.

@@ -3,8 +3,8 @@
 //! public services), a peer under `api.allowed.test`, `a.wild.test` and `wild.test`, and one
 //! under `blocked.test`. The first test of a nextest run that asks makes it, under names of the
 //! run's; the others, in processes of their own, find it by those names. `cargo xtask test`
-//! removes it after the run, and before the next (a run interrupted by Ctrl-C leaves it behind
-//! until then). Outside it (a plain `cargo nextest run`) each test gets a world of its own.
+//! removes it after the run, and before the next if the run was interrupted (Ctrl-C leaves it
+//! behind until then); a run beside it on the same engine has its own and leaves this one alone. Outside it (a plain `cargo nextest run`) each test gets a world of its own.
 
 use std::time::Duration;
 

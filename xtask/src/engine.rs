@@ -217,9 +217,13 @@ impl Engine {
             .collect())
     }
 
-    /// Removes every container carrying `label` (running or not), forced: the suites' shared
-    /// sandboxes after their run. How many went.
-    pub async fn remove_containers_labelled(&self, label: &str) -> Result<usize, EngineError> {
+    /// Removes every container carrying `label` (running or not) whose value `remove` accepts,
+    /// forced: the suites' shared sandboxes after their run. How many went.
+    pub async fn remove_containers_labelled(
+        &self,
+        label: &str,
+        remove: impl Fn(&str) -> bool,
+    ) -> Result<usize, EngineError> {
         let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
         let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
             .all(true)
@@ -230,7 +234,8 @@ impl Engine {
         })?;
         let force = bollard::query_parameters::RemoveContainerOptionsBuilder::default().force(true).build();
         let mut removed = 0;
-        for id in containers.into_iter().filter_map(|c| c.id) {
+        let chosen = containers.into_iter().filter(|c| remove(labelled(&c.labels, label)));
+        for id in chosen.filter_map(|c| c.id) {
             if self.docker.remove_container(&id, Some(force.clone())).await.is_ok() {
                 removed += 1;
             }
@@ -238,9 +243,13 @@ impl Engine {
         Ok(removed)
     }
 
-    /// Removes every network carrying `label` (its containers removed first: see
+    /// Removes every network carrying `label` whose value `remove` accepts (its containers removed first: see
     /// [`Engine::remove_containers_labelled`]). How many went.
-    pub async fn remove_networks_labelled(&self, label: &str) -> Result<usize, EngineError> {
+    pub async fn remove_networks_labelled(
+        &self,
+        label: &str,
+        remove: impl Fn(&str) -> bool,
+    ) -> Result<usize, EngineError> {
         let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
         let options =
             bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&filters).build();
@@ -249,7 +258,8 @@ impl Engine {
         })?;
         let mut removed = 0;
         // By id: the engine lets two networks share a name, and refuses to remove by it then.
-        for id in networks.into_iter().filter_map(|n| n.id) {
+        let chosen = networks.into_iter().filter(|n| remove(labelled(&n.labels, label)));
+        for id in chosen.filter_map(|n| n.id) {
             if self.docker.remove_network(&id).await.is_ok() {
                 removed += 1;
             }
@@ -373,4 +383,9 @@ pub fn cli_build(
     args.extend(labels.into_iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]));
     xshell::cmd!(sh, "docker build --quiet {args...} --tag {tag} {dir}").quiet().ignore_stdout().run()?;
     Ok(())
+}
+
+/// The value of `label` among `labels` (empty where it has none).
+fn labelled<'a>(labels: &'a Option<HashMap<String, String>>, label: &str) -> &'a str {
+    labels.as_ref().and_then(|l| l.get(label)).map_or("", String::as_str)
 }

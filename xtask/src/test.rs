@@ -25,9 +25,11 @@ pub const CONTAINERS: &str = "package(sandbox-tests) & kind(test) & not test(/^a
 pub const NET_ADMIN: &str = "test(/::net_admin::/)";
 
 /// Tells the suites that this run removes their shared sandboxes after it
-/// (`SandboxSpec::start_shared`), so they may share them.
+/// (`SandboxSpec::start_shared`), so they may share them; its value is the pid of the xtask that
+/// owns the run.
 pub const SHARED_ENV: &str = "AGENT_SANDBOX_TEST_SHARED";
-/// The label of a sandbox the tests of one nextest run share (its value, the run's id).
+/// The label of a sandbox the tests of one nextest run share; its value `PID-RUN`, the owning
+/// xtask's pid and the run's id, so that a run started beside it leaves it alone.
 pub const SHARED_LABEL: &str = "io.github.agent-sandbox.test.shared";
 
 /// What `--arm64` runs: the arm64 chain's suite, its release part included.
@@ -104,12 +106,12 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
 /// sandboxes its tests shared are removed after it, however it ended (on Ctrl-C the engine
 /// keeps them until the next run, which removes them first).
 pub fn run_nextest(sh: &Shell, profile: &str, filter: &str, args: &[String]) -> anyhow::Result<()> {
-    remove_shared();
-    let _shared = sh.push_env(SHARED_ENV, "1");
+    remove_shared(false);
+    let _shared = sh.push_env(SHARED_ENV, std::process::id().to_string());
     let result = cmd!(sh, "cargo nextest run --workspace --profile {profile} -E {filter} {args...}")
         .run()
         .with_context(|| format!("the tests failed (profile {profile}, {filter})"));
-    remove_shared();
+    remove_shared(true);
     let junit = junit_path(sh.current_dir().as_path(), profile);
     if junit.exists() {
         eprintln!("JUnit report, with each test's time: {}", junit.display());
@@ -117,18 +119,35 @@ pub fn run_nextest(sh: &Shell, profile: &str, filter: &str, args: &[String]) -> 
     result
 }
 
-/// Removes the sandboxes and the world a run's tests shared (containers, then networks), from
-/// a thread of its own (callers are in the runtime already).
-fn remove_shared() {
-    let _ = std::thread::spawn(|| {
+/// Removes the sandboxes and the worlds runs' tests shared (containers, then networks), from
+/// a thread of its own (callers are in the runtime already): this process's runs' when `own`,
+/// else those whose xtask is gone (interrupted by Ctrl-C), never those of a run beside this one.
+fn remove_shared(own: bool) {
+    let _ = std::thread::spawn(move || {
+        let remove =
+            |value: &str| if own { owner(value) == Some(std::process::id()) } else { abandoned(value) };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
         runtime.block_on(async {
             let engine = crate::engine::Engine::connect().await.ok()?;
-            engine.remove_containers_labelled(SHARED_LABEL).await.ok()?;
-            engine.remove_networks_labelled(SHARED_LABEL).await.ok()
+            engine.remove_containers_labelled(SHARED_LABEL, remove).await.ok()?;
+            engine.remove_networks_labelled(SHARED_LABEL, remove).await.ok()
         })
     })
     .join();
+}
+
+/// The pid of the xtask that owns a shared run's label value (`PID-RUN`).
+fn owner(value: &str) -> Option<u32> {
+    value.split_once('-')?.0.parse().ok()
+}
+
+/// Whether what a run shared outlived it: its owner is gone (or is this process, a pid used
+/// again), or its value has no owner (an older xtask's).
+fn abandoned(value: &str) -> bool {
+    match owner(value) {
+        Some(pid) => pid == std::process::id() || !Path::new(&format!("/proc/{pid}")).exists(),
+        None => true,
+    }
 }
 
 /// Where a run with `profile` writes its JUnit report.
@@ -185,6 +204,19 @@ async fn run_arm64(root: &Path, flags: TestFlags, mut opts: BuildOptions) -> any
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a run shared is removed by its own xtask, or once that xtask is gone; a run beside
+    /// it on the same engine (another checkout, another filter) leaves it alone.
+    #[test]
+    fn a_shared_run_is_removed_only_once_its_xtask_is_gone() {
+        let me = std::process::id();
+        assert_eq!(owner(&format!("{me}-7abca64f")), Some(me));
+        // PID 1 runs for as long as the machine does: a live run's.
+        assert!(!abandoned("1-7abca64f"));
+        assert!(abandoned(&format!("{}-7abca64f", u32::MAX)), "no such process");
+        assert!(abandoned(&format!("{me}-7abca64f")), "this process's pid, from an earlier run");
+        assert!(abandoned("7abca64f"), "an older xtask's value, with no owner");
+    }
 
     /// The ci profile's default-filter is the filter `--ci` runs: one expression, kept the same
     /// in both places.
