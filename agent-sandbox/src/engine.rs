@@ -671,18 +671,20 @@ impl Terminal {
     }
 
     /// The command's exit status, once its output has ended. The engine may close the output a
-    /// moment before it records the status: it is asked again meanwhile, never taken as 0.
+    /// moment before it records the status, and a command may close its output and run on: it
+    /// is asked again until it has one (never taken as 0), the pause growing to half a second.
     pub async fn exit_code(&self) -> Result<i64> {
-        for _ in 0..100 {
+        let mut pause = Duration::from_millis(10);
+        loop {
             let inspected = self.docker.inspect_exec(&self.exec).await?;
             if inspected.running != Some(true)
                 && let Some(code) = inspected.exit_code
             {
                 return Ok(code);
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
         }
-        Err(Failure::new(Code::Engine, "the engine recorded no exit status for the command"))
     }
 }
 

@@ -1,9 +1,9 @@
 //! `agent-sandbox exec`: a command run as the agent, beside the session rather than in it:
 //! `sandbox-exec -- CMD…` in the agent's container (the one container, or sidecar mode's and
 //! gVisor's agent container), so as uid 1000 with no capability, in /workspace, with the
-//! session's environment. What it prints is the sandbox's and may be the agent's: on a terminal
-//! it goes through the `Sanitizer` as `attach`'s output does; into a pipe or a file it passes
-//! as it came, which is what scripts need.
+//! session's environment, once the sandbox's firewall holds. What it prints is the sandbox's and
+//! may be the agent's: on a terminal it goes through the `Sanitizer` as `attach`'s output does;
+//! into a pipe or a file it passes as it came, which is what scripts need.
 
 use std::io::{IsTerminal as _, Write};
 
@@ -15,6 +15,7 @@ use sandbox_policy::terminal::Sanitizer;
 use crate::engine::Engine;
 use crate::exit::{Code, Failure, Result};
 use crate::flags::ExecFlags;
+use crate::terminal::{OUTPUT_LOST, Stops};
 
 pub async fn run(flags: &ExecFlags) -> Result<i32> {
     if flags.tty && !std::io::stdout().is_terminal() {
@@ -31,22 +32,46 @@ pub async fn run(flags: &ExecFlags) -> Result<i32> {
     }
     let sandbox = Engine::connect().await?.find(&flags.which.sandbox).await?;
     sandbox.ensure_running()?;
+    // A sandbox still starting has no firewall yet: the command waits for it, as the agent does.
+    crate::run::wait_ready(&sandbox).await?;
     let cmd: Vec<String> =
         ["sandbox-exec", "--"].iter().map(|s| s.to_string()).chain(flags.command.clone()).collect();
     let env = if flags.tty { vec![crate::terminal::term()] } else { Vec::new() };
     let mut attached = sandbox.attached(&cmd, env, flags.interactive, flags.tty).await?;
-    if flags.tty {
-        crate::terminal::relay(&mut attached, flags.interactive).await;
+    let mut stops = Stops::catch();
+    let ended = if flags.tty {
+        crate::terminal::relay(&mut attached, flags.interactive).await
     } else {
         let input = std::mem::replace(&mut attached.input, Box::pin(tokio::io::sink()));
         let feeding = flags.interactive.then(|| tokio::spawn(feed(input)));
         let mut stdout = Screen::new(std::io::stdout());
         let mut stderr = Screen::new(std::io::stderr());
-        while let Some(chunk) = attached.output.next().await {
-            match chunk? {
-                bollard::container::LogOutput::StdErr { message } => stderr.write(&message),
-                bollard::container::LogOutput::StdIn { .. } => {}
-                other => stdout.write(&other.into_bytes()),
+        let mut ended = None;
+        loop {
+            let chunk = tokio::select! {
+                chunk = attached.output.next() => chunk,
+                code = stops.next() => {
+                    ended = Some(code);
+                    break;
+                }
+            };
+            let shown = match chunk {
+                None => break,
+                Some(Err(e)) => {
+                    stdout.finish();
+                    stderr.finish();
+                    return Err(Failure::new(Code::Engine, format!("the command's output broke off: {e}")));
+                }
+                Some(Ok(bollard::container::LogOutput::StdErr { message })) => stderr.write(&message),
+                Some(Ok(bollard::container::LogOutput::StdIn { .. })) => Ok(()),
+                Some(Ok(other)) => stdout.write(&other.into_bytes()),
+            };
+            if let Err(e) = shown {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    crate::say::line(&format!("agent-sandbox: cannot write the command's output: {e}"));
+                }
+                ended = Some(OUTPUT_LOST);
+                break;
             }
         }
         stdout.finish();
@@ -54,9 +79,16 @@ pub async fn run(flags: &ExecFlags) -> Result<i32> {
         if let Some(feeding) = feeding {
             feeding.abort();
         }
+        ended
+    };
+    if let Some(code) = ended {
+        return Ok(code);
     }
-    let code = attached.exit_code().await?;
-    Ok(i32::try_from(code).unwrap_or(1))
+    // A command that closed its output may run on; a signal still ends the wait.
+    tokio::select! {
+        code = attached.exit_code() => Ok(i32::try_from(code?).unwrap_or(1)),
+        code = stops.next() => Ok(code),
+    }
 }
 
 /// This process's standard input to the command, then its end (the command reads end of file).
@@ -83,12 +115,12 @@ impl<W: Write + std::io::IsTerminal> Screen<W> {
         Screen { out, sanitizer }
     }
 
-    fn write(&mut self, bytes: &[u8]) {
-        let _ = match &mut self.sanitizer {
-            Some(sanitizer) => self.out.write_all(&sanitizer.filter(bytes)),
-            None => self.out.write_all(bytes),
-        };
-        let _ = self.out.flush();
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match &mut self.sanitizer {
+            Some(sanitizer) => self.out.write_all(&sanitizer.filter(bytes))?,
+            None => self.out.write_all(bytes)?,
+        }
+        self.out.flush()
     }
 
     /// What the command left open or switched on ends with it, on a terminal.

@@ -85,16 +85,19 @@ pub enum Command {
             firewall, in whichever container the agent has (the one container, or sidecar mode's \
             and gVisor's agent container). It is `docker exec C sandbox-exec -- CMD`, found by \
             the sandbox's name in every shape.\n\n\
-            Its output is the sandbox's, which the agent can write: on a terminal it is filtered \
-            as `attach` filters the session (colours pass; clipboard writes, links, title reports \
-            and the like do not); into a pipe or a file it passes as it is. Standard input \
-            reaches the command only with -i. The exit status is the command's (126: it could not \
-            be run, 127: it was not found), or one of the launcher's own codes below where it \
-            cannot run it at all (68: no such sandbox, or it is stopped).",
+            A sandbox still starting is waited for, until its firewall holds.\n\n\
+            Its output is the sandbox's, which the agent controls (the command runs as the \
+            agent's uid, beside its processes): on a terminal it is filtered as `attach` filters \
+            the session (colours pass; clipboard writes, links, title reports and the like do \
+            not); into a pipe or a file it passes as it is. Standard input reaches the command \
+            only with -i. The exit status is the command's (126: it could not be run, 127: it was \
+            not found), 141 when its output could not be written, 128 + the signal that ended \
+            the launcher, or one of the launcher's own codes below where it cannot run it at all \
+            (68: no such sandbox, or it is stopped).",
         after_help = "Examples:\n  \
             agent-sandbox exec claude -- git status           a command, its output and status\n  \
             agent-sandbox exec -i claude -- sh -s < job.sh    a script from this standard input\n  \
-            agent-sandbox exec -it claude -- bash             a shell beside the session"
+            agent-sandbox exec -it claude -- bash             a shell as the agent (its ~/.bashrc)"
     )]
     Exec(ExecFlags),
     /// Stop a sandbox and remove its container; its state volume is kept

@@ -388,7 +388,7 @@ pub fn pinned(agent: &str) -> Result<Option<String>> {
 }
 
 /// Waits for `sandbox ready`, or reports why sandbox-init stopped.
-async fn wait_ready(sandbox: &Sandbox) -> Result<()> {
+pub async fn wait_ready(sandbox: &Sandbox) -> Result<()> {
     let name = &sandbox.name;
     let started = Instant::now();
     loop {

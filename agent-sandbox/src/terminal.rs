@@ -36,9 +36,46 @@ pub async fn attach(sandbox: &Sandbox) -> Result<i32> {
         ));
     }
     let mut terminal = sandbox.terminal("sandbox-attach", vec![term()]).await?;
-    relay(&mut terminal, true).await;
+    if let Some(code) = relay(&mut terminal, true).await {
+        return Ok(code);
+    }
     let code = terminal.status().await?;
     Ok(i32::try_from(code).unwrap_or(1))
+}
+
+/// The status when a command's output could not be written: 141 (128 + SIGPIPE) as a shell
+/// reports a writer whose reader went away (`exec S -- git log | head -1`); the command is left
+/// to end as docker's would, on its next write.
+pub const OUTPUT_LOST: i32 = 141;
+
+/// SIGINT, SIGTERM and SIGHUP, caught so that what the command's output switched on in this
+/// terminal is switched off before the launcher exits (128 + the signal's number, as a shell
+/// reports a process it ended).
+pub struct Stops {
+    signals: Vec<(i32, tokio::signal::unix::Signal)>,
+}
+
+impl Stops {
+    pub fn catch() -> Stops {
+        use tokio::signal::unix::{SignalKind, signal};
+        let kinds = [(2, SignalKind::interrupt()), (15, SignalKind::terminate()), (1, SignalKind::hangup())];
+        Stops { signals: kinds.into_iter().filter_map(|(n, kind)| Some((n, signal(kind).ok()?))).collect() }
+    }
+
+    /// The status to exit with, once one of them arrives.
+    pub async fn next(&mut self) -> i32 {
+        if self.signals.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = self.signals.iter_mut().map(|(n, s)| {
+            let n = *n;
+            Box::pin(async move {
+                s.recv().await;
+                128 + n
+            })
+        });
+        futures_util::future::select_all(waits).await.0
+    }
 }
 
 /// `TERM=` this terminal's type, for a command given a terminal of its own.
@@ -48,8 +85,10 @@ pub fn term() -> String {
 
 /// This terminal on `terminal`'s until its output ends: its size passed on at the start and on
 /// every change, the keys typed passed on (in raw mode) when `keys`, and its output through the
-/// `Sanitizer`, then `END`.
-pub async fn relay(terminal: &mut Terminal, keys: bool) {
+/// `Sanitizer`, then `END`. Ends early, with the status to exit with, on a signal ([`Stops`]) or
+/// when this terminal cannot be written.
+pub async fn relay(terminal: &mut Terminal, keys: bool) -> Option<i32> {
+    let mut stops = Stops::catch();
     let mut input = std::mem::replace(&mut terminal.input, Box::pin(tokio::io::sink()));
     let raw = if keys { RawMode::enable() } else { None };
     let resizer = terminal.resizer();
@@ -80,9 +119,21 @@ pub async fn relay(terminal: &mut Terminal, keys: bool) {
     };
     let mut stdout = std::io::stdout();
     let mut sanitizer = Sanitizer::default();
-    while let Some(Ok(chunk)) = terminal.output.next().await {
-        let _ = stdout.write_all(&sanitizer.filter(&chunk.into_bytes()));
-        let _ = stdout.flush();
+    let mut ended = None;
+    loop {
+        let chunk = tokio::select! {
+            chunk = terminal.output.next() => chunk,
+            code = stops.next() => {
+                ended = Some(code);
+                break;
+            }
+        };
+        let Some(Ok(chunk)) = chunk else { break };
+        let shown = stdout.write_all(&sanitizer.filter(&chunk.into_bytes())).and_then(|()| stdout.flush());
+        if shown.is_err() {
+            ended = Some(OUTPUT_LOST);
+            break;
+        }
     }
     // What the agent left open or switched on ends with the session here too: the sandbox's
     // own relay may have been killed before it could say so (its PID 1 gone).
@@ -94,4 +145,5 @@ pub async fn relay(terminal: &mut Terminal, keys: bool) {
         keys.abort();
     }
     window.abort();
+    ended
 }

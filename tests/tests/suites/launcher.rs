@@ -869,6 +869,20 @@ net_admin! {
             let unfed = launcher.run_fed(&["exec", &name, "--", "wc", "-c"], Some(b"ignored")).await?;
             assert_eq!((unfed.code, unfed.stdout.trim()), (0, "0"), "{unfed:?}");
 
+            // A reader that goes away after 4 bytes of 20 MB: the launcher stops there, with 141 (as a
+            // writer killed by SIGPIPE), rather than reading the rest and saying 0.
+            let script = r#"set -o pipefail; "$0" exec "$1" -- dd if=/dev/zero bs=1M count=20 status=none | head -c 4; echo " status=${PIPESTATUS[0]}""#;
+            let binary = sandbox_tests::launcher::binary()?;
+            let piped = tokio::process::Command::new("bash")
+                .args(["-c", script])
+                .arg(&binary)
+                .arg(&name)
+                .env("HOME", launcher.home.path())
+                .env("XDG_RUNTIME_DIR", launcher.home.path())
+                .output();
+            let piped = tokio::time::timeout(std::time::Duration::from_secs(120), piped).await??;
+            assert_eq!(String::from_utf8_lossy(&piped.stdout), "\0\0\0\0 status=141\n", "{piped:?}");
+
             // Where the command cannot run, sandbox-exec's 127; where the launcher cannot, its own.
             let missing = launcher.run(&["exec", &name, "--", "no-such-command"]).await?;
             assert_eq!(missing.code, 127, "{missing:?}");

@@ -389,6 +389,51 @@ async fn the_agent_cannot_write_the_users_clipboard_through_exec() -> anyhow::Re
     Ok(())
 }
 
+/// The agent's output switches the user's terminal into reporting the mouse (a mode the filter
+/// passes, since full-screen programs need it) and then stalls, so that the user presses Ctrl-C
+/// on `agent-sandbox exec`: the launcher catches the signal and switches the mode off before it
+/// exits (130), rather than dying with the user's terminal turning every click into input. The
+/// control: the switch itself reached the terminal.
+#[tokio::test]
+async fn an_interrupted_exec_leaves_the_users_terminal_as_it_found_it() -> anyhow::Result<()> {
+    use sandbox_tests::launcher::{Launcher, Project};
+    use tokio::io::AsyncReadExt as _;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    launcher.offline_shell(&project, &[]).await?;
+    let (_, name) = project.sandbox().await?;
+    std::fs::write(project.dir.path().join("mouse.md"), "mouse-on\x1b[?1000h\n")?;
+    let binary = sandbox_tests::launcher::binary()?.display().to_string();
+    let user = format!("{binary} exec {name} -- sh -c 'cat mouse.md; sleep 120'; echo launcher-exited=$?");
+    let mut run = tokio::process::Command::new("script")
+        .args(["-qfec", &user, "/dev/null"])
+        .env("HOME", launcher.home.path())
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdout = run.stdout.take().expect("piped");
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !String::from_utf8_lossy(&seen).contains("\x1b[?1000h") {
+        let n = tokio::time::timeout_at(deadline, stdout.read(&mut buffer)).await??;
+        anyhow::ensure!(n > 0, "the output ended early: {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buffer[..n]);
+    }
+    // The user's Ctrl-C: SIGINT to the launcher (not to script(1) or its shell, whose command
+    // lines hold the launcher's too).
+    let launcher_line = format!("^{binary} exec {name} ");
+    let interrupted = std::process::Command::new("pkill").args(["-INT", "-f", &launcher_line]).status()?;
+    assert!(interrupted.success(), "no launcher to interrupt");
+    tokio::time::timeout(Duration::from_secs(30), stdout.read_to_end(&mut seen)).await??;
+    let seen = String::from_utf8_lossy(&seen).into_owned();
+    let after = seen.split("\x1b[?1000h").nth(1).unwrap_or_default();
+    assert!(after.contains("\x1b[?1000l"), "the mouse reporting was left on: {seen:?}");
+    assert!(after.contains("launcher-exited=130"), "{seen:?}");
+    Ok(())
+}
+
 /// What the agent writes to its pane (through tmux passthrough, so that tmux passes it
 /// unchanged) so that the user clicks it: a link whose text shows the docs over an address
 /// carrying its data (the attacker's host named inside other text, or hidden by concealed
