@@ -423,9 +423,19 @@ async fn an_interrupted_exec_leaves_the_users_terminal_as_it_found_it() -> anyho
     }
     // The user's Ctrl-C: SIGINT to the launcher (not to script(1) or its shell, whose command
     // lines hold the launcher's too).
-    let launcher_line = format!("^{binary} exec {name} ");
-    let interrupted = std::process::Command::new("pkill").args(["-INT", "-f", &launcher_line]).status()?;
-    assert!(interrupted.success(), "no launcher to interrupt");
+    let wanted = [binary.as_str(), "exec", name.as_str()];
+    let launcher_pid = std::fs::read_dir("/proc")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            let line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = line.split(|b| *b == 0).take(3).collect();
+            args.iter()
+                .map(|a| String::from_utf8_lossy(a))
+                .eq(wanted.iter().map(|w| std::borrow::Cow::Borrowed(*w)))
+        })
+        .ok_or_else(|| anyhow::anyhow!("no launcher to interrupt"))?;
+    // SAFETY: kill(2) with a pid read from /proc and a signal number; no memory is shared.
+    assert_eq!(unsafe { libc::kill(launcher_pid, libc::SIGINT) }, 0, "{}", std::io::Error::last_os_error());
     tokio::time::timeout(Duration::from_secs(30), stdout.read_to_end(&mut seen)).await??;
     let seen = String::from_utf8_lossy(&seen).into_owned();
     let after = seen.split("\x1b[?1000h").nth(1).unwrap_or_default();
