@@ -579,12 +579,22 @@ net_admin! {
             // The reload comes only after both holds are in (the echo server logged them; 3001's first
             // line was the readiness probe's), and have had time to ping: a slow exec must not make the
             // reload race the connection it is meant to cut.
-            eventually("both holds accepted by the agent's echo server", || async {
+            let accepted = eventually("both holds accepted by the agent's echo server", || async {
                 let text = sb.as_agent(&["cat", log]).await?.stdout;
                 let opened = |port: &str| text.lines().filter(|l| l.starts_with(&format!("open {port} "))).count();
                 Ok(opened("3000") >= 1 && opened("3001") >= 2)
             })
-            .await?;
+            .await;
+            if let Err(e) = accepted {
+                // What the server saw, and what each hold met (seen once under gVisor on a loaded
+                // machine, without either).
+                let text = sb.as_agent(&["cat", log]).await.map(|o| o.stdout).unwrap_or_default();
+                let met = |hold: anyhow::Result<sandbox_tests::probe::Probe>| {
+                    hold.map_or_else(|e| e.to_string(), |p| format!("{:?}", p.fields))
+                };
+                let (closed, kept) = (met(closed.await?), met(kept.await?));
+                anyhow::bail!("{e}: the echo server's log {text:?}; the hold on 3000: {closed}; on 3001: {kept}");
+            }
             tokio::time::sleep(Duration::from_millis(800)).await;
             sb.write_drop_in("in.yaml", "version: 1\ninbound: [3001]\n")?;
             reload(&sb, 1).await?;
