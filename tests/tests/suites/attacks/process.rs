@@ -373,14 +373,7 @@ async fn the_agent_cannot_write_the_users_clipboard_through_exec() -> anyhow::Re
     let binary = sandbox_tests::launcher::binary()?.display().to_string();
     for flags in ["", "-t "] {
         let user = format!("{binary} exec {flags}{name} -- cat notes.md");
-        let mut run = tokio::process::Command::new("script")
-            .args(["-qfec", &user, "/dev/null"])
-            .env("HOME", launcher.home.path())
-            .env("TERM", "xterm-256color")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()?;
+        let mut run = on_a_terminal(&launcher, &user)?;
         let mut stdout = run.stdout.take().expect("piped");
         let mut seen = Vec::new();
         tokio::time::timeout(Duration::from_secs(60), stdout.read_to_end(&mut seen)).await??;
@@ -404,14 +397,7 @@ async fn an_interrupted_exec_leaves_the_users_terminal_as_it_found_it() -> anyho
     std::fs::write(project.dir.path().join("mouse.md"), "mouse-on\x1b[?1000h\n")?;
     let binary = sandbox_tests::launcher::binary()?.display().to_string();
     let user = format!("{binary} exec {name} -- sh -c 'cat mouse.md; sleep 120'; echo launcher-exited=$?");
-    let mut run = tokio::process::Command::new("script")
-        .args(["-qfec", &user, "/dev/null"])
-        .env("HOME", launcher.home.path())
-        .env("TERM", "xterm-256color")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut run = on_a_terminal(&launcher, &user)?;
     let mut stdout = run.stdout.take().expect("piped");
     let mut seen = Vec::new();
     let mut buffer = [0u8; 4096];
@@ -476,6 +462,22 @@ async fn the_agent_cannot_show_the_user_a_link_whose_text_lies() -> anyhow::Resu
     Ok(())
 }
 
+/// The user running `command` with the launcher's home, on a terminal (script(1) gives it one,
+/// xterm's type): its output piped to the test, its input held open.
+fn on_a_terminal(
+    launcher: &sandbox_tests::launcher::Launcher,
+    command: &str,
+) -> std::io::Result<tokio::process::Child> {
+    tokio::process::Command::new("script")
+        .args(["-qfec", command, "/dev/null"])
+        .env("HOME", launcher.home.path())
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+}
+
 /// The attack, with the user attached by `attach(container id)`, a command run on a terminal:
 /// what the terminal received.
 async fn seen_while_attached(attach: impl FnOnce(&str) -> String, payload: &str) -> anyhow::Result<String> {
@@ -486,14 +488,7 @@ async fn seen_while_attached(attach: impl FnOnce(&str) -> String, payload: &str)
 
     // The user, on a terminal (script(1) gives the command one).
     let attach = attach(&id);
-    let mut user = tokio::process::Command::new("script")
-        .args(["-qfec", &attach, "/dev/null"])
-        .env("HOME", launcher.home.path())
-        .env("TERM", "xterm-256color")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut user = on_a_terminal(&launcher, &attach)?;
     write_once_attached(&id, payload).await?;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     exec(&id, &["sandbox-exec", "--", "tmux", "detach-client", "-s", "agent"], None).await?;
