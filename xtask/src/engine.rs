@@ -243,8 +243,8 @@ impl Engine {
         Ok(removed)
     }
 
-    /// Removes every network carrying `label` whose value `remove` accepts (its containers removed first: see
-    /// [`Engine::remove_containers_labelled`]). How many went.
+    /// Removes every network carrying `label` whose value `remove` accepts (its containers
+    /// removed first: see [`Engine::remove_containers_labelled`]). How many went.
     pub async fn remove_networks_labelled(
         &self,
         label: &str,
