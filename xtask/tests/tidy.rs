@@ -89,13 +89,20 @@ fn cycle(modules: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 /// layers, so no chain of `crate::` uses leads back to where it started.
 #[test]
 fn no_module_imports_upward() {
-    for src in SOURCES {
-        let modules = module_uses(&root().join(src));
-        assert!(modules.len() > 1 || src.contains("policy"), "{src}: no modules found");
+    let sources = sources();
+    let mut found = 0;
+    for src in &sources {
+        let dir = root().join(src);
+        // The folder is a crate's: what is read below is its code.
+        assert!(dir.join("lib.rs").exists() || dir.join("main.rs").exists(), "{src}: no lib.rs or main.rs");
+        let modules = module_uses(&dir);
+        found += modules.len();
         if let Some(found) = cycle(&modules) {
             panic!("{src}: modules use each other in a circle: {}", found.join(" -> "));
         }
     }
+    // A crate may be one file, but the workspace is not: modules went unseen.
+    assert!(found > 2 * sources.len(), "{found} modules in {sources:?}");
 }
 
 /// The suites depend only on the harness, never on each other: a module of tests/suites names
@@ -124,16 +131,68 @@ fn a_circle_is_found() {
     assert_eq!(cycle(&layered), None);
 }
 
-/// The crates' source folders the shape checks look at.
-const SOURCES: [&str; 7] = [
-    "xtask/src",
-    "agent-sandbox/src",
-    "sandbox-images/src",
-    "sandbox-init/src",
-    "sandbox-policy/src",
-    "tests/src",
-    "tests/probe/src",
-];
+/// The crates' source folders the shape checks look at: the `src` folder of every member of the
+/// workspace that has one, so that a crate added to the workspace is held to them too.
+fn sources() -> Vec<String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let members = workspace_members(&manifest);
+    assert!(!members.is_empty(), "the root Cargo.toml's [workspace] lists no members");
+    members.into_iter().map(|m| format!("{m}/src")).filter(|src| root().join(src).is_dir()).collect()
+}
+
+/// The `members` of a Cargo.toml's `[workspace]` table: an array of strings, basic (without
+/// escapes) or literal, on one line or many, with comments and a trailing comma. Anything else
+/// there (an escape, a glob, a value that is not a string) fails the test rather than being
+/// misread.
+fn workspace_members(manifest: &str) -> Vec<String> {
+    let mut table = "";
+    let mut array = None;
+    for line in manifest.lines() {
+        let text = line.split('#').next().unwrap().trim();
+        if text.starts_with('[') && text.ends_with(']') && !text.contains(['"', '\'', ',']) {
+            table = text;
+        } else if table == "[workspace]"
+            && let Some(value) = text.strip_prefix("members").and_then(|v| v.trim_start().strip_prefix('='))
+        {
+            // The value runs on past this line, and past a comment: read it from the manifest.
+            array = Some(&manifest[value.as_ptr() as usize - manifest.as_ptr() as usize..]);
+            break;
+        }
+    }
+    let array = array.expect("the root Cargo.toml has no `members = [...]` in its [workspace]").trim_start();
+    let mut chars = array.strip_prefix('[').expect("`members` is an array").chars();
+    let mut members = Vec::new();
+    loop {
+        match chars.next().expect("`members = [` is closed by `]`") {
+            ']' => break,
+            c if c.is_whitespace() || c == ',' => {}
+            '#' => while chars.next().is_some_and(|c| c != '\n') {},
+            quote @ ('"' | '\'') => {
+                let member: String = chars.by_ref().take_while(|c| *c != quote).collect();
+                assert!(
+                    !member.is_empty() && !member.contains(['\\', '*', '?', '[', '\n']),
+                    "a member this test cannot read: {member:?} (an escape, a glob, a multi-line string)"
+                );
+                members.push(member.trim_end_matches('/').to_string());
+            }
+            other => panic!("`members` holds something that is not a string, at {other:?}"),
+        }
+    }
+    members
+}
+
+#[test]
+fn the_workspace_members_are_read() {
+    let manifest = "[package]\nmembers = [\"not-this\"]\n\n[workspace]\nresolver = \"3\"\n\
+                    members = [ # the crates\n  \"a\",\n  'b/c', # literal\n  \"d\" ,\n]\n\
+                    exclude = [\"e\"]\n[workspace.metadata]\nmembers = [\"nor-this\"]\n";
+    assert_eq!(workspace_members(manifest), ["a", "b/c", "d"]);
+    assert_eq!(workspace_members("[workspace]\nmembers=[\"x\"]"), ["x"]);
+    let sources = sources();
+    for src in ["xtask/src", "sandbox-verify/src", "tests/probe/src"] {
+        assert!(sources.iter().any(|s| s == src), "{src} is not among {sources:?}");
+    }
+}
 
 /// Every `.rs` file under `dir`, but under `target/` and hidden folders.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -182,7 +241,7 @@ fn every_rust_file_opens_with_what_it_is() {
 fn no_module_outgrows_its_bar() {
     let mut listed = Vec::new();
     let mut over = Vec::new();
-    for src in SOURCES {
+    for src in sources() {
         for file in rust_files(&root().join(src)) {
             if file.file_name().is_some_and(|n| n == "tests.rs") {
                 continue;
@@ -256,7 +315,7 @@ fn the_code_map_names_every_module() {
     let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
     let mut unnamed = Vec::new();
     let mut on_disk = BTreeSet::new();
-    for src in SOURCES {
+    for src in sources() {
         for file in rust_files(&root().join(src)) {
             let name = file.file_name().unwrap().to_string_lossy().into_owned();
             on_disk.insert(name.clone());
