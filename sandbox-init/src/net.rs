@@ -22,4 +22,3 @@ pub mod rules;
 pub mod setelems;
 pub mod sink;
 pub mod verdicts;
-pub mod wire;

@@ -54,13 +54,16 @@ pub fn on_path(program: &str) -> bool {
     })
 }
 
-/// The files sandbox-init is built from, relative to the workspace root: not its tests' corpus,
-/// nor fuzz/ (whose target/ and corpus/ grow to gigabytes and thousands of files while fuzzing).
+/// The files sandbox-init is built from, relative to the workspace root: not its tests' corpus
+/// (nor sandbox-wire's corpus/, which its tests read), nor fuzz/ (whose target/ and corpus/ grow
+/// to gigabytes and thousands of files while fuzzing).
 const SANDBOX_INIT_SOURCES: &[&str] = &[
     "sandbox-init/src",
     "sandbox-init/Cargo.toml",
     "sandbox-policy/src",
     "sandbox-policy/Cargo.toml",
+    "sandbox-wire/src",
+    "sandbox-wire/Cargo.toml",
     "policies/services.yaml",
     "Cargo.lock",
     "Cargo.toml",

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandbox_init::net::wire::{HttpRequests, Sniffed, sniff};
+use sandbox_wire::namecheck::{HttpRequests, Sniffed, sniff};
 
 fn host_name(name: &str) -> bool {
     !name.is_empty()

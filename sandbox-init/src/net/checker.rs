@@ -24,7 +24,9 @@ use tokio::sync::{oneshot, watch};
 use crate::net::check_protocol::{
     LISTENERS_ENV, Listener, Order, PROGRESS_PERIOD, Report, VERDICT_FD, VERDICT_TIMEOUT,
 };
-use crate::net::wire::{ClientBytes, HttpRequests, MAX_FIRST_BYTES, Sniffed, TlsRetry, hello_retry, sniff};
+use sandbox_wire::namecheck::{
+    ClientBytes, HttpRequests, MAX_FIRST_BYTES, Sniffed, TlsRetry, hello_retry, sniff,
+};
 
 /// How long a client may take to say whom it wants.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);

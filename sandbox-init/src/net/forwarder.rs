@@ -17,6 +17,7 @@ use std::os::fd::{FromRawFd as _, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbox_wire::http1;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -203,9 +204,14 @@ async fn accept(listener: TcpListener, served: Arc<Served>) {
 async fn handle(mut client: TcpStream, served: &Served) {
     let (route, tls) = (&served.route, served.tls.clone());
     let result = async {
-        let (head, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
+        let (raw, rest) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
             Ok(read) => read?,
             Err(_) => return Err(Refused::new(408, "no request head in time")),
+        };
+        let head = match http1::parse_head(&raw) {
+            Ok(Some(head)) => head,
+            Ok(None) => return Err(Refused::new(400, "no request head")),
+            Err(why) => return Err(Refused::new(400, why)),
         };
         let rewritten = rewrite_head(&head, route)?;
         let verdict = route.rules.judge_head(&rewritten.request())?;
@@ -213,7 +219,7 @@ async fn handle(mut client: TcpStream, served: &Served) {
         let whole = verdict == Verdict::Body || api.is_some();
         let framing = body_framing(&head, whole)?;
         if matches!(rewritten.method.as_str(), "GET" | "HEAD")
-            && framing.body != crate::net::inspect::BodyLength::Length(0)
+            && framing.body != http1::BodyLength::Length(0)
         {
             return Err(Refused::new(400, format!("a {} with a body, which servers read differently", rewritten.method)));
         }
@@ -294,7 +300,7 @@ async fn relay(
     upstream: tokio_rustls::client::TlsStream<TcpStream>,
     head: &[u8],
     rest: Vec<u8>,
-    body: crate::net::inspect::BodyLength,
+    body: http1::BodyLength,
     served: &Served,
 ) -> Result<(), Refused> {
     let host = &served.route.host;
@@ -369,9 +375,8 @@ async fn read_head(client: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), Refused
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let rest = buf.split_off(end + 4);
-            buf.truncate(end);
+        if let Some(end) = http1::head_end(&buf) {
+            let rest = buf.split_off(end);
             return Ok((buf, rest));
         }
         if buf.len() > MAX_HEAD {

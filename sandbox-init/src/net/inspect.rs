@@ -3,6 +3,7 @@
 //! and judged for what would make the provider fetch a URL (`remote_tools`); then sent on with a
 //! length of its own. Pure but for `read_body`.
 
+use sandbox_wire::http1::{Body, BodyLength, Framing, Head, Piece};
 use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
 
@@ -39,86 +40,52 @@ impl Refused {
 /// contexts and images stay well under it.
 const MAX_INSPECTED_BODY: usize = 32 << 20;
 
-/// How the agent's request frames its body.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Framing {
-    pub body: BodyLength,
-    /// `Expect: 100-continue`: the client waits for a go-ahead before its body.
-    pub expect_continue: bool,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum BodyLength {
-    Length(usize),
-    Chunked,
-}
-
-/// The framing of the agent's request head (without its blank line). A body this reader could
-/// frame otherwise than the server (two lengths, both a length and chunked, another coding) is
-/// refused; so is, when it is to be `inspected`, one compressed, which could not be read, or one
-/// over the size read whole. A body only streamed on (git's gzipped fetch requests, a push's
-/// pack) may be compressed and of any size.
-pub fn body_framing(head: &[u8], inspected: bool) -> Result<Framing, Refused> {
-    let bad = |why: &str| Refused::new(400, why);
-    let text = std::str::from_utf8(head).map_err(|_| bad("the request head is not UTF-8"))?;
-    let (mut length, mut chunked, mut expect_continue) = (None, false, false);
-    for line in text.split("\r\n").skip(1) {
-        let Some((name, value)) = line.split_once(':') else { continue };
-        let value = value.trim();
-        match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" if length.is_some() => return Err(bad("two Content-Length headers")),
-            "content-length" => {
-                if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(bad("a malformed Content-Length"));
-                }
-                let n = value.parse::<usize>().map_err(|_| bad("a malformed Content-Length"))?;
-                if inspected && n > MAX_INSPECTED_BODY {
-                    return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
-                }
-                length = Some(n);
-            }
-            "transfer-encoding" if chunked || !value.eq_ignore_ascii_case("chunked") => {
-                return Err(bad("a Transfer-Encoding other than chunked"));
-            }
-            "transfer-encoding" => chunked = true,
-            "content-encoding" if inspected && !value.eq_ignore_ascii_case("identity") => {
-                return Err(Refused::new(
-                    415,
-                    "a compressed request body, which cannot be read for remote tools",
-                ));
-            }
-            "expect" => expect_continue = value.eq_ignore_ascii_case("100-continue"),
-            _ => {}
-        }
+/// The framing of the agent's request head, by the one rule (`http1`'s: one length, or chunked,
+/// never both, no other coding). When the body is to be `inspected`, one compressed is refused
+/// too, which could not be read, and one over the size read whole. A body only streamed on
+/// (git's gzipped fetch requests, a push's pack) may be compressed and of any size.
+pub fn body_framing(head: &Head, inspected: bool) -> Result<Framing, Refused> {
+    let framing = head.framing().map_err(|why| Refused::new(400, why))?;
+    if !inspected {
+        return Ok(framing);
     }
-    let body = match (length, chunked) {
-        (Some(_), true) => return Err(bad("both Content-Length and Transfer-Encoding")),
-        (Some(n), false) => BodyLength::Length(n),
-        (None, true) => BodyLength::Chunked,
-        (None, false) => BodyLength::Length(0),
-    };
-    Ok(Framing { body, expect_continue })
+    if let BodyLength::Length(n) = framing.body
+        && n > MAX_INSPECTED_BODY as u64
+    {
+        return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
+    }
+    if head.values("content-encoding").any(|v| !v.eq_ignore_ascii_case("identity")) {
+        return Err(Refused::new(415, "a compressed request body, which cannot be read for remote tools"));
+    }
+    Ok(framing)
 }
 
-/// The whole body, from `first` (what came with the head) and the client; chunks decoded.
+/// The whole body, from `first` (what came with the head) and the client, as `http1::Body`
+/// finds it: its data, the chunks' framing and trailers left out.
 pub async fn read_body(
     client: &mut TcpStream,
     first: Vec<u8>,
     length: BodyLength,
 ) -> Result<Vec<u8>, Refused> {
-    let mut buf = first;
+    let (mut buf, mut at) = (first, 0);
+    let mut body = Body::new(length);
+    let mut data = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
-        let done = match length {
-            BodyLength::Length(n) => (buf.len() >= n).then(|| Ok(buf[..n].to_vec())),
-            BodyLength::Chunked => dechunk(&buf).transpose(),
-        };
-        if let Some(body) = done {
-            return body;
+        while let Some((piece, n)) = body.next(&buf[at..]).map_err(|why| Refused::new(400, why))? {
+            if piece == Piece::Data {
+                data.extend_from_slice(&buf[at..at + n]);
+            }
+            at += n;
+            if piece == Piece::End {
+                return Ok(data);
+            }
+            if data.len() > MAX_INSPECTED_BODY {
+                return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
+            }
         }
-        if buf.len() > MAX_INSPECTED_BODY + 64 * 1024 {
-            return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
-        }
+        buf.drain(..at);
+        at = 0;
         let n = client.read(&mut chunk).await.map_err(|e| Refused::new(400, e.to_string()))?;
         if n == 0 {
             return Err(Refused::new(400, "the connection ended inside the request body"));
@@ -127,69 +94,20 @@ pub async fn read_body(
     }
 }
 
-/// A chunked body decoded, once it is whole (None before); strict, so that no server could read
-/// the chunks otherwise.
-fn dechunk(mut bytes: &[u8]) -> Result<Option<Vec<u8>>, Refused> {
-    let bad = |why: &str| Refused::new(400, format!("a malformed chunked body: {why}"));
-    let mut body = Vec::new();
-    loop {
-        let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
-        let line = std::str::from_utf8(&bytes[..end]).map_err(|_| bad("a size that is not text"))?;
-        let digits = line.split(';').next().unwrap_or_default();
-        if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad("a size that is not hexadecimal"));
-        }
-        if line.bytes().any(|b| b < 0x20 && b != b'\t') {
-            return Err(bad("a control character in a size line"));
-        }
-        let size = usize::from_str_radix(digits, 16).map_err(|_| bad("a size too large"))?;
-        bytes = &bytes[end + 2..];
-        if size == 0 {
-            // Trailers, if any, then the empty line. They are dropped: the body goes on with a
-            // length of its own.
-            loop {
-                let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
-                if end == 0 {
-                    return Ok(Some(body));
-                }
-                let line = &bytes[..end];
-                if !line.contains(&b':') || line.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-                    return Err(bad("a malformed trailer"));
-                }
-                bytes = &bytes[end + 2..];
-            }
-        }
-        if body.len() + size > MAX_INSPECTED_BODY {
-            return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
-        }
-        let Some(data) = bytes.get(..size + 2) else { return Ok(None) };
-        if &data[size..] != b"\r\n" {
-            return Err(bad("a chunk longer than its size"));
-        }
-        body.extend_from_slice(&data[..size]);
-        bytes = &bytes[size + 2..];
-    }
-}
-
 /// What the request's head says of a body that could not be read for remote fetches, refused:
 /// a file uploaded in parts (OpenAI's `/v1/uploads/{id}/parts`, Google's resumable uploads),
 /// whose parts are joined only at the provider, where a batch line cut across two parts is
 /// whole again; and a body in protobuf (`Content-Type: application/x-protobuf`, `alt=proto`),
 /// which Google's APIs take and which names no field by its name.
-pub fn judge_head(head: &[u8], api: &str) -> Result<(), Refused> {
-    let text = String::from_utf8_lossy(head).to_ascii_lowercase();
-    let target = text.split(' ').nth(1).unwrap_or_default();
+pub fn judge_head(head: &Head, api: &str) -> Result<(), Refused> {
+    let target = head.target.to_ascii_lowercase();
     let path = target.split('?').next().unwrap_or_default();
     let query = target.split_once('?').map(|(_, q)| q).unwrap_or_default();
-    let header = |name: &str| {
-        text.split("\r\n").skip(1).find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            (n.trim() == name).then(|| v.trim().to_string())
-        })
-    };
+    let any =
+        |name: &str, says: &dyn Fn(&str) -> bool| head.values(name).any(|v| says(&v.to_ascii_lowercase()));
     let in_parts = (path.contains("/uploads/") && path.trim_end_matches('/').ends_with("/parts"))
-        || header("x-goog-upload-protocol").is_some_and(|v| v.contains("resumable"))
-        || header("x-goog-upload-command").is_some()
+        || any("x-goog-upload-protocol", &|v| v.contains("resumable"))
+        || any("x-goog-upload-command", &|_| true)
         || query.split('&').any(|p| p.starts_with("upload_id="));
     if in_parts {
         return Err(Refused::new(
@@ -200,7 +118,7 @@ pub fn judge_head(head: &[u8], api: &str) -> Result<(), Refused> {
             ),
         ));
     }
-    let protobuf = header("content-type").is_some_and(|v| v.contains("proto"))
+    let protobuf = any("content-type", &|v| v.contains("proto"))
         || query.split('&').any(|p| p == "alt=proto" || p == "$alt=proto" || p == "%24alt=proto");
     if protobuf {
         return Err(Refused::new(415, "a protobuf request body, which cannot be read for remote tools"));
@@ -345,9 +263,15 @@ pub fn inspected_head(head: &[u8], length: usize) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// `f` of the head `text` (without its blank line), parsed.
+    pub(crate) fn with_head<T>(text: &str, f: impl FnOnce(&Head) -> T) -> T {
+        let raw = format!("{text}\r\n\r\n");
+        f(&sandbox_wire::http1::parse_head(raw.as_bytes()).unwrap().unwrap())
+    }
+
     #[test]
     fn a_body_is_framed_strictly_before_it_is_read_for_tools() {
-        let framing = |head: &str| body_framing(head.as_bytes(), true);
+        let framing = |head: &str| with_head(head, |h| body_framing(h, true));
         assert_eq!(
             framing("POST /v1/messages HTTP/1.1\r\nContent-Length: 12\r\nExpect: 100-continue").unwrap(),
             Framing { body: BodyLength::Length(12), expect_continue: true }
@@ -362,25 +286,41 @@ mod tests {
             ("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked", 400),
             ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked", 400),
             ("POST / HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 3", 415),
+            ("POST / HTTP/1.1\r\nContent-Encoding: identity\r\nContent-Encoding: gzip", 415),
             ("POST / HTTP/1.1\r\nContent-Length: 999999999999", 413),
         ] {
             assert_eq!(framing(head).unwrap_err().status(), status, "{head}");
         }
+        // Streamed on, not read: any size, any coding.
+        assert!(
+            with_head("POST / HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 999999999999", |h| {
+                body_framing(h, false)
+            })
+            .is_ok()
+        );
     }
 
-    #[test]
-    fn chunks_are_decoded_strictly_once_whole() {
-        assert_eq!(
-            dechunk(b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\n\r\n").unwrap(),
-            Some(b"hello world".to_vec())
-        );
-        assert_eq!(dechunk(b"5\r\nhel").unwrap(), None, "not whole yet");
-        assert_eq!(dechunk(b"5\r\nhello\r\n0\r\n").unwrap(), None);
-        assert_eq!(dechunk(b"5\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n").unwrap(), Some(b"hello".to_vec()));
-        assert_eq!(dechunk(b"5\r\nhello\r\n0\r\nX-Trailer: 1\r\n").unwrap(), None, "not whole yet");
-        for bad in [&b"x\r\n"[..], b"5\r\nhello!\r\n", b"0\r\nX-Trailer 1\r\n\r\n", b"+5\r\nhello\r\n"] {
-            assert!(dechunk(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+    /// The body read whole, from what came with the head and what the client sends after, as
+    /// `http1::Body` decodes it (its own tests try the malformed chunks).
+    #[tokio::test]
+    async fn a_body_is_read_whole_and_decoded() {
+        async fn read(first: &[u8], then: &[u8], length: BodyLength) -> Result<Vec<u8>, Refused> {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+            let (mut server, _) = listener.accept().await.unwrap();
+            tokio::io::AsyncWriteExt::write_all(&mut client, then).await.unwrap();
+            drop(client);
+            read_body(&mut server, first.to_vec(), length).await
         }
+        let chunked = b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\nGET /next";
+        for split in [0, 1, 4, 12, chunked.len()] {
+            let (first, then) = chunked.split_at(split);
+            assert_eq!(read(first, then, BodyLength::Chunked).await, Ok(b"hello world".to_vec()), "{split}");
+        }
+        assert_eq!(read(b"hel", b"lo, and more", BodyLength::Length(5)).await, Ok(b"hello".to_vec()));
+        assert_eq!(read(b"", b"", BodyLength::Length(0)).await, Ok(Vec::new()));
+        assert_eq!(read(b"5\r\nhel", b"", BodyLength::Chunked).await.unwrap_err().status(), 400, "cut short");
+        assert_eq!(read(b"5\r\nhello!\r\n", b"", BodyLength::Chunked).await.unwrap_err().status(), 400);
     }
 
     #[test]
@@ -446,14 +386,14 @@ mod tests {
                 415,
             ),
         ] {
-            assert_eq!(judge_head(head.as_bytes(), "gemini").unwrap_err().status(), status, "{head}");
+            assert_eq!(with_head(head, |h| judge_head(h, "gemini")).unwrap_err().status(), status, "{head}");
         }
         for head in [
             "POST /v1/messages HTTP/1.1\r\nContent-Type: application/json",
             "POST /v1/files HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=b",
             "POST /v1beta/models/m:streamGenerateContent?alt=sse HTTP/1.1\r\nContent-Type: application/json",
         ] {
-            assert!(judge_head(head.as_bytes(), "openai").is_ok(), "{head}");
+            assert!(with_head(head, |h| judge_head(h, "openai")).is_ok(), "{head}");
         }
     }
 

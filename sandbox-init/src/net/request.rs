@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use std::os::fd::RawFd;
 
+use sandbox_wire::http1::Head;
+
 use crate::net::inspect::Refused;
 use crate::net::rules::{Request, Rules};
 use crate::policy::text::quoted;
@@ -53,41 +55,20 @@ impl std::fmt::Debug for Route {
     }
 }
 
-/// The agent's request head (without its blank line) as it goes upstream.
-pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
+/// The agent's request head (parsed by `http1::parse_head`, which refused what a server could
+/// read otherwise) as it goes upstream.
+pub fn rewrite_head(head: &Head, route: &Route) -> Result<Rewritten, Refused> {
     let bad = |why: &str| Refused::new(400, why);
-    let text = std::str::from_utf8(raw).map_err(|_| bad("the request head is not UTF-8"))?;
-    let mut lines = text.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    // C1 controls too (U+0080 to U+009F, as UTF-8): no server needs one, and terminals obey them.
-    if text.chars().any(|c| c.is_control() && !matches!(c, '\r' | '\n' | '\t'))
-        || text.replace("\r\n", "").contains(['\r', '\n'])
-    {
-        return Err(bad("control characters or a bare CR or LF in the request head"));
-    }
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad("a malformed request line"));
-    };
-    if !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
-        return Err(bad("only HTTP/1.1 is forwarded"));
-    }
+    let (method, target) = (head.method, head.target);
     // TRACE echoes the request, key included, at a front end that answers it.
-    if method.is_empty()
-        || !method.bytes().all(|b| b.is_ascii_uppercase())
-        || matches!(method, "CONNECT" | "TRACE" | "TRACK")
-    {
+    if !method.bytes().all(|b| b.is_ascii_uppercase()) || matches!(method, "CONNECT" | "TRACE" | "TRACK") {
         return Err(Refused::new(405, format!("the method {} is not forwarded", quoted(method))));
     }
-    // What RFC 3986 lets a target hold, and nothing else: a raw tab, space or byte past ASCII
-    // is one some servers take as the end of the target, after the rules judged what follows.
+    // What RFC 3986 lets a target hold, and nothing else: a byte some servers take as the end of
+    // the target, after the rules judged what follows (`"`, `<`, `\\`, `{`), is refused.
     let uri_byte = |b: u8| b.is_ascii_alphanumeric() || b"-._~:/?#[]@!$&'()*+,;=%".contains(&b);
     if !target.bytes().all(uri_byte) {
-        return Err(bad(
-            "a request target with a byte that must be escaped (a tab, a space, a byte past ASCII)",
-        ));
+        return Err(bad("a request target with a byte that must be escaped"));
     }
     if !target.starts_with('/') || target.starts_with("//") {
         return Err(bad(&format!(
@@ -110,27 +91,13 @@ pub fn rewrite_head(raw: &[u8], route: &Route) -> Result<Rewritten, Refused> {
     }
     let query = target.split_once('?').map(|(_, q)| q.to_string()).unwrap_or_default();
     let target = drop_query_key(target);
-    let mut headers: Vec<(&str, &str)> = Vec::new();
-    for line in lines.filter(|l| !l.is_empty()) {
-        let (name, value) = line.split_once(':').ok_or_else(|| bad("a header line without a colon"))?;
-        if name.is_empty()
-            || name.bytes().any(|b| !(b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)))
-        {
-            return Err(bad("a malformed header name"));
-        }
-        headers.push((name, value.trim()));
-    }
+    let headers: Vec<(&str, &str)> = head.fields.iter().map(|f| (f.name, f.value)).collect();
     // Headers that Connection names are the agent's hop-by-hop ones: not passed on.
     let named: Vec<String> = headers
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
         .flat_map(|(_, v)| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
         .collect();
-    // A framing header the agent names as hop-by-hop would be dropped here while the body is
-    // still framed by it: the server would read the body as a request of its own.
-    if let Some(framing) = named.iter().find(|n| *n == "content-length" || *n == "transfer-encoding") {
-        return Err(bad(&format!("a Connection header naming {framing}")));
-    }
     // `_` read as `-`, as some servers read header names (X_HTTP_METHOD_OVERRIDE).
     let dropped = |name: &str| {
         let name = name.to_ascii_lowercase().replace('_', "-");
@@ -254,15 +221,8 @@ fn percent_decode_lossy(text: &str) -> String {
 
 /// Whether the head's Content-Type is JSON (`application/json`, `application/vnd.git-lfs+json`):
 /// a body the rules read as JSON is not read by the server as a form.
-pub fn json_content(head: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(head);
-    let types: Vec<String> = text
-        .split("\r\n")
-        .skip(1)
-        .filter_map(|line| line.split_once(':'))
-        .filter(|(name, _)| name.trim().eq_ignore_ascii_case("content-type"))
-        .map(|(_, value)| value.trim().to_ascii_lowercase())
-        .collect();
+pub fn json_content(head: &Head) -> bool {
+    let types: Vec<String> = head.values("content-type").map(|v| v.to_ascii_lowercase()).collect();
     // One Content-Type, one media type: a server that reads another of two (or of a list)
     // would read the body as a form.
     let [value] = types.as_slice() else { return false };
@@ -328,6 +288,22 @@ mod tests {
     use super::*;
     use crate::net::inspect::body_framing;
 
+    /// The head `head` (without its blank line) as the forwarder takes it: parsed, then
+    /// rewritten for `route`.
+    fn rewrite_for(head: &str, route: &Route) -> Result<Rewritten, Refused> {
+        let raw = format!("{head}\r\n\r\n");
+        match sandbox_wire::http1::parse_head(raw.as_bytes()) {
+            Ok(Some(parsed)) => rewrite_head(&parsed, route),
+            Ok(None) => panic!("{head:?}: no blank line"),
+            Err(why) => Err(Refused::new(400, why)),
+        }
+    }
+
+    fn parsed<T>(head: &str, f: impl FnOnce(&Head) -> T) -> T {
+        let raw = format!("{head}\r\n\r\n");
+        f(&sandbox_wire::http1::parse_head(raw.as_bytes()).unwrap().unwrap())
+    }
+
     fn route() -> Route {
         Route {
             fd: 4,
@@ -342,7 +318,7 @@ mod tests {
     }
 
     fn rewrite(head: &str) -> Result<String, Refused> {
-        rewrite_head(head.as_bytes(), &route()).map(|r| String::from_utf8(r.head).unwrap())
+        rewrite_for(head, &route()).map(|r| String::from_utf8(r.head).unwrap())
     }
 
     #[test]
@@ -381,8 +357,7 @@ mod tests {
     #[test]
     fn with_a_base_path_only_paths_under_it_go() {
         let route = Route { path: Some("/compatible-mode/v1".into()), ..route() };
-        let rewrite =
-            |target: &str| rewrite_head(format!("POST {target} HTTP/1.1").as_bytes(), &route).map(|_| ());
+        let rewrite = |target: &str| rewrite_for(&format!("POST {target} HTTP/1.1"), &route).map(|_| ());
         assert!(rewrite("/compatible-mode/v1/chat/completions").is_ok());
         assert!(rewrite("/compatible-mode/v1?x=1").is_ok());
         for other in
@@ -419,18 +394,17 @@ mod tests {
             "POST /x HTTP/1.1\r\nConnection: Content-Length\r\nContent-Length: 5",
             "POST /x HTTP/1.1\r\nConnection: close, transfer-encoding\r\nTransfer-Encoding: chunked",
         ] {
-            assert_eq!(rewrite(head).unwrap_err().status(), 400, "{head}");
+            assert_eq!(parsed(head, |h| body_framing(h, false)).unwrap_err().status(), 400, "{head}");
         }
         for length in ["+5", "0x5", "-0", "5 5", ""] {
             let head = format!("POST /x HTTP/1.1\r\nContent-Length: {length}");
-            assert_eq!(
-                body_framing(head.trim_end().as_bytes(), false).unwrap_err().status(),
-                400,
-                "{length:?}"
-            );
+            assert_eq!(parsed(&head, |h| body_framing(h, false)).unwrap_err().status(), 400, "{length:?}");
         }
-        assert!(json_content(b"POST /graphql HTTP/1.1\r\nContent-Type: application/json; charset=utf-8"));
-        assert!(json_content(b"POST /b HTTP/1.1\r\ncontent-type: application/vnd.git-lfs+json"));
+        assert!(parsed(
+            "POST /graphql HTTP/1.1\r\nContent-Type: application/json; charset=utf-8",
+            json_content
+        ));
+        assert!(parsed("POST /b HTTP/1.1\r\ncontent-type: application/vnd.git-lfs+json", json_content));
         for head in [
             "POST /graphql HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded",
             "POST /graphql HTTP/1.1",
@@ -439,7 +413,7 @@ mod tests {
             "POST /graphql HTTP/1.1\r\nContent-Type: application/jsonp",
             "POST /graphql HTTP/1.1\r\nContent-Type: application/json; boundary=x",
         ] {
-            assert!(!json_content(head.as_bytes()), "{head}");
+            assert!(!parsed(head, json_content), "{head}");
         }
         // A target with a byte servers may end it at: the rules would judge a path the server
         // does not serve.
@@ -486,7 +460,7 @@ mod tests {
             format!("{} /v1/x HTTP/1.1", "\u{9b}".repeat(5000)),
             "GET /v1/%2e%2e/\x1b[31m HTTP/1.1".to_string(),
         ] {
-            let Err(refused) = rewrite_head(head.as_bytes(), &route) else { panic!("{head:?} passed") };
+            let Err(refused) = rewrite_for(&head, &route) else { panic!("{head:?} passed") };
             let reason = refused.reason();
             assert!(!reason.chars().any(|c| c.is_control()), "{head:?}: {reason:?}");
             assert!(reason.chars().count() <= crate::net::inspect::MAX_REASON, "{reason}");

@@ -2,6 +2,7 @@
 //! request heads and bodies, retries, split at every byte where it matters.
 
 use super::*;
+use crate::tls::{EXTENSION_ECH, HANDSHAKE_CLIENT_HELLO};
 
 /// A ClientHello handshake message naming `names` (none: no server_name extension), with
 /// `extra` extensions after it.
@@ -450,4 +451,34 @@ fn a_request_hidden_in_a_body_is_refused() {
             assert_eq!(through(host, &request, step).unwrap(), request, "{body:?}");
         }
     }
+}
+
+/// A chunked body goes on byte for byte in the order it came, whatever its data's lines look
+/// like: data that might start a request line is held until its line ends, and the chunks'
+/// framing after it waits behind it (found by the wire suite: the reader sent `5\r\n\r\n0\r\n`
+/// before `hello`, and servers read a body other than the agent's).
+#[test]
+fn a_chunked_body_goes_on_in_order() {
+    let host = "a.example.com";
+    for body in [
+        "5\r\nhello\r\n0\r\n\r\n",
+        "3\r\nGET\r\n4\r\n the\r\n5\r\n docs\r\n0\r\n\r\n",
+        "2\r\nPO\r\n3;x=1\r\nST \r\n1\r\n/\r\n0\r\nX-Trailer: 1\r\n\r\n",
+        "4\r\nx\r\ny\r\n0\r\n\r\n",
+    ] {
+        let request = format!("POST /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
+        for step in [1, 2, 5, 4096] {
+            assert_eq!(through(host, &request, step).unwrap(), request, "{body:?} step {step}");
+        }
+    }
+    // A request line cut across two chunks is judged on the wire, where a server that ignores
+    // the body reads it: `GET http://other/ HT` and `TP/1.1` are two lines there.
+    let split = "15\r\nGET http://b.test/ HT\r\n8\r\nTP/1.1\r\n\r\n0\r\n\r\n";
+    let request = format!("POST /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n{split}");
+    assert_eq!(through(host, &request, 4096).unwrap(), request);
+    // A Host line in the trailers, which some servers merge into the headers, is judged too.
+    let trailer = format!(
+        "POST /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nHost: b.test\r\n\r\n"
+    );
+    assert!(passed(host, &trailer, 4096).1.is_some());
 }

@@ -1,0 +1,379 @@
+//! The name a client speaks on the wire before any byte reaches the server: the `server_name` of
+//! a TLS ClientHello (reassembled across records and segments), or the `Host` of an HTTP/1
+//! request. Strict: anything a server might read differently from this parser (a duplicate
+//! extension, two names, a Host that disagrees with an absolute URI, folded headers) is refused,
+//! because the check is only as good as the agreement between the two readers. Pure: the
+//! checker feeds it the bytes read so far.
+
+use crate::http1::{self, Body, BodyLength, Piece, is_tchar};
+use crate::tls::{self, CONTENT_HANDSHAKE, valid_host};
+
+/// The most bytes read before the name must be known: a ClientHello with post-quantum key
+/// shares is under 2 KiB, and real request heads are well under this too.
+pub const MAX_FIRST_BYTES: usize = tls::MAX_HELLO;
+/// An HTTP request head longer than this is refused.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// What the first bytes of a connection say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sniffed {
+    /// Not enough bytes yet to decide.
+    NeedMore,
+    /// A TLS ClientHello naming `name`; `ech` when it carries an encrypted ClientHello, whose
+    /// outer name is the one judged.
+    Tls { name: String, ech: bool },
+    /// An HTTP/1 request for `host`. The connection goes on through [`HttpRequests`], which
+    /// checks every later request on it.
+    Http { host: String },
+    /// Refused, and why.
+    Refused(&'static str),
+}
+
+/// Decides from the first bytes of a connection.
+pub fn sniff(bytes: &[u8]) -> Sniffed {
+    match bytes.first() {
+        None => Sniffed::NeedMore,
+        Some(&CONTENT_HANDSHAKE) => match tls::client_hello(bytes) {
+            Ok(None) => Sniffed::NeedMore,
+            Ok(Some(hello)) => Sniffed::Tls { name: hello.name, ech: hello.ech },
+            Err(why) => Sniffed::Refused(why),
+        },
+        Some(_) if looks_like_http(bytes) => http_request(bytes),
+        Some(_) if bytes.len() < 8 && METHODS.iter().any(|m| m.as_bytes().starts_with(bytes)) => {
+            Sniffed::NeedMore
+        }
+        Some(_) => Sniffed::Refused("neither a TLS ClientHello nor an HTTP request: no name to check"),
+    }
+}
+
+const METHODS: [&str; 8] = ["GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ", "TRACE "];
+/// Methods whose requests carry no body as clients send them; a body on one is refused.
+const BODYLESS: [&str; 5] = ["GET", "HEAD", "OPTIONS", "TRACE", "DELETE"];
+
+fn looks_like_http(bytes: &[u8]) -> bool {
+    METHODS.iter().any(|m| bytes.starts_with(m.as_bytes()))
+}
+
+fn http_request(bytes: &[u8]) -> Sniffed {
+    match request_head(bytes) {
+        Ok(None) => Sniffed::NeedMore,
+        Ok(Some(head)) => Sniffed::Http { host: head.host },
+        Err(reason) => Sniffed::Refused(reason),
+    }
+}
+
+/// One request head, checked.
+#[derive(Debug, PartialEq, Eq)]
+struct RequestHead {
+    host: String,
+    /// The head to send: the client's, less the headers that would turn the connection into
+    /// another protocol (`Upgrade`, `Connection` and its kin).
+    head: Vec<u8>,
+    /// How many of the client's bytes the head took.
+    len: usize,
+    body: BodyLength,
+}
+
+/// The request head at the start of `bytes` (parsed by [`http1::parse_head`], framed by its one
+/// rule), judged for the name check; None while it is incomplete.
+fn request_head(bytes: &[u8]) -> Result<Option<RequestHead>, &'static str> {
+    let too_long = "an HTTP request head too long to check";
+    let Some(head) = http1::parse_head(bytes)? else {
+        return if bytes.len() > MAX_HEAD { Err(too_long) } else { Ok(None) };
+    };
+    if head.len > MAX_HEAD {
+        return Err(too_long);
+    }
+    if !looks_like_http(bytes) {
+        return Err("an HTTP request of a method that is not checked (CONNECT, PRI, …)");
+    }
+    let mut hosts = head.values("host");
+    let host = hosts.next().ok_or("an HTTP request without a Host header")?;
+    if hosts.next().is_some() {
+        return Err("more than one Host header");
+    }
+    let body = head.framing()?.body;
+    // A server that ignores the body of a method that has none (or leaves it unread) reads it
+    // as the next request, one this reader took for body (CL.0 desync).
+    if BODYLESS.contains(&head.method) && body != BodyLength::Length(0) {
+        return Err("a body on a GET, HEAD, OPTIONS, TRACE or DELETE, which a server may read as a request");
+    }
+    let host = authority_host(host).ok_or("a Host that is not a host name")?;
+    // An absolute URI names the host a server must use instead of Host (RFC 9112 §3.2.2),
+    // whatever its scheme (nginx and Go take the host of `ws://other/` too): only http and
+    // https are taken, and only naming the Host's host; a path or `*` otherwise.
+    let target = head.target;
+    let absolute = ["http://", "https://"].iter().find_map(|scheme| {
+        target.get(..scheme.len()).filter(|s| s.eq_ignore_ascii_case(scheme)).map(|_| &target[scheme.len()..])
+    });
+    if let Some(rest) = absolute {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        if authority_host(authority).as_deref() != Some(host.as_str()) {
+            return Err("an absolute URI naming another host than Host");
+        }
+    } else if (!target.starts_with('/') || target.starts_with("//")) && target != "*" {
+        return Err("an HTTP request target of another form");
+    }
+    // Hop-by-hop: nothing of the client's may turn the connection into another protocol.
+    let hop = ["connection", "keep-alive", "proxy-connection", "upgrade"];
+    let kept = head.fields.iter().filter(|f| !hop.iter().any(|h| f.is(h))).map(|f| f.line);
+    let mut out =
+        std::iter::once(head.request_line).chain(kept).collect::<Vec<_>>().join("\r\n").into_bytes();
+    out.extend_from_slice(b"\r\n\r\n");
+    Ok(Some(RequestHead { host, head: out, len: head.len, body }))
+}
+
+/// The client's side of an HTTP/1 connection whose first request was allowed for `host`. Every
+/// request head that follows must name the same host; bodies are framed as the server frames
+/// them (Content-Length, or chunked), so that the next head is found where the server will read
+/// it and no request rides unchecked inside another's body.
+#[derive(Debug)]
+pub struct HttpRequests {
+    host: String,
+    state: Framing,
+    /// Bytes not yet forwarded because what they are depends on bytes not yet read.
+    held: Vec<u8>,
+    /// Why the connection ends, once a request broke the rule.
+    refused: Option<&'static str>,
+    /// The host that request named, if it named one.
+    refused_host: Option<String>,
+    /// The lines of the body being relayed.
+    body: BodyLines,
+}
+
+/// Where the connection is: between requests, or in a body read by its framing.
+#[derive(Debug)]
+enum Framing {
+    Head,
+    Body(Body),
+}
+
+impl HttpRequests {
+    pub fn new(host: &str) -> HttpRequests {
+        HttpRequests {
+            host: host.to_string(),
+            state: Framing::Head,
+            held: Vec::new(),
+            refused: None,
+            refused_host: None,
+            body: BodyLines::default(),
+        }
+    }
+
+    /// The host of the request that ended the connection, if one named another host.
+    pub fn refused_host(&self) -> Option<&str> {
+        self.refused_host.as_deref()
+    }
+
+    /// Takes the client's next bytes: those to send on, and, once a request breaks the rule,
+    /// why the connection ends there (what came before it still goes on; nothing after).
+    pub fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, Option<&'static str>) {
+        if let Some(reason) = self.refused {
+            return (Vec::new(), Some(reason));
+        }
+        self.held.extend_from_slice(bytes);
+        let mut out = Vec::with_capacity(self.held.len());
+        let mut at = 0;
+        while at < self.held.len() {
+            match self.step(at, &mut out) {
+                Ok(Some(taken)) => at += taken,
+                Ok(None) => break,
+                Err(reason) => {
+                    self.refused = Some(reason);
+                    self.held.clear();
+                    return (out, Some(reason));
+                }
+            }
+        }
+        self.held.drain(..at);
+        (out, None)
+    }
+
+    /// One step over the held bytes from `at`: how many it took (adding what goes on to `out`),
+    /// None if it needs more.
+    fn step(&mut self, at: usize, out: &mut Vec<u8>) -> Result<Option<usize>, &'static str> {
+        let rest = &self.held[at..];
+        match self.state {
+            Framing::Head => {
+                let Some(head) = request_head(rest)? else { return Ok(None) };
+                if head.host != self.host {
+                    self.refused_host = Some(head.host);
+                    return Err("a later request on the connection names another host");
+                }
+                out.extend_from_slice(&head.head);
+                if head.body != BodyLength::Length(0) {
+                    self.state = Framing::Body(Body::new(head.body));
+                }
+                Ok(Some(head.len))
+            }
+            Framing::Body(ref mut reader) => {
+                let Some((piece, n)) = reader.next(rest)? else { return Ok(None) };
+                // Every byte of the body in the order it came, the chunks' framing and trailers
+                // too: their lines are what a server that ignores the body reads, and a line the
+                // lines' judge holds back must not fall behind the framing after it.
+                self.body.feed(&rest[..n], &self.host, out)?;
+                // A length's end takes no byte: it is found as soon as its last byte is.
+                if piece == Piece::End || reader.next(&[])? == Some((Piece::End, 0)) {
+                    self.body.end(&self.host, out)?;
+                    self.state = Framing::Head;
+                }
+                Ok(Some(n))
+            }
+        }
+    }
+}
+
+/// The lines of a request body, judged as a server would read them if it took the body for the
+/// next request (a server that ignores a body, or answers before reading it): a request line,
+/// or a `Host` line naming another host than the connection's, ends the connection. A line that
+/// might be one is held until it ends, so no byte of it reaches the server before the verdict;
+/// any other line goes on as it comes. JSON, compressed and binary bodies have no such lines.
+/// The lines are the body's bytes as they are on the wire, a chunked body's framing among them:
+/// a server that ignores the body reads those, not the decoded data.
+#[derive(Debug, Default)]
+struct BodyLines {
+    /// The start of the current line, held while it might be a request line or a Host line.
+    line: Vec<u8>,
+    /// The current line cannot be either: its bytes pass until it ends.
+    passing: bool,
+}
+
+impl BodyLines {
+    fn feed(&mut self, mut bytes: &[u8], host: &str, out: &mut Vec<u8>) -> Result<(), &'static str> {
+        while !bytes.is_empty() {
+            if self.passing {
+                let end = bytes.iter().position(|&b| b == b'\n').map_or(bytes.len(), |i| i + 1);
+                out.extend_from_slice(&bytes[..end]);
+                self.passing = bytes[end - 1] != b'\n';
+                bytes = &bytes[end..];
+                continue;
+            }
+            let b = bytes[0];
+            bytes = &bytes[1..];
+            self.line.push(b);
+            if b == b'\n' {
+                judge_body_line(&self.line, host)?;
+                out.append(&mut self.line);
+            } else if self.line.len() > MAX_HEAD {
+                return Err("a line in a body too long to tell from a request");
+            } else if !might_be_request_or_host(&self.line) {
+                out.append(&mut self.line);
+                self.passing = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The body ended: a line held then is judged as it stands. A server that read it as the
+    /// start of a request would read the next request's line after it, on the same line; that
+    /// line is checked on its own, so the two make no target or Host the check did not see.
+    /// A CR in it is refused: a server might end the line there.
+    fn end(&mut self, host: &str, out: &mut Vec<u8>) -> Result<(), &'static str> {
+        let held = std::mem::take(&mut self.line);
+        self.passing = false;
+        if held.contains(&b'\r') {
+            return Err("a body that ends inside what may be a request or Host line");
+        }
+        judge_body_line(&held, host)?;
+        out.extend_from_slice(&held);
+        Ok(())
+    }
+}
+
+/// Whether a line starting with `start` may be a request line or a Host header line, as a
+/// lenient server reads them: a method is any token (nginx proxies PROPFIND, Go takes any
+/// token), so a line is held while it starts with a token and
+/// what follows a space after it, past any CRs; or with `host:`, in any case.
+fn might_be_request_or_host(start: &[u8]) -> bool {
+    // Servers skip CRs (and LFs) before a request line (nginx's start state, Node's llhttp).
+    let start = skip_crs(start);
+    let n = start.len().min(5);
+    if start[..n].eq_ignore_ascii_case(&b"host:"[..n]) {
+        return true;
+    }
+    // Any length: nginx takes a method of any length.
+    match start.iter().position(|&b| !is_tchar(b)) {
+        None => true,
+        Some(at) => at > 0 && start[at] == b' ',
+    }
+}
+
+fn skip_crs(line: &[u8]) -> &[u8] {
+    let at = line.iter().position(|&b| b != b'\r').unwrap_or(line.len());
+    &line[at..]
+}
+
+/// A whole line of a body: refused if a server would take it for a request line (a token, a
+/// space, and ` HTTP/` after a target, whatever version or spaces follow: nginx takes
+/// `HTTP/1.01`, `HTTP/1.2` and a trailing space), or for a Host header naming another host
+/// than `host`.
+fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
+    let text = line.strip_suffix(b"\n").unwrap_or(line);
+    let text = skip_crs(text.strip_suffix(b"\r").unwrap_or(text));
+    let upper = text.to_ascii_uppercase();
+    let method = upper.iter().position(|&b| !is_tchar(b)).unwrap_or(upper.len());
+    if method > 0
+        && upper.get(method) == Some(&b' ')
+        && upper[method..].windows(6).skip(1).any(|w| w == b" HTTP/")
+    {
+        return Err("a request line hidden in a request body");
+    }
+    // HTTP/0.9, which nginx still takes for GET: `GET target`, no version, the host from an
+    // absolute target.
+    if let Some(target) = text.strip_prefix(b"GET ") {
+        let target = target.trim_ascii();
+        if !target.is_empty()
+            && !target.contains(&b' ')
+            && (target.starts_with(b"/") || target.windows(3).any(|w| w == b"://"))
+        {
+            return Err("a request line hidden in a request body");
+        }
+    }
+    if upper.starts_with(b"HOST:") {
+        let value = String::from_utf8_lossy(&text[5..]);
+        if authority_host(value.trim_matches([' ', '\t'])).as_deref() != Some(host) {
+            return Err("a Host line naming another host hidden in a request body");
+        }
+    }
+    Ok(())
+}
+
+/// What the checker passes a client's later bytes through once its first request or
+/// ClientHello was allowed: those to send on, and why the connection ends, once they break the
+/// rule (what came before still goes on; nothing after).
+pub trait ClientBytes: Send {
+    fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, Option<&'static str>);
+    /// The host the bytes that broke the rule named, if they named one.
+    fn refused_host(&self) -> Option<&str>;
+}
+
+impl ClientBytes for HttpRequests {
+    fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, Option<&'static str>) {
+        HttpRequests::feed(self, bytes)
+    }
+    fn refused_host(&self) -> Option<&str> {
+        HttpRequests::refused_host(self)
+    }
+}
+
+/// The host of `host[:port]`, lower-cased; None for an address literal or anything else.
+fn authority_host(authority: &str) -> Option<String> {
+    if authority.contains('@') || authority.starts_with('[') {
+        return None;
+    }
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        Some(_) => return None,
+        None => authority,
+    };
+    valid_host(host.as_bytes())
+}
+
+mod retry;
+
+#[cfg(test)]
+use retry::HELLO_RETRY_RANDOM;
+pub use retry::{TlsRetry, hello_retry};
+
+#[cfg(test)]
+mod tests;
