@@ -56,6 +56,8 @@ pub struct PeerSpec {
     serving: Option<Vec<String>>,
     /// Shared by the tests of a run: its container's name and labels; its certificates kept.
     kept: Option<(String, Vec<(String, String)>)>,
+    /// In place of the probe: an image, the command it runs as root, and a folder at /srv.
+    program: Option<(String, Vec<String>, std::path::PathBuf)>,
 }
 
 impl PeerSpec {
@@ -88,6 +90,15 @@ impl PeerSpec {
     /// layout (sandbox-verify's).
     pub fn serving(mut self, command: &[&str]) -> PeerSpec {
         self.serving = Some(command.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    /// In place of the probe's servers: `command` run as root in `image` (a server of another
+    /// stack: the wire suite's Node.js and Python), with `dir` mounted read-only at /srv. Ready
+    /// once it prints `peer ready`.
+    pub fn program(mut self, image: &str, command: &[&str], dir: &std::path::Path) -> PeerSpec {
+        let command = command.iter().map(|s| s.to_string()).collect();
+        self.program = Some((image.to_string(), command, dir.to_path_buf()));
         self
     }
 
@@ -148,7 +159,11 @@ impl Peer {
     async fn start_spec(net: &TestNet, spec: PeerSpec) -> anyhow::Result<Peer> {
         let aliases: Vec<&str> = spec.aliases.iter().map(String::as_str).collect();
         let aliases = &aliases[..];
-        let image = if spec.forge { forge_peer_image().await? } else { peer_image().await? };
+        let image = match &spec.program {
+            Some((image, ..)) => image.clone(),
+            None if spec.forge => forge_peer_image().await?,
+            None => peer_image().await?,
+        };
         let docker = docker().await?;
         let certs = tempfile::tempdir()?;
         let (cert, key) = crate::tls::leaf(aliases)?;
@@ -193,6 +208,12 @@ impl Peer {
         if let Some(serving) = spec.serving {
             cmd = serving;
         }
+        let mut entrypoint = None;
+        if let Some((_, command, dir)) = &spec.program {
+            binds.push(format!("{}:/srv:ro", dir.display()));
+            entrypoint = Some(command.clone());
+            cmd = Vec::new();
+        }
         let endpoint = EndpointSettings {
             aliases: Some(aliases.iter().map(|a| a.to_string()).collect()),
             ..Default::default()
@@ -201,6 +222,8 @@ impl Peer {
         labels.extend(spec.kept.iter().flat_map(|(_, l)| l.iter().cloned()));
         let body = ContainerCreateBody {
             image: Some(image),
+            entrypoint,
+            user: spec.program.as_ref().map(|_| "0".to_string()),
             cmd: Some(cmd),
             labels: Some(labels),
             host_config: Some(HostConfig {

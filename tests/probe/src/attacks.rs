@@ -753,3 +753,44 @@ pub fn upload(args: &Args) {
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     report(&[("outcome", outcome), ("sent", sent.to_string()), ("ms", format!("{ms:.1}"))]);
 }
+
+/// `send-each DIR HOST PORT [--timeout-ms N]`: every file of DIR (in name order) sent as it is
+/// on a connection of its own to HOST:PORT, the write side then closed; reports
+/// `NAME=OUTCOME BYTES`: how the connection ended (`closed` by the server after its answers,
+/// `reset`, `timeout`, or a connect outcome) and how many bytes came back. One at a time, so the
+/// servers see the connections in the files' order. The wire suite's differential samples.
+pub fn send_each(args: &Args) {
+    let (dir, host, port) = (args.arg(1), args.arg(2), args.arg(3));
+    let timeout = Duration::from_millis(args.number("--timeout-ms", 3000));
+    let addr = match crate::probes::resolve(&host, timeout) {
+        Ok(addr) => SocketAddr::new(addr, port.parse().unwrap_or(0)),
+        Err(outcome) => return report(&[("outcome", outcome)]),
+    };
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    for file in files {
+        let name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        let (outcome, answered) = match TcpStream::connect_timeout(&addr, timeout) {
+            Err(e) => (outcome_of(&e), 0),
+            Ok(mut stream) => {
+                stream.set_read_timeout(Some(timeout)).ok();
+                let mut answer = Vec::new();
+                let sent = stream.write_all(&bytes).and_then(|_| stream.shutdown(std::net::Shutdown::Write));
+                let read = sent.and_then(|_| std::io::Read::read_to_end(&mut stream, &mut answer));
+                let outcome = match read {
+                    Ok(_) => "closed".to_string(),
+                    // The sandbox cut the connection while the sample was still being sent.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::EPIPE)) => {
+                        "reset".to_string()
+                    }
+                    Err(e) => outcome_of(&e),
+                };
+                (outcome, answer.len())
+            }
+        };
+        println!("{name}={outcome} {answered}");
+    }
+}

@@ -104,7 +104,8 @@ attacks, as a hostile agent (attacks.rs, hello.rs):
   forged-source FORGED:PORT TARGET:PORT PAYLOAD
   tty-stop MARKER
   deep DIR DEPTH
-  find-string HEX ROOT...";
+  find-string HEX ROOT...
+  send-each DIR HOST PORT [--timeout-ms N]";
 
 fn main() {
     let args = Args { all: std::env::args().skip(1).collect() };
@@ -141,6 +142,7 @@ fn main() {
         "dns-crafted" => attacks::dns_crafted(&args),
         "deep" => attacks::deep(&args),
         "find-string" => attacks::find_string(&args),
+        "send-each" => attacks::send_each(&args),
         "openai-jwt" => report(&[("jwt", oauth::openai_jwt(args.arg(1).parse().unwrap_or(0), &args.arg(2)))]),
         _ => {
             eprintln!("{USAGE}");

@@ -79,3 +79,4 @@ mod refusals;
 mod session;
 mod state;
 mod ui;
+mod wire;

@@ -1,0 +1,237 @@
+//! The sandbox's one reader of HTTP/1 against real servers: every sample of the corpus
+//! (sandbox-wire/corpus/http1/), alone and with a plain request pipelined after it, is sent by the
+//! agent through the name check to Node.js's `http` (llhttp) and Python's `http.server`, each
+//! logging every connection as it comes and every request it parsed whole (method, target, Host,
+//! body length); one sample at a time, so the connections are the samples', in order.
+//! For every sample and server, the requests the server parsed are the first of those the
+//! sandbox's reader passed (sandbox-wire's `corpus::name_check`, the library the name check runs),
+//! in order and alike: a server that parsed a request the sandbox did not see is a failure naming
+//! the sample and the server. Where the library refuses a sample, the real sandbox resets the
+//! connection. NET_ADMIN, a private network; one container and sidecar mode.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+
+use sandbox_tests::docker::{TestNet, container_logs};
+use sandbox_tests::images::image;
+use sandbox_tests::peers::{Peer, PeerSpec};
+use sandbox_tests::probe::PROBE;
+use sandbox_tests::sandbox::Sandbox;
+use sandbox_tests::spec::SandboxSpec;
+use sandbox_wire::corpus::{self, Parsed, Sample};
+use sandbox_wire::namecheck::{Sniffed, sniff};
+
+/// A plain request sent after every sample, in its pipelined copy: where a server's reading of
+/// the sample ends decides what it makes of the bytes after it.
+const AFTER: &str = "GET /after HTTP/1.1\r\nHost: {host}\r\n\r\n";
+
+/// A real server: the name it answers to, the image that has it, and its command.
+struct Server {
+    name: &'static str,
+    image: &'static str,
+    command: &'static [&'static str],
+}
+
+const SERVERS: [Server; 2] = [
+    Server { name: "node.wire.test", image: "node", command: &["node", "/srv/node.js"] },
+    Server { name: "python.wire.test", image: "python", command: &["python3", "/srv/python.py"] },
+];
+
+/// A line of a server's log: a connection coming in, a request it parsed whole, or the
+/// connection it refused.
+enum Logged {
+    Connection,
+    Request(Parsed),
+    Refused(String),
+}
+
+fn logged(line: &str) -> Option<Logged> {
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    if value.get("conn").is_some() {
+        return Some(Logged::Connection);
+    }
+    if let Some(error) = value.get("error") {
+        return Some(Logged::Refused(error.to_string()));
+    }
+    let text = |key: &str| value.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    Some(Logged::Request(Parsed {
+        method: text("method")?,
+        target: text("target")?,
+        host: text("host"),
+        body: value.get("body")?.as_u64()?,
+        // The servers log a request once its body ended.
+        whole: true,
+    }))
+}
+
+/// The server's log as connections, in the order they came: what it parsed on each, and how it
+/// refused it if it did.
+fn connections(log: &str) -> Vec<(Vec<Parsed>, Option<String>)> {
+    let mut found: Vec<(Vec<Parsed>, Option<String>)> = Vec::new();
+    for entry in log.lines().filter_map(logged) {
+        match (entry, found.last_mut()) {
+            (Logged::Connection, _) => found.push((Vec::new(), None)),
+            (Logged::Request(parsed), Some(last)) => last.0.push(parsed),
+            (Logged::Refused(why), Some(last)) => last.1 = Some(why),
+            (_, None) => {}
+        }
+    }
+    found
+}
+
+/// Whether the server's reading of a request is the sandbox's: Host compared as a name is. A
+/// request the sandbox cut short (its refusal, or the sample's end) may have been acted on with
+/// what of its body came, and no more.
+fn alike(server: &Parsed, sandbox: &Parsed) -> bool {
+    let body = if sandbox.whole { server.body == sandbox.body } else { server.body <= sandbox.body };
+    server.method == sandbox.method
+        && server.target == sandbox.target
+        && body
+        && server.host.as_deref().map(str::to_ascii_lowercase)
+            == sandbox.host.as_deref().map(str::to_ascii_lowercase)
+}
+
+/// Writes every sample for `host`, alone and pipelined, into `dir` (readable by the agent).
+fn write_samples(dir: &Path, samples: &[Sample], host: &str) -> anyhow::Result<HashMap<String, Vec<u8>>> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    let mut sent = HashMap::new();
+    for sample in samples {
+        let bytes = sample.bytes(host).map_err(anyhow::Error::msg)?;
+        let after = [bytes.clone(), AFTER.replace("{host}", host).into_bytes()].concat();
+        for (name, bytes) in [(sample.name.clone(), bytes), (format!("{}+after", sample.name), after)] {
+            std::fs::write(dir.join(&name), &bytes)?;
+            std::fs::set_permissions(dir.join(&name), std::fs::Permissions::from_mode(0o644))?;
+            sent.insert(name, bytes);
+        }
+    }
+    Ok(sent)
+}
+
+/// What went wrong for one server, sample by sample, and how many samples it parsed exactly as
+/// the sandbox passed them; and the samples it read fewer of (a stricter server: no failure).
+struct Verdict {
+    failures: Vec<String>,
+    agreed: Vec<String>,
+    stricter: Vec<String>,
+}
+
+/// Sends every sample to `server` as the agent and compares the server's log with the library.
+/// The probe sends one sample at a time, and the name check connects to the server only for a
+/// sample whose first request it allowed: the server's connections are those samples', in order.
+async fn judge(
+    sb: &Sandbox,
+    peer: &Peer,
+    server: &Server,
+    sent: &HashMap<String, Vec<u8>>,
+) -> anyhow::Result<Verdict> {
+    let dir = format!("/samples/{}", server.image);
+    let out = sb.as_agent(&[PROBE, "send-each", &dir, server.name, "80", "--timeout-ms", "2000"]).await?;
+    let log = container_logs(&peer.id).await?.0;
+    let mut connections = connections(&log).into_iter();
+    let mut verdict = Verdict { failures: Vec::new(), agreed: Vec::new(), stricter: Vec::new() };
+    let mut reported = 0;
+    for line in out.stdout.lines() {
+        let Some((name, rest)) = line.split_once('=') else { continue };
+        let Some(bytes) = sent.get(name) else { continue };
+        reported += 1;
+        let outcome = rest.split(' ').next().unwrap_or_default();
+        let (passed, refused) = corpus::name_check(bytes);
+        if let Sniffed::Refused(why) = sniff(bytes) {
+            if outcome != "reset" {
+                verdict.failures.push(format!(
+                    "{name} at {}: the name check's library refuses its first request ({why}), but the connection ended {outcome}",
+                    server.name
+                ));
+            }
+            continue;
+        }
+        if matches!(sniff(bytes), Sniffed::NeedMore) {
+            continue;
+        }
+        let Some((seen, server_refused)) = connections.next() else {
+            anyhow::bail!("{name}: the server logged fewer connections than the samples it was sent:\n{log}");
+        };
+        let prefix = seen.len() <= passed.len() && seen.iter().zip(&passed).all(|(s, p)| alike(s, p));
+        if !prefix {
+            verdict.failures.push(format!(
+                "{name} at {}: the server parsed {seen:?}, the sandbox passed {passed:?} (then refused: {refused:?})",
+                server.name
+            ));
+        } else if seen.len() < passed.iter().filter(|p| p.whole).count() {
+            verdict.stricter.push(format!("{name}: {} of {} ({server_refused:?})", seen.len(), passed.len()));
+        } else if !passed.is_empty() && passed.iter().all(|p| p.whole) {
+            verdict.agreed.push(name.to_string());
+        }
+    }
+    anyhow::ensure!(
+        reported == sent.len(),
+        "the probe reported {reported} of {} samples: {}",
+        sent.len(),
+        out.stdout
+    );
+    let left: Vec<_> = connections.collect();
+    anyhow::ensure!(left.is_empty(), "the server logged connections no sample accounts for: {left:?}\n{log}");
+    Ok(verdict)
+}
+
+net_admin! {
+    [single, sidecar] {
+        #[tokio::test]
+        async fn every_sample_reaches_each_server_as_the_sandbox_read_it() -> anyhow::Result<()> {
+            let samples = corpus::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-wire/corpus/http1"))
+                .map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(samples.len() >= 100, "{} samples", samples.len());
+            let net = TestNet::create("wire").await?;
+            let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wire");
+            let mut peers = Vec::new();
+            for server in &SERVERS {
+                let spec = PeerSpec::named(&[server.name]).program(&image(server.image).await?, server.command, &fixtures);
+                peers.push(spec.start(&net).await?);
+            }
+            let root = tempfile::tempdir()?;
+            std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))?;
+            let mut sent = Vec::new();
+            for server in &SERVERS {
+                sent.push(write_samples(&root.path().join(server.image), &samples, server.name)?);
+            }
+            let names: Vec<String> = SERVERS.iter().map(|s| format!("  - {}\n", s.name)).collect();
+            let sb = SandboxSpec::smallest()
+                .await?
+                .net_admin()
+                .on(&net)
+                .drop_in("wire.yaml", &format!("version: 1\ndomains:\n{}", names.concat()))
+                .mount(&root.path().display().to_string(), "/samples")
+                .start()
+                .await?;
+            let (node, python) = tokio::join!(
+                judge(&sb, &peers[0], &SERVERS[0], &sent[0]),
+                judge(&sb, &peers[1], &SERVERS[1], &sent[1])
+            );
+            let mut failures = Vec::new();
+            for (server, verdict) in SERVERS.iter().zip([node?, python?]) {
+                eprintln!(
+                    "{}: {} samples parsed as the sandbox passed them; read fewer than the sandbox passed: {:#?}",
+                    server.name,
+                    verdict.agreed.len(),
+                    verdict.stricter
+                );
+                // The control: the plain requests reach every server exactly as they left, and the
+                // request after them too where the connection is kept alive (HTTP/1.0 closes it).
+                for sample in samples.iter().filter(|s| s.name.starts_with("plain-")) {
+                    let http10 = sample.name.starts_with("plain-http10");
+                    let names = [Some(sample.name.clone()), (!http10).then(|| format!("{}+after", sample.name))];
+                    for name in names.into_iter().flatten() {
+                        if !verdict.agreed.contains(&name) {
+                            failures.push(format!("{name} at {}: the control was not parsed as sent", server.name));
+                        }
+                    }
+                }
+                failures.extend(verdict.failures);
+            }
+            assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+            Ok(())
+        }
+    }
+}
