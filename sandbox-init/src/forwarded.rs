@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use crate::exit::Fatal;
 use crate::keys::read_secret;
 use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, RefusedRequest};
-use crate::net::request::Route;
-use crate::net::rules::{GithubAccess, GithubPart, HttpRule, Rules};
 use crate::policy::RemoteTools;
 use crate::policy::forward::{Auth, Part, builtin};
 use crate::policy::{ForwardedHost, Policy};
 use crate::privileges::AgentPrivileges;
+use sandbox_wire::forwarder::request::Route;
+use sandbox_wire::forwarder::rules::{GithubAccess, GithubPart, HttpRule, Rules};
 
 /// The file the base image's system git configuration includes (`include.path`): written at
 /// start when GitHub is forwarded, removed otherwise. git ignores an include that is missing.

@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn an_api_that_lists_its_requests_forwards_only_those_until_the_policy_allows_remote_tools() {
-        use crate::net::rules::{Request, Rules, Verdict};
+        use sandbox_wire::forwarder::rules::{Request, Rules, Verdict};
         let mistral = crate::apis::api("mistral").unwrap();
         let key = HeldKey::new(mistral, &mistral.keys[0], "k".into(), "f".into());
         let refuse =

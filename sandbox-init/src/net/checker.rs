@@ -1,7 +1,7 @@
 //! The checker: a process of its own (`sandbox-init checker`), run by PID 1 as an unprivileged
 //! user with no capability, to which nft redirects every TCP connection the agent makes to an
 //! allowed address. On the checking port it reads the first bytes, takes the name the client
-//! speaks (TLS SNI, HTTP Host: net/wire.rs) and asks PID 1 for a verdict; on the passing port
+//! speaks (TLS SNI, HTTP Host: sandbox-wire's `namecheck`) and asks PID 1 for a verdict; on the passing port
 //! (opaque ports, ranges) it asks on the address alone. Allowed connections are joined to their
 //! original destination and relayed; refused ones are reset, and no byte reaches the server.
 //!

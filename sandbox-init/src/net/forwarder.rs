@@ -10,7 +10,7 @@
 //! followed: they go back to the agent's CLI, with no key in them, one to another forwarded
 //! host pointed at that host's forwarder (only the forwarder reaches it). Unless the policy allows the
 //! API's remote tools, a request's body is read whole first (bounded in size and time) and
-//! refused if it names one (net/inspect.rs): the provider would contact a URL of the
+//! refused if it names one (sandbox-wire's `forwarder::inspect`): the provider would contact a URL of the
 //! agent's choosing with it.
 
 use std::os::fd::{FromRawFd as _, RawFd};
@@ -22,10 +22,12 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
-pub use crate::net::inspect::Refused;
-use crate::net::inspect::{body_framing, inspected_head, judge_body, judge_head, read_body};
-use crate::net::request::{Route, json_content, redirected, refusal_answer, rewrite_head};
-use crate::net::rules::Verdict;
+pub use sandbox_wire::forwarder::Refused;
+use sandbox_wire::forwarder::inspect::{body_framing, inspected_head, judge_body, judge_head};
+use sandbox_wire::forwarder::request::{Route, json_content, redirected, refusal_answer, rewrite_head};
+use sandbox_wire::forwarder::rules::Verdict;
+
+use crate::net::relay::read_body;
 
 /// The forwarder's own user: not the agent's, not root, not the checker's.
 pub const FORWARDER_UID: u32 = 65532;

@@ -1,12 +1,13 @@
 //! One request on one connection: the forwarder sends the agent's body upstream exactly as its
-//! head frames it (a length, or chunks read strictly), and nothing after it. A second request
-//! pipelined behind the first never reaches the server, whatever the server would do with it,
-//! so every request the server sees is one the rules judged.
+//! head frames it (a length, or chunks read strictly), and nothing after it, or reads it whole
+//! for inspection. A second request pipelined behind the first never reaches the server,
+//! whatever the server would do with it, so every request the server sees is one the rules
+//! judged.
 
+use sandbox_wire::forwarder::Refused;
+use sandbox_wire::forwarder::inspect::MAX_INSPECTED_BODY;
 use sandbox_wire::http1::{Body, BodyLength, Piece};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
-
-use crate::net::inspect::Refused;
 
 /// Copies the body `length` frames from `client` (starting with `first`, the bytes that came
 /// with the head) to `upstream` as `http1::Body` finds its pieces: data and the chunks' framing
@@ -45,6 +46,40 @@ where
         if piece == Piece::End {
             return Ok(());
         }
+    }
+}
+
+/// The whole body, from `first` (what came with the head) and the client, as `http1::Body`
+/// finds it: its data, the chunks' framing and trailers left out.
+pub async fn read_body<R: AsyncRead + Unpin>(
+    client: &mut R,
+    first: Vec<u8>,
+    length: BodyLength,
+) -> Result<Vec<u8>, Refused> {
+    let (mut buf, mut at) = (first, 0);
+    let mut body = Body::new(length);
+    let mut data = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        while let Some((piece, n)) = body.next(&buf[at..]).map_err(|why| Refused::new(400, why))? {
+            if piece == Piece::Data {
+                data.extend_from_slice(&buf[at..at + n]);
+            }
+            at += n;
+            if piece == Piece::End {
+                return Ok(data);
+            }
+            if data.len() > MAX_INSPECTED_BODY {
+                return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
+            }
+        }
+        buf.drain(..at);
+        at = 0;
+        let n = client.read(&mut chunk).await.map_err(|e| Refused::new(400, e.to_string()))?;
+        if n == 0 {
+            return Err(Refused::new(400, "the connection ended inside the request body"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
     }
 }
 
@@ -93,5 +128,28 @@ mod tests {
             let (result, _, _) = copied(bad, 0, BodyLength::Chunked).await;
             assert_eq!(result.map_err(|r| r.status()), Err(400), "{bad:?}");
         }
+    }
+
+    /// The body read whole, from what came with the head and what the client sends after, as
+    /// `http1::Body` decodes it (its own tests try the malformed chunks).
+    #[tokio::test]
+    async fn a_body_is_read_whole_and_decoded() {
+        async fn read(first: &[u8], then: &[u8], length: BodyLength) -> Result<Vec<u8>, Refused> {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+            let (mut server, _) = listener.accept().await.unwrap();
+            tokio::io::AsyncWriteExt::write_all(&mut client, then).await.unwrap();
+            drop(client);
+            read_body(&mut server, first.to_vec(), length).await
+        }
+        let chunked = b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\nGET /next";
+        for split in [0, 1, 4, 12, chunked.len()] {
+            let (first, then) = chunked.split_at(split);
+            assert_eq!(read(first, then, BodyLength::Chunked).await, Ok(b"hello world".to_vec()), "{split}");
+        }
+        assert_eq!(read(b"hel", b"lo, and more", BodyLength::Length(5)).await, Ok(b"hello".to_vec()));
+        assert_eq!(read(b"", b"", BodyLength::Length(0)).await, Ok(Vec::new()));
+        assert_eq!(read(b"5\r\nhel", b"", BodyLength::Chunked).await.unwrap_err().status(), 400, "cut short");
+        assert_eq!(read(b"5\r\nhello!\r\n", b"", BodyLength::Chunked).await.unwrap_err().status(), 400);
     }
 }

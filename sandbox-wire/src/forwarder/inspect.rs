@@ -3,42 +3,12 @@
 //! and judged for what would make the provider fetch a URL (`remote_tools`); then sent on with a
 //! length of its own. Pure but for `read_body`.
 
-use sandbox_wire::http1::{Body, BodyLength, Framing, Head, Piece};
-use tokio::io::AsyncReadExt as _;
-use tokio::net::TcpStream;
-
-/// Why a request was not forwarded: the status the agent's CLI gets, and the reason. The
-/// reason quotes what the agent sent (a method, a path, a tool's name) and goes to the agent,
-/// connections.jsonl, `sandbox-status` and the user's terminal: [`Refused::new`] is the one way
-/// to make one, and it leaves no control character in it and bounds it.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Refused {
-    status: u16,
-    reason: String,
-}
-
-/// The most characters of a refusal's reason (and of what the forwarder reports to PID 1).
-pub const MAX_REASON: usize = 400;
-
-impl Refused {
-    /// A refusal with `status`; every control character of `reason` (C0, DEL, C1) and every
-    /// bidirectional one becomes `?`, and it is cut to [`MAX_REASON`] characters.
-    pub fn new(status: u16, reason: impl AsRef<str>) -> Refused {
-        Refused { status, reason: sandbox_policy::text::one_line(reason.as_ref(), MAX_REASON) }
-    }
-
-    pub fn status(&self) -> u16 {
-        self.status
-    }
-
-    pub fn reason(&self) -> &str {
-        &self.reason
-    }
-}
+use crate::forwarder::Refused;
+use crate::http1::{BodyLength, Framing, Head};
 
 /// The largest request body read whole to look for remote tools: model requests with long
 /// contexts and images stay well under it.
-const MAX_INSPECTED_BODY: usize = 32 << 20;
+pub const MAX_INSPECTED_BODY: usize = 32 << 20;
 
 /// The framing of the agent's request head, by the one rule (`http1`'s: one length, or chunked,
 /// never both, no other coding). When the body is to be `inspected`, one compressed is refused
@@ -58,40 +28,6 @@ pub fn body_framing(head: &Head, inspected: bool) -> Result<Framing, Refused> {
         return Err(Refused::new(415, "a compressed request body, which cannot be read for remote tools"));
     }
     Ok(framing)
-}
-
-/// The whole body, from `first` (what came with the head) and the client, as `http1::Body`
-/// finds it: its data, the chunks' framing and trailers left out.
-pub async fn read_body(
-    client: &mut TcpStream,
-    first: Vec<u8>,
-    length: BodyLength,
-) -> Result<Vec<u8>, Refused> {
-    let (mut buf, mut at) = (first, 0);
-    let mut body = Body::new(length);
-    let mut data = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        while let Some((piece, n)) = body.next(&buf[at..]).map_err(|why| Refused::new(400, why))? {
-            if piece == Piece::Data {
-                data.extend_from_slice(&buf[at..at + n]);
-            }
-            at += n;
-            if piece == Piece::End {
-                return Ok(data);
-            }
-            if data.len() > MAX_INSPECTED_BODY {
-                return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
-            }
-        }
-        buf.drain(..at);
-        at = 0;
-        let n = client.read(&mut chunk).await.map_err(|e| Refused::new(400, e.to_string()))?;
-        if n == 0 {
-            return Err(Refused::new(400, "the connection ended inside the request body"));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
 }
 
 /// What the request's head says of a body that could not be read for remote fetches, refused:
@@ -143,7 +79,7 @@ pub fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
     if matches!(start, Some(b'{' | b'[')) {
         let value = strict_json(body)
             .map_err(|e| Refused::new(400, format!("a request body that is not strict JSON: {e}")))?;
-        return Ok(crate::net::remote_tools::named(&value, host));
+        return Ok(crate::forwarder::remote_tools::named(&value, host));
     }
     // Lines end at LF or CR, as Python's universal newlines read a batch file.
     for line in body.split(|&b| b == b'\n' || b == b'\r') {
@@ -154,7 +90,7 @@ pub fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
         }
         match strict_json(line) {
             Ok(value) => {
-                if let Some(found) = crate::net::remote_tools::named(&value, host) {
+                if let Some(found) = crate::forwarder::remote_tools::named(&value, host) {
                     return Ok(Some(format!("{found}, in a line of an uploaded file")));
                 }
             }
@@ -169,7 +105,7 @@ pub fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
             // reader's limit; found by a red team): refused if it names what a fetch is named by.
             Err(e) => {
                 let text = String::from_utf8_lossy(line);
-                if let Some(key) = crate::net::remote_tools::fetch_word(&text) {
+                if let Some(key) = crate::forwarder::remote_tools::fetch_word(&text) {
                     return Err(Refused::new(
                         400,
                         format!("a line of an uploaded file that is not strict JSON ({e}) names {key}"),
@@ -266,7 +202,7 @@ mod tests {
     /// `f` of the head `text` (without its blank line), parsed.
     pub(crate) fn with_head<T>(text: &str, f: impl FnOnce(&Head) -> T) -> T {
         let raw = format!("{text}\r\n\r\n");
-        f(&sandbox_wire::http1::parse_head(raw.as_bytes()).unwrap().unwrap())
+        f(&crate::http1::parse_head(raw.as_bytes()).unwrap().unwrap())
     }
 
     #[test]
@@ -298,29 +234,6 @@ mod tests {
             })
             .is_ok()
         );
-    }
-
-    /// The body read whole, from what came with the head and what the client sends after, as
-    /// `http1::Body` decodes it (its own tests try the malformed chunks).
-    #[tokio::test]
-    async fn a_body_is_read_whole_and_decoded() {
-        async fn read(first: &[u8], then: &[u8], length: BodyLength) -> Result<Vec<u8>, Refused> {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-            let (mut server, _) = listener.accept().await.unwrap();
-            tokio::io::AsyncWriteExt::write_all(&mut client, then).await.unwrap();
-            drop(client);
-            read_body(&mut server, first.to_vec(), length).await
-        }
-        let chunked = b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\nGET /next";
-        for split in [0, 1, 4, 12, chunked.len()] {
-            let (first, then) = chunked.split_at(split);
-            assert_eq!(read(first, then, BodyLength::Chunked).await, Ok(b"hello world".to_vec()), "{split}");
-        }
-        assert_eq!(read(b"hel", b"lo, and more", BodyLength::Length(5)).await, Ok(b"hello".to_vec()));
-        assert_eq!(read(b"", b"", BodyLength::Length(0)).await, Ok(Vec::new()));
-        assert_eq!(read(b"5\r\nhel", b"", BodyLength::Chunked).await.unwrap_err().status(), 400, "cut short");
-        assert_eq!(read(b"5\r\nhello!\r\n", b"", BodyLength::Chunked).await.unwrap_err().status(), 400);
     }
 
     #[test]

@@ -5,11 +5,11 @@
 use serde::{Deserialize, Serialize};
 use std::os::fd::RawFd;
 
-use sandbox_wire::http1::Head;
+use sandbox_policy::text::quoted;
 
-use crate::net::inspect::Refused;
-use crate::net::rules::{Request, Rules};
-use crate::policy::text::quoted;
+use crate::forwarder::Refused;
+use crate::forwarder::rules::{Request, Rules};
+use crate::http1::Head;
 
 /// One API or forwarded host: the listener at descriptor `fd` forwards to `host`:443 with
 /// `header: value` (no header when `header` is empty: a service used without a token).
@@ -26,11 +26,11 @@ pub struct Route {
     /// `/compatible-mode/v1`), so that the key goes to no other service on that host.
     #[serde(default)]
     pub path: Option<String>,
-    /// The API whose remote tools a request's body may not name (net/remote_tools.rs), unless
+    /// The API whose remote tools a request's body may not name (`remote_tools`), unless
     /// the policy allows them (None).
     #[serde(default)]
     pub inspect: Option<String>,
-    /// What the agent may ask of the host: method and path rules (net/rules.rs).
+    /// What the agent may ask of the host: method and path rules (`rules`).
     pub rules: Rules,
 }
 
@@ -286,13 +286,13 @@ pub fn refusal_answer(refused: &Refused) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::inspect::body_framing;
+    use crate::forwarder::inspect::body_framing;
 
     /// The head `head` (without its blank line) as the forwarder takes it: parsed, then
     /// rewritten for `route`.
     fn rewrite_for(head: &str, route: &Route) -> Result<Rewritten, Refused> {
         let raw = format!("{head}\r\n\r\n");
-        match sandbox_wire::http1::parse_head(raw.as_bytes()) {
+        match crate::http1::parse_head(raw.as_bytes()) {
             Ok(Some(parsed)) => rewrite_head(&parsed, route),
             Ok(None) => panic!("{head:?}: no blank line"),
             Err(why) => Err(Refused::new(400, why)),
@@ -301,7 +301,7 @@ mod tests {
 
     fn parsed<T>(head: &str, f: impl FnOnce(&Head) -> T) -> T {
         let raw = format!("{head}\r\n\r\n");
-        f(&sandbox_wire::http1::parse_head(raw.as_bytes()).unwrap().unwrap())
+        f(&crate::http1::parse_head(raw.as_bytes()).unwrap().unwrap())
     }
 
     fn route() -> Route {
@@ -463,7 +463,7 @@ mod tests {
             let Err(refused) = rewrite_for(&head, &route) else { panic!("{head:?} passed") };
             let reason = refused.reason();
             assert!(!reason.chars().any(|c| c.is_control()), "{head:?}: {reason:?}");
-            assert!(reason.chars().count() <= crate::net::inspect::MAX_REASON, "{reason}");
+            assert!(reason.chars().count() <= crate::forwarder::MAX_REASON, "{reason}");
             let answer = refusal_answer(&refused);
             assert!(!answer.chars().any(|c| c.is_control() && c != '\r' && c != '\n'), "{answer:?}");
         }

@@ -7,7 +7,7 @@
 use graphql_parser::query::{Definition, OperationDefinition as Operation, Selection};
 use serde::{Deserialize, Serialize};
 
-use crate::net::inspect::Refused;
+use crate::forwarder::Refused;
 
 /// What one forwarded host allows. Travels as JSON from PID 1 to the forwarder process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,7 +17,7 @@
 
 use serde_json::Value;
 
-use crate::policy::text::quoted;
+use sandbox_policy::text::quoted;
 
 /// The keys whose value is content the provider fetches by its link (Anthropic's
 /// `{"type": "url", "url": …}` sources are read apart): OpenAI's `image_url` and `file_url`,
