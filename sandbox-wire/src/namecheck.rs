@@ -211,6 +211,11 @@ impl HttpRequests {
                 // Every byte of the body in the order it came, the chunks' framing and trailers
                 // too: their lines are what a server that ignores the body reads, and a line the
                 // lines' judge holds back must not fall behind the framing after it.
+                // A chunk-size or trailer line that starts a line is a whole line: judged as one
+                // whatever it starts with (`19;x /secret HTTP/1.1` is a request line to Python).
+                if matches!(piece, Piece::Framing | Piece::Trailer) && self.body.at_line_start() {
+                    judge_body_line(&rest[..n], &self.host)?;
+                }
                 self.body.feed(&rest[..n], &self.host, out)?;
                 // A length's end takes no byte: it is found as soon as its last byte is.
                 if piece == Piece::End || reader.next(&[])? == Some((Piece::End, 0)) {
@@ -239,6 +244,11 @@ struct BodyLines {
 }
 
 impl BodyLines {
+    /// Whether the next byte starts a line.
+    fn at_line_start(&self) -> bool {
+        self.line.is_empty() && !self.passing
+    }
+
     fn feed(&mut self, mut bytes: &[u8], host: &str, out: &mut Vec<u8>) -> Result<(), &'static str> {
         while !bytes.is_empty() {
             if self.passing {
@@ -282,11 +292,12 @@ impl BodyLines {
 
 /// Whether a line starting with `start` may be a request line or a Host header line, as a
 /// lenient server reads them: a method is any token (nginx proxies PROPFIND, Go takes any
-/// token), so a line is held while it starts with a token and
-/// what follows a space after it, past any CRs; or with `host:`, in any case.
+/// token), so a line is held while it starts with a token and what follows a blank after it;
+/// or with `host:`, in any case. Blanks as Python's `http.server` reads a request line
+/// (`str.split()`: a tab, a vertical tab, a form feed, 0x1c to 0x1f, 0x85, a no-break space, a
+/// space), before the method too; nginx and Node skip CRs and LFs there.
 fn might_be_request_or_host(start: &[u8]) -> bool {
-    // Servers skip CRs (and LFs) before a request line (nginx's start state, Node's llhttp).
-    let start = skip_crs(start);
+    let start = skip_blanks(start);
     let n = start.len().min(5);
     if start[..n].eq_ignore_ascii_case(&b"host:"[..n]) {
         return true;
@@ -294,22 +305,30 @@ fn might_be_request_or_host(start: &[u8]) -> bool {
     // Any length: nginx takes a method of any length.
     match start.iter().position(|&b| !is_tchar(b)) {
         None => true,
-        Some(at) => at > 0 && start[at] == b' ',
+        Some(at) => at > 0 && is_blank(start[at]),
     }
 }
 
-fn skip_crs(line: &[u8]) -> &[u8] {
-    let at = line.iter().position(|&b| b != b'\r').unwrap_or(line.len());
+/// A byte that separates the words of a request line to some server: Python's whitespace on
+/// the line decoded as Latin-1, which takes in nginx's and Go's space and tab.
+fn is_blank(b: u8) -> bool {
+    matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0x1c..=0x1f | b' ' | 0x85 | 0xa0)
+}
+
+fn skip_blanks(line: &[u8]) -> &[u8] {
+    let at = line.iter().position(|&b| !is_blank(b)).unwrap_or(line.len());
     &line[at..]
 }
 
-/// A whole line of a body: refused if a server would take it for a request line (a token, a
-/// space, and ` HTTP/` after a target, whatever version or spaces follow: nginx takes
-/// `HTTP/1.01`, `HTTP/1.2` and a trailing space), or for a Host header naming another host
-/// than `host`.
+/// A whole line of a body: refused if a server would take it for a request line, or for a
+/// Host header naming another host than `host`. A request line to nginx: a token, a space, and
+/// ` HTTP/` after a target, whatever version or spaces follow (nginx takes `HTTP/1.01`,
+/// `HTTP/1.2` and a trailing space); to Python's `http.server`: three words split at any of its
+/// blanks, the last starting with `HTTP/`; and HTTP/0.9's `GET target` to both. A Host line
+/// also where a bare CR starts one, as Python's header parser splits lines.
 fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
     let text = line.strip_suffix(b"\n").unwrap_or(line);
-    let text = skip_crs(text.strip_suffix(b"\r").unwrap_or(text));
+    let text = skip_blanks(text.strip_suffix(b"\r").unwrap_or(text));
     let upper = text.to_ascii_uppercase();
     let method = upper.iter().position(|&b| !is_tchar(b)).unwrap_or(upper.len());
     if method > 0
@@ -318,21 +337,24 @@ fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
     {
         return Err("a request line hidden in a request body");
     }
-    // HTTP/0.9, which nginx still takes for GET: `GET target`, no version, the host from an
-    // absolute target.
-    if let Some(target) = text.strip_prefix(b"GET ") {
-        let target = target.trim_ascii();
-        if !target.is_empty()
-            && !target.contains(&b' ')
-            && (target.starts_with(b"/") || target.windows(3).any(|w| w == b"://"))
-        {
-            return Err("a request line hidden in a request body");
+    let words: Vec<&[u8]> = upper.split(|&b| is_blank(b)).filter(|w| !w.is_empty()).collect();
+    let python = match words[..] {
+        // Any word is a method to Python (an application's catch-all handler serves it).
+        [_, _, version] => version.starts_with(b"HTTP/"),
+        [method, target] => {
+            method == b"GET" && (target.starts_with(b"/") || target.windows(3).any(|w| w == b"://"))
         }
+        _ => false,
+    };
+    if python {
+        return Err("a request line hidden in a request body");
     }
-    if upper.starts_with(b"HOST:") {
-        let value = String::from_utf8_lossy(&text[5..]);
-        if authority_host(value.trim_matches([' ', '\t'])).as_deref() != Some(host) {
-            return Err("a Host line naming another host hidden in a request body");
+    for segment in text.split(|&b| b == b'\r') {
+        if segment.len() >= 5 && segment[..5].eq_ignore_ascii_case(b"host:") {
+            let value = String::from_utf8_lossy(&segment[5..]);
+            if authority_host(value.trim_matches([' ', '\t'])).as_deref() != Some(host) {
+                return Err("a Host line naming another host hidden in a request body");
+            }
         }
     }
     Ok(())

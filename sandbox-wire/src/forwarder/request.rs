@@ -92,12 +92,9 @@ pub fn rewrite_head(head: &Head, route: &Route) -> Result<Rewritten, Refused> {
     let query = target.split_once('?').map(|(_, q)| q.to_string()).unwrap_or_default();
     let target = drop_query_key(target);
     let headers: Vec<(&str, &str)> = head.fields.iter().map(|f| (f.name, f.value)).collect();
-    // Headers that Connection names are the agent's hop-by-hop ones: not passed on.
-    let named: Vec<String> = headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
-        .flat_map(|(_, v)| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
-        .collect();
+    // Headers that Connection names are the agent's hop-by-hop ones: not passed on. Read by
+    // `http1`'s one reader of them, the one the framing rule reads too.
+    let named = head.connection_tokens().map_err(bad)?;
     // `_` read as `-`, as some servers read header names (X_HTTP_METHOD_OVERRIDE).
     let dropped = |name: &str| {
         let name = name.to_ascii_lowercase().replace('_', "-");
@@ -422,6 +419,25 @@ mod tests {
         }
         let out = rewrite("POST /x HTTP/1.1\r\nX_HTTP_METHOD_OVERRIDE: DELETE\r\nContent-Length: 0").unwrap();
         assert!(!out.contains("DELETE"), "{out}");
+    }
+
+    /// Found by a red team: a Connection token ending in a no-break space. The rewrite's reader
+    /// of Connection trimmed it (and dropped Content-Length as hop-by-hop) while the framing
+    /// rule's kept it (and framed the body by the length): the body went upstream unframed, a
+    /// second request in it. One reader now, and it refuses an element that is not a token.
+    #[test]
+    fn a_connection_element_that_is_not_a_token_is_refused() {
+        for head in [
+            "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 54\r\nConnection: content-length\u{a0}",
+            "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 54\r\nConnection: \u{3000}Content-Length",
+        ] {
+            assert_eq!(rewrite(head).unwrap_err().status(), 400, "{head:?}");
+            assert_eq!(parsed(head, |h| body_framing(h, false)).unwrap_err().status(), 400, "{head:?}");
+        }
+        let out =
+            rewrite("POST /x HTTP/1.1\r\nConnection: keep-alive, X-Trace\r\nX-Trace: 1\r\nContent-Length: 0")
+                .unwrap();
+        assert!(!out.contains("X-Trace") && out.contains("Content-Length: 0"), "{out}");
     }
 
     #[test]

@@ -83,9 +83,20 @@ fn one_length_or_chunked_and_nothing_else() {
         "Transfer-Encoding: identity",
         "Transfer-Encoding: chunked\r\nConnection: close, Transfer-Encoding",
         "Content-Length: 5\r\nConnection: content-length",
+        // Found by a red team: a no-break space after the token, which Rust's trim() takes
+        // away and a spaces-and-tabs trim keeps: one reader named the header, the other did not.
+        "Content-Length: 5\r\nConnection: content-length\u{a0}",
+        "Content-Length: 5\r\nConnection: close, \u{3000}content-length",
     ] {
         assert!(framing(bad).is_err(), "{bad:?}");
     }
+    let head = "POST / HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert!(parse_head(head.as_bytes()).unwrap().unwrap().framing().is_err(), "chunked on HTTP/1.0");
+    let named = "GET / HTTP/1.1\r\nConnection: Keep-Alive ,\tX-Trace,,\r\nConnection: close\r\n\r\n";
+    assert_eq!(
+        parse_head(named.as_bytes()).unwrap().unwrap().connection_tokens().unwrap(),
+        ["keep-alive", "x-trace", "close"]
+    );
 }
 
 /// The pieces `body` yields for `bytes` fed `step` bytes at a time, as `(piece, bytes)`, and

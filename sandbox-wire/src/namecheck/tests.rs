@@ -482,3 +482,58 @@ fn a_chunked_body_goes_on_in_order() {
     );
     assert!(passed(host, &trailer, 4096).1.is_some());
 }
+
+/// Found by a red team: request lines that Python's `http.server` reads in a body it ignores,
+/// and the name check did not hold: words split at a tab, a vertical tab, 0x1f or a no-break
+/// space, a blank before the method, a chunk-size line with an extension that reads as one, and
+/// a Host line after a bare CR. Each is refused before the line goes on; the controls, text
+/// that only looks like them, pass.
+#[test]
+fn a_request_line_as_python_splits_it_is_refused() {
+    let host = "a.example.com";
+    let post = |body: &[u8]| {
+        let head = format!("POST /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n", body.len());
+        [head.as_bytes(), body].concat()
+    };
+    let chunked = |body: &[u8]| {
+        let head = format!("POST /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n");
+        [head.as_bytes(), body].concat()
+    };
+    let fed = |request: &[u8], step: usize| {
+        let mut requests = HttpRequests::new(host);
+        let mut out = Vec::new();
+        for piece in request.chunks(step) {
+            let (pass, refused) = requests.feed(piece);
+            out.extend(pass);
+            if refused.is_some() {
+                return (out, refused);
+            }
+        }
+        (out, None)
+    };
+    for request in [
+        post(b"GET\t/secret\tHTTP/1.1\r\nX: a\rHost: other.test\r\n\r\n"),
+        post(b" GET /secret HTTP/1.1\r\n\r\n"),
+        post(b"\xa0GET\xa0/secret\xa0HTTP/1.1\r\n\r\n"),
+        post(b"GET\x1f/secret\x1fHTTP/1.1\r\n\r\n"),
+        post(b"GET\x0b/secret\x0bhttp/1.1\r\n\r\n"),
+        chunked(b"19;x /secret HTTP/1.1\r\nX: a\rHost: other.test\r\n\r\n\r\n0\r\n\r\n"),
+    ] {
+        for step in [1, 3, 4096] {
+            let (out, refused) = fed(&request, step);
+            assert!(refused.is_some(), "{:?} step {step}", String::from_utf8_lossy(&request));
+            assert!(
+                !out.windows(7).any(|w| w == b"/secret") && !out.windows(10).any(|w| w == b"other.test"),
+                "{:?} step {step}: went on: {:?}",
+                String::from_utf8_lossy(&request),
+                String::from_utf8_lossy(&out)
+            );
+        }
+    }
+    for body in
+        [&b"GET the docs\n"[..], b"Put it\tback\n", b"{\"k\": \"GET /x HTTP/1.1\"}", b"hello\tworld\n"]
+    {
+        let request = post(body);
+        assert_eq!(fed(&request, 4096), (request.clone(), None), "{:?}", String::from_utf8_lossy(body));
+    }
+}
