@@ -258,17 +258,22 @@ impl BodyLines {
                 bytes = &bytes[end..];
                 continue;
             }
-            let b = bytes[0];
-            bytes = &bytes[1..];
-            self.line.push(b);
-            if b == b'\n' {
+            // Up to the line's end, or all there is: whether the line is held is decided on
+            // all of it at once (a line that cannot be a request or Host line stays so however
+            // long it grows), not byte by byte.
+            let end = bytes.iter().position(|&b| b == b'\n');
+            let take = end.map_or(bytes.len(), |i| i + 1);
+            self.line.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            let start = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            if !might_be_request_or_host(start) {
+                out.append(&mut self.line);
+                self.passing = end.is_none();
+            } else if start.len() > MAX_HEAD {
+                return Err("a line in a body too long to tell from a request");
+            } else if end.is_some() {
                 judge_body_line(&self.line, host)?;
                 out.append(&mut self.line);
-            } else if self.line.len() > MAX_HEAD {
-                return Err("a line in a body too long to tell from a request");
-            } else if !might_be_request_or_host(&self.line) {
-                out.append(&mut self.line);
-                self.passing = true;
             }
         }
         Ok(())
