@@ -161,6 +161,8 @@ fn field(out: &str, key: &str) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // A bench has no test's place: it asks for each shape it measures.
+    sandbox_tests::place::bench();
     let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(7);
     let image = image(sandbox_tests::spec::SMALLEST).await?;
     let docker = xtask::engine::Engine::connect().await?.docker().clone();

@@ -96,6 +96,8 @@ async fn feed(id: &str, lines: usize) -> anyhow::Result<()> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
+    // A bench has no test's place: it asks for each shape it measures.
+    sandbox_tests::place::bench();
     let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(7);
     let launcher = Launcher::new()?;
     eprintln!("starting {SANDBOXES} sandboxes (shell, --offline), four at a time");
