@@ -18,6 +18,7 @@ mod oauth;
 mod peer;
 mod probes;
 mod web;
+mod wire;
 
 use std::time::Duration;
 
@@ -65,10 +66,12 @@ pub fn report(pairs: &[(&str, String)]) {
 /// the same).
 const USAGE: &str = "\
 usage: sandbox-probe COMMAND [ARGS]: prints key=value lines and exits 0 whatever happened.
-as a peer (peer.rs, web.rs, mock.rs, oauth.rs, forge.rs):
+as a peer (peer.rs, web.rs, mock.rs, oauth.rs, forge.rs, wire.rs):
   serve [--tcp P,P] [--echo P,P] [--udp P,P] [--dns ZONE LOG] [--http P,P]
         [--tls P,P --cert F --key F] [--files DIR] [--log FILE] [--mock-api] [--ignore-bodies]
         [--forge DIR] [--log-accepts] [--icmp] [--icmp6 FILE]
+  wire-hyper                  hyper's HTTP/1 server on port 80, logging what it parsed
+  wire-nginx COMMAND...       nginx started by COMMAND, behind a relay logging connections
 probes, as a well-behaved agent (probes.rs):
   tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME] [--send TEXT]
   http-pipeline HOST PORT NAME...
@@ -111,6 +114,8 @@ fn main() {
     let args = Args { all: std::env::args().skip(1).collect() };
     match args.arg(0).as_str() {
         "serve" => peer::serve(args.rest()),
+        "wire-hyper" => wire::hyper(),
+        "wire-nginx" => wire::nginx(&args.all[1..]),
         "tcp" => probes::tcp(&args),
         "http-pipeline" => probes::http_pipeline(&args),
         "first-byte" => probes::first_byte(&args),
