@@ -33,6 +33,10 @@ pub const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
 /// Where setup installs it (a Python virtual environment), under the workspace: the k8s suite
 /// looks here when `AGENT_SANDBOX_KUBERNETES_VALIDATE` is not set.
 pub const KUBERNETES_VALIDATE_DIR: &str = "target/ci-tools/kubernetes-validate";
+/// Where setup unpacks Debian's nginx, under the workspace: the wire suite runs it as one of its
+/// real servers (in a peer, beside the libraries it links). Unpacked, not installed, so that no
+/// service starts on the machine; the wire suite looks here.
+pub const NGINX_DIR: &str = "target/ci-tools/nginx";
 /// How long a started engine may take to answer.
 const ENGINE_WAIT: Duration = Duration::from_secs(60);
 
@@ -51,6 +55,8 @@ pub struct Missing {
     pub targets: Vec<&'static str>,
     pub devcontainer: bool,
     pub kubernetes_validate: bool,
+    /// Debian's nginx, downloaded and unpacked under [`NGINX_DIR`].
+    pub nginx: bool,
     /// gVisor's runsc, for sidecar mode's agent containers (gvisor.rs): to install, and to
     /// register with the engine.
     pub runsc: bool,
@@ -71,6 +77,7 @@ pub struct Found {
     pub targets: Vec<String>,
     pub devcontainer: bool,
     pub kubernetes_validate: bool,
+    pub nginx: bool,
     /// Python's `venv` works (Debian puts it in python3-venv).
     pub python_venv: bool,
     /// Debian proper, whose archive keyring mmdebstrap has; Ubuntu needs Debian's.
@@ -149,6 +156,7 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
             .collect();
         m.devcontainer = !found.devcontainer;
         m.kubernetes_validate = !found.kubernetes_validate;
+        m.nginx = !found.nginx;
         m.runsc = !found.runsc;
         m.register_runsc = !found.runsc_registered;
         m.register_arm64 = !found.runs_arm64;
@@ -189,6 +197,7 @@ impl SetupFlags {
                     format!("kubernetes-validate {KUBERNETES_VALIDATE_VERSION} (PyPI, under target/)")
                 }),
             )
+            .chain(need.nginx.then(|| format!("nginx (Debian's, unpacked under {NGINX_DIR})")))
             .chain(need.runsc.then(|| "runsc (gVisor, Debian trixie's)".to_string()))
             .chain(need.register_runsc.then(|| format!("runsc registered in {}", crate::gvisor::DAEMON_JSON)))
             .chain(need.register_arm64.then(|| "qemu-aarch64 registered with binfmt_misc".to_string()))
@@ -304,6 +313,19 @@ impl SetupFlags {
             cmd!(sh, "{venv}/bin/pip install --quiet {package}").quiet().run()?;
             done.push(format!("installed kubernetes-validate {KUBERNETES_VALIDATE_VERSION}"));
         }
+        if need.nginx {
+            let dir = root.join(NGINX_DIR);
+            eprintln!("==> apt-get download nginx, unpacked under {NGINX_DIR}");
+            let download = tempfile::tempdir()?;
+            let _in = sh.push_dir(download.path());
+            cmd!(sh, "apt-get download nginx").quiet().run()?;
+            let deb = std::fs::read_dir(download.path())?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .find(|p| p.extension().is_some_and(|e| e == "deb"))
+                .context("apt-get download nginx left no .deb")?;
+            cmd!(sh, "dpkg-deb -x {deb} {dir}").quiet().run()?;
+            done.push(format!("unpacked Debian's nginx under {NGINX_DIR}"));
+        }
         if !self.agents.is_empty() {
             let mut opts = BuildOptions::new(root);
             self.common.apply(&mut opts);
@@ -389,6 +411,7 @@ async fn look(root: &Path) -> Found {
         targets,
         devcontainer: root.join(DEVCONTAINER_DIR).join("node_modules/.bin/devcontainer").is_file(),
         kubernetes_validate: root.join(KUBERNETES_VALIDATE_DIR).join("bin/kubernetes-validate").is_file(),
+        nginx: root.join(NGINX_DIR).join("usr/sbin/nginx").is_file(),
         python_venv: std::process::Command::new("python3")
             .args(["-c", "import ensurepip, venv"])
             .output()
@@ -530,6 +553,7 @@ mod tests {
                 && tests.register_arm64
         );
         assert!(tests.kubernetes_validate && !quick.kubernetes_validate);
+        assert!(tests.nginx && !quick.nginx, "the wire suite's nginx is the suites' need");
         // Python's venv there already: only the validator.
         let with_venv = missing(&Found { python_venv: true, ..bare.clone() }, true);
         assert!(!with_venv.packages.contains(&"python3-venv") && with_venv.kubernetes_validate);
@@ -562,6 +586,7 @@ mod tests {
             targets: vec!["x86_64-unknown-linux-gnu".into(), "aarch64-unknown-linux-gnu".into()],
             devcontainer: true,
             kubernetes_validate: true,
+            nginx: true,
             python_venv: true,
             debian: true,
             runsc: true,
