@@ -73,19 +73,76 @@ impl std::ops::Deref for BuiltImages {
 pub async fn peer_image() -> anyhow::Result<String> {
     // A test starts several peers: find or build the image once per test process.
     static PEER: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
-    PEER.get_or_try_init(|| build_probe_image("os", "test-peer", "")).await.cloned()
+    PEER.get_or_try_init(|| build_probe_image("os", "test-peer", "", Vec::new())).await.cloned()
 }
 
 /// The forge peer's image: the base image (git, tar, gzip) and the probe binary, run as root
 /// with the probe as its entrypoint in place of sandbox-init; tagged by their hash.
 pub async fn forge_peer_image() -> anyhow::Result<String> {
     static FORGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
-    FORGE.get_or_try_init(|| build_probe_image("base", "test-forge-peer", "USER root\n")).await.cloned()
+    FORGE
+        .get_or_try_init(|| build_probe_image("base", "test-forge-peer", "USER root\n", Vec::new()))
+        .await
+        .cloned()
 }
 
-/// The repository's image `from` with the probe and `extra` Dockerfile lines, the probe its
-/// entrypoint, tagged `localhost/agent-sandbox/NAME:HASH`: found if built before, else built.
-async fn build_probe_image(from: &str, name: &str, extra: &str) -> anyhow::Result<String> {
+/// Where the wire suite's nginx peer has nginx, its loader and the libraries it links.
+pub const NGINX_PREFIX: &str = "/opt/nginx";
+
+/// The wire suite's nginx peer: the peer image with Debian's nginx (which `cargo xtask setup
+/// --tests` unpacks under target/ci-tools/nginx) and the libraries it links on this machine,
+/// copied under [`NGINX_PREFIX`] and run by their own loader
+/// (`/opt/nginx/ld.so --library-path /opt/nginx/lib /opt/nginx/nginx`), so that nothing of the OS
+/// image's libraries is mixed in. Nothing is fetched: without setup's copy it says so.
+pub async fn nginx_peer_image() -> anyhow::Result<String> {
+    static NGINX: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    NGINX
+        .get_or_try_init(|| async {
+            let nginx = root().join(xtask::setup::NGINX_DIR).join("usr/sbin/nginx");
+            anyhow::ensure!(
+                nginx.is_file(),
+                "{} is missing: `cargo xtask setup --tests` unpacks Debian's nginx there",
+                nginx.display()
+            );
+            let ldd = std::process::Command::new("ldd").arg(&nginx).output()?;
+            anyhow::ensure!(
+                ldd.status.success(),
+                "ldd {}: {}",
+                nginx.display(),
+                String::from_utf8_lossy(&ldd.stderr)
+            );
+            let mut files = vec![("nginx/nginx".to_string(), 0o755, std::fs::read(&nginx)?)];
+            for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+                // `libz.so.1 => /lib/…/libz.so.1 (0x…)`, and the loader as `/lib64/ld-linux….so.2 (0x…)`.
+                let path = match line.split_once("=>") {
+                    Some((_, right)) => right.split_whitespace().next(),
+                    None => line.split_whitespace().next().filter(|p| p.starts_with('/')),
+                };
+                let Some(path) = path else { continue };
+                let name =
+                    std::path::Path::new(path).file_name().context("a library's name")?.to_string_lossy();
+                let into = if name.starts_with("ld-linux") {
+                    "nginx/ld.so".to_string()
+                } else {
+                    format!("nginx/lib/{name}")
+                };
+                files.push((into, 0o755, std::fs::read(path)?));
+            }
+            build_probe_image("os", "test-nginx-peer", &format!("COPY nginx {NGINX_PREFIX}\n"), files).await
+        })
+        .await
+        .cloned()
+}
+
+/// The repository's image `from` with the probe, `files` (in the build context, by path) and
+/// `extra` Dockerfile lines, the probe its entrypoint, tagged `localhost/agent-sandbox/NAME:HASH`:
+/// found if built before, else built.
+async fn build_probe_image(
+    from: &str,
+    name: &str,
+    extra: &str,
+    files: Vec<(String, u32, Vec<u8>)>,
+) -> anyhow::Result<String> {
     let from_image = image(from).await?;
     let probe = std::fs::read(probe_binary()?)?;
     let engine = Engine::connect().await?;
@@ -97,6 +154,9 @@ async fn build_probe_image(from: &str, name: &str, extra: &str) -> anyhow::Resul
     );
     context.insert("Dockerfile", 0o644, dockerfile.into_bytes());
     context.insert("sandbox-probe", 0o755, probe);
+    for (path, mode, data) in files {
+        context.insert(&path, mode, data);
+    }
     let args: std::collections::BTreeMap<String, String> = [("OS".to_string(), from_id.clone())].into();
     let hash = context.input_hash(&args, &from_id);
     let tag = format!("localhost/agent-sandbox/{name}:{}", &hash["sha256:".len()..][..16]);
