@@ -252,7 +252,7 @@ impl BodyLines {
     fn feed(&mut self, mut bytes: &[u8], host: &str, out: &mut Vec<u8>) -> Result<(), &'static str> {
         while !bytes.is_empty() {
             if self.passing {
-                let end = bytes.iter().position(|&b| b == b'\n').map_or(bytes.len(), |i| i + 1);
+                let end = memchr::memchr(b'\n', bytes).map_or(bytes.len(), |i| i + 1);
                 out.extend_from_slice(&bytes[..end]);
                 self.passing = bytes[end - 1] != b'\n';
                 bytes = &bytes[end..];
@@ -261,18 +261,33 @@ impl BodyLines {
             // Up to the line's end, or all there is: whether the line is held is decided on
             // all of it at once (a line that cannot be a request or Host line stays so however
             // long it grows), not byte by byte.
-            let end = bytes.iter().position(|&b| b == b'\n');
-            let take = end.map_or(bytes.len(), |i| i + 1);
-            self.line.extend_from_slice(&bytes[..take]);
-            bytes = &bytes[take..];
-            let start = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            let end = memchr::memchr(b'\n', bytes);
+            let (piece, rest) = bytes.split_at(end.map_or(bytes.len(), |i| i + 1));
+            bytes = rest;
+            // A line that starts here is decided where it lies, and copied once.
+            let line = if self.line.is_empty() {
+                piece
+            } else {
+                self.line.extend_from_slice(piece);
+                &self.line[..]
+            };
+            let start = line.strip_suffix(b"\n").unwrap_or(line);
             if !might_be_request_or_host(start) {
-                out.append(&mut self.line);
                 self.passing = end.is_none();
             } else if start.len() > MAX_HEAD {
                 return Err("a line in a body too long to tell from a request");
             } else if end.is_some() {
-                judge_body_line(&self.line, host)?;
+                judge_body_line(line, host)?;
+            } else {
+                // Held until it ends.
+                if self.line.is_empty() {
+                    self.line.extend_from_slice(piece);
+                }
+                continue;
+            }
+            if self.line.is_empty() {
+                out.extend_from_slice(piece);
+            } else {
                 out.append(&mut self.line);
             }
         }
@@ -317,8 +332,19 @@ fn might_be_request_or_host(start: &[u8]) -> bool {
 /// A byte that separates the words of a request line to some server: Python's whitespace on
 /// the line decoded as Latin-1, which takes in nginx's and Go's space and tab.
 fn is_blank(b: u8) -> bool {
-    matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0x1c..=0x1f | b' ' | 0x85 | 0xa0)
+    BLANKS[b as usize]
 }
+
+/// [`is_blank`] as a table: it is asked of nearly every byte of a text body.
+static BLANKS: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = matches!(b as u8, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0x1c..=0x1f | b' ' | 0x85 | 0xa0);
+        b += 1;
+    }
+    table
+};
 
 fn skip_blanks(line: &[u8]) -> &[u8] {
     let at = line.iter().position(|&b| !is_blank(b)).unwrap_or(line.len());
@@ -334,20 +360,25 @@ fn skip_blanks(line: &[u8]) -> &[u8] {
 fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
     let text = line.strip_suffix(b"\n").unwrap_or(line);
     let text = skip_blanks(text.strip_suffix(b"\r").unwrap_or(text));
-    let upper = text.to_ascii_uppercase();
-    let method = upper.iter().position(|&b| !is_tchar(b)).unwrap_or(upper.len());
+    // Letters' case aside, as the servers compare: no copy of the line, which every line of
+    // source text that starts with a word comes to.
+    let method = text.iter().position(|&b| !is_tchar(b)).unwrap_or(text.len());
     if method > 0
-        && upper.get(method) == Some(&b' ')
-        && upper[method..].windows(6).skip(1).any(|w| w == b" HTTP/")
+        && text.get(method) == Some(&b' ')
+        && text[method + 1..].windows(6).any(|w| w[0] == b' ' && w[1..].eq_ignore_ascii_case(b"HTTP/"))
     {
         return Err("a request line hidden in a request body");
     }
-    let words: Vec<&[u8]> = upper.split(|&b| is_blank(b)).filter(|w| !w.is_empty()).collect();
-    let python = match words[..] {
+    // Python's words: only whether there are two or three matters, so no more than four are read.
+    let mut words = text.split(|&b| is_blank(b)).filter(|w| !w.is_empty());
+    let python = match [words.next(), words.next(), words.next(), words.next()] {
         // Any word is a method to Python (an application's catch-all handler serves it).
-        [_, _, version] => version.starts_with(b"HTTP/"),
-        [method, target] => {
-            method == b"GET" && (target.starts_with(b"/") || target.windows(3).any(|w| w == b"://"))
+        [Some(_), Some(_), Some(version), None] => {
+            version.len() >= 5 && version[..5].eq_ignore_ascii_case(b"HTTP/")
+        }
+        [Some(method), Some(target), None, None] => {
+            method.eq_ignore_ascii_case(b"GET")
+                && (target.starts_with(b"/") || target.windows(3).any(|w| w == b"://"))
         }
         _ => false,
     };
