@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::exit::Fatal;
 use crate::keys::read_secret;
-use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, RefusedRequest};
+use crate::net::forwarder::{CONFIG_FD, Config, RefusedRequest};
+use crate::net::uids::FORWARDER_UID;
 use crate::policy::RemoteTools;
 use crate::policy::forward::{Auth, Part, builtin};
 use crate::policy::{ForwardedHost, Policy};

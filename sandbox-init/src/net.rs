@@ -17,4 +17,5 @@ pub mod owned;
 pub mod relay;
 pub mod setelems;
 pub mod sink;
+pub mod uids;
 pub mod verdicts;

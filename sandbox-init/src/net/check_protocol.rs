@@ -1,14 +1,12 @@
 //! What the checker (net/checker.rs) and PID 1 (net/verdicts.rs) say to each other, and where:
-//! the checker's user, the ports nft redirects to, the descriptors and variable PID 1 hands it,
-//! the messages on their socketpair (one JSON object a datagram).
+//! the ports nft redirects to, the descriptors and variable PID 1 hands it, the messages on their
+//! socketpair (one JSON object a datagram). The checker's user is in net/uids.rs.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The checker's uid and gid: not root, not the agent, in no image's passwd.
-pub const CHECKER_UID: u32 = 65533;
 /// Where nft redirects connections whose name is checked, and those passed on the address.
 pub const CHECK_PORT: u16 = 15001;
 pub const PASS_PORT: u16 = 15002;

@@ -12,15 +12,16 @@ use crate::connections::ConnectionLog;
 use crate::console;
 use crate::denials::DenialLog;
 use crate::exit::{Fatal, Refusal};
-use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, FORWARDER_PORT, PASS_PORT};
+use crate::net::check_protocol::{CHECK_PORT, FORWARDER_PORT, PASS_PORT};
 use crate::net::conntrack;
 use crate::net::dns::{DnsGate, GATE_ADDR, gate_resolv_conf, names_only_the_gate, resolv_conf_upstreams};
 use crate::net::firewall::{
-    DOCKER_DNS, EGRESS_MARK, Element, FirewallError, GATE_UID, INBOUND_MARK, NameCheck, Nft, Ruleset, Shape,
-    TABLE, verify_table,
+    DOCKER_DNS, EGRESS_MARK, Element, FirewallError, INBOUND_MARK, NameCheck, Nft, Ruleset, Shape, TABLE,
+    verify_table,
 };
 use crate::net::interfaces::impersonable_resolver;
 use crate::net::sink::NftSink;
+use crate::net::uids::{CHECKER_UID, GATE_UID};
 use crate::net::verdicts::{CheckerProcess, Verdicts};
 use crate::policy::layout::DNS_ENV;
 use crate::policy::{Allowlist, Policy, Protocol};

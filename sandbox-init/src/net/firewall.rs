@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::exit::{Fatal, Refusal};
-use crate::net::forwarder::FORWARDER_UID;
+use crate::net::uids::{FORWARDER_UID, GATE_UID};
 use crate::policy::{Access, Opening, Policy, Ports};
 use crate::process;
 
@@ -124,10 +124,6 @@ pub struct NameCheck {
     /// be the forwarder's, since nft chose the port by the socket's uid.
     pub forwarder_port: u16,
 }
-
-/// The DNS gate's uid in sidecar mode (its sockets are made as it, owned.rs): the one owner the
-/// rules let query the upstream resolvers and send from port 53 there.
-pub const GATE_UID: u32 = 65531;
 
 /// Whom the rules trust with DNS: in one container, root, which nothing of the agent's can become
 /// (no setuid program, no_new_privs), and Docker's embedded DNS, which forwards as root from

@@ -29,8 +29,6 @@ use sandbox_wire::forwarder::rules::Verdict;
 
 use crate::net::relay::read_body;
 
-/// The forwarder's own user: not the agent's, not root, not the checker's.
-pub const FORWARDER_UID: u32 = 65532;
 /// The descriptor the configuration arrives on (a memfd PID 1 wrote); listeners follow it.
 pub const CONFIG_FD: RawFd = 3;
 /// The largest request head the forwarder reads.

@@ -449,7 +449,8 @@ impl crate::process::Service for CheckerProcess {
     /// Starts a checker: a new socketpair, the child with it and the listeners, as the checker's
     /// user with no capability, and the verdict server on PID 1's end.
     fn start(&self, program: &std::path::Path) -> Result<i32, String> {
-        use crate::net::check_protocol::{CHECKER_UID, LISTENERS_ENV, VERDICT_FD};
+        use crate::net::check_protocol::{LISTENERS_ENV, VERDICT_FD};
+        use crate::net::uids::CHECKER_UID;
         use std::os::fd::AsRawFd as _;
         let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().map_err(|e| e.to_string())?;
         let mut fds = vec![theirs.as_raw_fd()];
