@@ -5,17 +5,13 @@
 pub mod budgets;
 pub mod check_protocol;
 pub mod checker;
-pub mod conntrack;
 pub mod dns;
 pub mod enforcer;
 pub mod firewall;
 pub mod forwarder;
 pub mod interfaces;
-pub mod netlink;
-pub mod nflog;
 pub mod owned;
 pub mod relay;
-pub mod setelems;
 pub mod sink;
 pub mod uids;
 pub mod verdicts;

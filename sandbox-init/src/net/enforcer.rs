@@ -13,8 +13,8 @@ use crate::console;
 use crate::denials::DenialLog;
 use crate::exit::{Fatal, Refusal};
 use crate::net::check_protocol::{CHECK_PORT, FORWARDER_PORT, PASS_PORT};
-use crate::net::conntrack;
 use crate::net::dns::{DnsGate, GATE_ADDR, gate_resolv_conf, names_only_the_gate, resolv_conf_upstreams};
+use crate::net::firewall::conntrack;
 use crate::net::firewall::{
     DOCKER_DNS, EGRESS_MARK, Element, FirewallError, INBOUND_MARK, NameCheck, Nft, Ruleset, Shape, TABLE,
     verify_table,
@@ -183,9 +183,9 @@ impl Enforcement {
             }
         }
         let sink = Arc::new(NftSink::new(nft.clone(), Allowlist::new(policy), settings.set_size));
-        // The gate's new elements go over netlink (net/setelems.rs), without a process each;
+        // The gate's new elements go over netlink (net/firewall/setelems.rs), without a process each;
         // where the socket cannot be had, nft writes them.
-        match crate::net::setelems::SetWriter::open() {
+        match crate::net::firewall::setelems::SetWriter::open() {
             Ok(writer) => sink.write_over_netlink(writer),
             Err(e) => console::err(format!(
                 "sandbox-init: no netlink socket for set elements ({e}); nft writes them"

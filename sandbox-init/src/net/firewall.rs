@@ -1,6 +1,15 @@
 //! The egress firewall: one nftables table of our own (`inet`, so IPv4 and IPv6 together),
 //! rendered from the policy and loaded by `nft -f -` in one atomic transaction. Other tables,
 //! Docker's DNS NAT rules among them, are never flushed or touched.
+//!
+//! Below it, what else speaks to the kernel's netfilter: the gate's set elements written over
+//! netlink (`setelems`), the connections a reload revokes cut (`conntrack`), rejected packets read
+//! for the denial log (`nflog`), and the netlink framing the three share (`netlink`).
+
+pub mod conntrack;
+pub mod netlink;
+pub mod nflog;
+pub mod setelems;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
