@@ -10,8 +10,6 @@ pub mod enforcer;
 pub mod firewall;
 pub mod forwarder;
 pub mod interfaces;
-pub mod owned;
 pub mod relay;
-pub mod sink;
 pub mod uids;
 pub mod verdicts;

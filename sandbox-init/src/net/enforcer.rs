@@ -13,6 +13,7 @@ use crate::console;
 use crate::denials::DenialLog;
 use crate::exit::{Fatal, Refusal};
 use crate::net::check_protocol::{CHECK_PORT, FORWARDER_PORT, PASS_PORT};
+use crate::net::dns::sink::NftSink;
 use crate::net::dns::{DnsGate, GATE_ADDR, gate_resolv_conf, names_only_the_gate, resolv_conf_upstreams};
 use crate::net::firewall::conntrack;
 use crate::net::firewall::{
@@ -20,7 +21,6 @@ use crate::net::firewall::{
     verify_table,
 };
 use crate::net::interfaces::impersonable_resolver;
-use crate::net::sink::NftSink;
 use crate::net::uids::{CHECKER_UID, GATE_UID};
 use crate::net::verdicts::{CheckerProcess, Verdicts};
 use crate::policy::layout::DNS_ENV;

@@ -3,7 +3,7 @@
 //! skuid`) and nothing of the agent's can pose as one. A service run as one of them has it for its
 //! gid too (`AgentPrivileges::system`).
 
-/// The DNS gate's uid in sidecar mode (its sockets are made as it, owned.rs): the one owner the
+/// The DNS gate's uid in sidecar mode (its sockets are made as it, dns/owned.rs): the one owner the
 /// rules let query the upstream resolvers and send from port 53 there.
 pub const GATE_UID: u32 = 65531;
 

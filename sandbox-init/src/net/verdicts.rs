@@ -15,7 +15,7 @@ use crate::denials::{Denial, DenialLog};
 use crate::net::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
 use crate::net::check_protocol::{GRANT, Listener, Order, Report};
 use crate::net::dns::AddressSink as _;
-use crate::net::sink::NftSink;
+use crate::net::dns::sink::NftSink;
 use crate::policy::{IpNet, Opening, Ports, Protocol};
 use crate::privileges::AgentPrivileges;
 use std::net::IpAddr;
