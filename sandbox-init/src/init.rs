@@ -19,7 +19,7 @@ use crate::net::enforcer::{Enforcement, Logs, Settings};
 use crate::net::firewall::nflog;
 use crate::net::firewall::{DEFAULT_SET_SIZE, FirewallMode, Shape};
 use crate::net::interfaces::Network;
-use crate::net::verdicts::Verdicts;
+use crate::net::namecheck::verdicts::Verdicts;
 use crate::policy::forward::Part;
 use crate::policy::layout::{GATEWAY_READY, ROLE_ENV, SHARED_DIR};
 use crate::policy::{BAKED_POLICY, DROP_IN_DIR, Policy};

@@ -12,7 +12,6 @@ use crate::connections::ConnectionLog;
 use crate::console;
 use crate::denials::DenialLog;
 use crate::exit::{Fatal, Refusal};
-use crate::net::check_protocol::{CHECK_PORT, FORWARDER_PORT, PASS_PORT};
 use crate::net::dns::sink::NftSink;
 use crate::net::dns::{DnsGate, GATE_ADDR, gate_resolv_conf, names_only_the_gate, resolv_conf_upstreams};
 use crate::net::firewall::conntrack;
@@ -21,8 +20,9 @@ use crate::net::firewall::{
     verify_table,
 };
 use crate::net::interfaces::impersonable_resolver;
+use crate::net::namecheck::protocol::{CHECK_PORT, FORWARDER_PORT, PASS_PORT};
+use crate::net::namecheck::verdicts::{CheckerProcess, Verdicts};
 use crate::net::uids::{CHECKER_UID, GATE_UID};
-use crate::net::verdicts::{CheckerProcess, Verdicts};
 use crate::policy::layout::DNS_ENV;
 use crate::policy::{Allowlist, Policy, Protocol};
 

@@ -1,6 +1,6 @@
 //! The upload budgets' accounting, pure: the bytes each name received this hour, a
 //! connection's share of its name's budget, what a name's bytes count against
-//! (net/verdicts.rs applies them).
+//! (verdicts.rs applies them).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,4 +1,4 @@
-//! What the checker (net/checker.rs) and PID 1 (net/verdicts.rs) say to each other, and where:
+//! What the checker (checker.rs) and PID 1 (verdicts.rs) say to each other, and where:
 //! the ports nft redirects to, the descriptors and variable PID 1 hands it, the messages on their
 //! socketpair (one JSON object a datagram). The checker's user is in net/uids.rs.
 

@@ -1,4 +1,4 @@
-//! PID 1's side of the name check: the checker (an unprivileged process, net/checker.rs) asks,
+//! PID 1's side of the name check: the checker (an unprivileged process, checker.rs) asks,
 //! for every connection, whether it may go on; PID 1 answers from the sink (whose lock a reload
 //! takes, so a verdict is never given on half a policy), logs the connection, and at a reload
 //! tells the checker which open connections to cut. The two talk over a socketpair PID 1 made:
@@ -12,10 +12,10 @@ use tokio::net::{TcpSocket, UnixDatagram};
 
 use crate::connections::{Connection, ConnectionLog};
 use crate::denials::{Denial, DenialLog};
-use crate::net::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
-use crate::net::check_protocol::{GRANT, Listener, Order, Report};
 use crate::net::dns::AddressSink as _;
 use crate::net::dns::sink::NftSink;
+use crate::net::namecheck::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
+use crate::net::namecheck::protocol::{GRANT, Listener, Order, Report};
 use crate::policy::{IpNet, Opening, Ports, Protocol};
 use crate::privileges::AgentPrivileges;
 use std::net::IpAddr;
@@ -449,7 +449,7 @@ impl crate::process::Service for CheckerProcess {
     /// Starts a checker: a new socketpair, the child with it and the listeners, as the checker's
     /// user with no capability, and the verdict server on PID 1's end.
     fn start(&self, program: &std::path::Path) -> Result<i32, String> {
-        use crate::net::check_protocol::{LISTENERS_ENV, VERDICT_FD};
+        use crate::net::namecheck::protocol::{LISTENERS_ENV, VERDICT_FD};
         use crate::net::uids::CHECKER_UID;
         use std::os::fd::AsRawFd as _;
         let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().map_err(|e| e.to_string())?;

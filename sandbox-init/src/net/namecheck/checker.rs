@@ -21,7 +21,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, UnixDatagram};
 use tokio::sync::{oneshot, watch};
 
-use crate::net::check_protocol::{
+use crate::net::namecheck::protocol::{
     LISTENERS_ENV, Listener, Order, PROGRESS_PERIOD, Report, VERDICT_FD, VERDICT_TIMEOUT,
 };
 use sandbox_wire::namecheck::{

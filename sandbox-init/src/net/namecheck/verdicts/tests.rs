@@ -2,7 +2,7 @@
 //! against 200 connections opened at once), the start probe's quiet refusal.
 
 use super::*;
-use crate::net::budgets::BUDGET_HOUR;
+use crate::net::namecheck::budgets::BUDGET_HOUR;
 
 #[test]
 fn reports_and_orders_are_tagged_json() {
