@@ -13,11 +13,12 @@ use crate::connections::{CONNECTION_LOG, ConnectionLog};
 use crate::console;
 use crate::denials::{DENIAL_LOG, DenialLog};
 use crate::exit::{Fatal, Refusal};
-use crate::forwarded::{Forwarder, ServiceRoute};
-use crate::keys;
 use crate::net::enforcer::{Enforcement, Logs, Settings};
 use crate::net::firewall::nflog;
 use crate::net::firewall::{DEFAULT_SET_SIZE, FirewallMode, Shape};
+use crate::net::forwarder::keys;
+use crate::net::forwarder::routes::{self, ServiceRoute};
+use crate::net::forwarder::service::Forwarder;
 use crate::net::interfaces::Network;
 use crate::net::namecheck::verdicts::Verdicts;
 use crate::policy::forward::Part;
@@ -151,7 +152,7 @@ pub fn run() -> Result<u8, Fatal> {
     let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     let policy_dir = Path::new(BAKED_POLICY).parent().unwrap_or(Path::new("/"));
     if let Some(why) =
-        crate::keys::policy_writable(policy_dir, Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR), &agent)
+        keys::policy_writable(policy_dir, Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR), &agent)
     {
         return Err(Fatal::new(
             Refusal::BadSetting,
@@ -321,7 +322,7 @@ struct Supervised {
 }
 
 /// Takes the API keys given to the container (keys.rs) and the forwarded services' tokens
-/// (forwarded.rs), and starts the forwarder that holds them; writes the variables the agent's
+/// (routes.rs), and starts the forwarder that holds them; writes the variables the agent's
 /// processes get instead (an empty list without either) and git's `insteadOf`. With the name
 /// check, the hosts of the held keys and the forwarded hosts are the forwarder's alone from then
 /// on.
@@ -335,10 +336,10 @@ fn hold_keys(
     let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
     // A held key is a forwarded host like GitHub's: one route type, one forwarder.
     let mut routes: Vec<ServiceRoute> = held.iter().map(|key| key.route(policy)).collect();
-    routes.extend(crate::forwarded::routes(policy, agent, secrets)?);
-    let mut env = crate::forwarded::session_env(&routes);
+    routes.extend(routes::routes(policy, agent, secrets)?);
+    let mut env = routes::session_env(&routes);
     // Where GitHub is direct, the agent's CLI signs in with the token itself: said loudly.
-    let direct = crate::forwarded::direct_tokens(policy, agent, secrets)?;
+    let direct = routes::direct_tokens(policy, agent, secrets)?;
     for (var, _) in &direct {
         console::err(format!(
             "sandbox-init: WARNING: a service is direct (`forward: … direct: true`): the agent's session gets ${var}, \
@@ -349,7 +350,7 @@ fn hold_keys(
     let setup =
         |what: &str, e: std::io::Error| Fatal::new(Refusal::SetupFailed, format!("cannot write {what}: {e}"));
     crate::apis::write_session_env(&env).map_err(|e| setup(crate::apis::SESSION_ENV, e))?;
-    crate::forwarded::write_gitconfig(&routes).map_err(|e| setup(crate::forwarded::GITCONFIG, e))?;
+    routes::write_gitconfig(&routes).map_err(|e| setup(routes::GITCONFIG, e))?;
     crate::status::set_forwarded(routes.iter().map(|r| &r.host).filter(|h| h.part != Some(Part::Model)));
     if routes.is_empty() {
         return Ok(None);

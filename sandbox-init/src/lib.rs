@@ -6,10 +6,8 @@ pub mod connections;
 pub mod console;
 pub mod denials;
 pub mod exit;
-pub mod forwarded;
 pub mod init;
 pub mod jsonlog;
-pub mod keys;
 pub mod net;
 /// The policy types live in their own crate, which the build system shares.
 pub use sandbox_policy as policy;

@@ -8,5 +8,4 @@ pub mod firewall;
 pub mod forwarder;
 pub mod interfaces;
 pub mod namecheck;
-pub mod relay;
 pub mod uids;

@@ -1,8 +1,8 @@
 //! Keys the agent never holds. For each API of apis.rs, sandbox-init takes a key from a secret
 //! file the agent cannot read (`/run/secrets/<var>`, as Docker and compose mount secrets) or,
-//! failing that, from its own environment, and hands it to the forwarder (net/forwarder.rs)
-//! only. The agent's processes get a placeholder and the forwarder's address in the CLI's own
-//! variables (apis::SESSION_ENV, which sandbox-exec reads too).
+//! failing that, from its own environment, and hands it to the forwarder (forwarder.rs's
+//! process) only. The agent's processes get a placeholder and the forwarder's address in the
+//! CLI's own variables (apis::SESSION_ENV, which sandbox-exec reads too).
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
