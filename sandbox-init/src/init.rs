@@ -152,7 +152,7 @@ pub fn run() -> Result<u8, Fatal> {
     let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     let policy_dir = Path::new(BAKED_POLICY).parent().unwrap_or(Path::new("/"));
     if let Some(why) =
-        keys::policy_writable(policy_dir, Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR), &agent)
+        crate::secrets::policy_writable(policy_dir, Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR), &agent)
     {
         return Err(Fatal::new(
             Refusal::BadSetting,
@@ -358,7 +358,7 @@ fn hold_keys(
     if let Some(verdicts) = verdicts {
         verdicts.hold(routes.iter().map(|r| r.host.host.clone()));
     }
-    let extra_ca = keys::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
+    let extra_ca = crate::secrets::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
     let forwarder = Forwarder::bind(&routes, extra_ca, gate)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot listen for the key forwarder: {e}")))?;
     if let Some(verdicts) = verdicts {

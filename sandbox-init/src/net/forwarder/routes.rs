@@ -8,13 +8,15 @@
 use std::path::Path;
 
 use crate::exit::Fatal;
-use crate::net::forwarder::keys::{HeldKey, read_secret};
+use crate::net::forwarder::keys::HeldKey;
 use crate::policy::RemoteTools;
 use crate::policy::forward::{Auth, Part, builtin};
 use crate::policy::{ForwardedHost, Policy};
 use crate::privileges::AgentPrivileges;
 use sandbox_wire::forwarder::request::Route;
 use sandbox_wire::forwarder::rules::{GithubAccess, GithubPart, HttpRule, Rules};
+
+use crate::secrets::read_secret;
 
 /// The file the base image's system git configuration includes (`include.path`): written at
 /// start when GitHub is forwarded, removed otherwise. git ignores an include that is missing.
