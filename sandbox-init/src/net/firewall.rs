@@ -64,6 +64,23 @@ impl FirewallMode {
     }
 }
 
+/// The variable that bounds the address sets.
+pub use crate::policy::layout::MAX_ADDRESSES_ENV;
+
+/// SANDBOX_MAX_ADDRESSES: how many (address, protocol, port) elements the sets may hold.
+pub fn max_addresses() -> Result<usize, Fatal> {
+    match std::env::var(MAX_ADDRESSES_ENV).as_deref() {
+        Err(_) | Ok("") => Ok(DEFAULT_SET_SIZE),
+        Ok(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=1 << 20).contains(&n) => Ok(n),
+            _ => Err(Fatal::new(
+                Refusal::BadSetting,
+                format!("{MAX_ADDRESSES_ENV}={text} is not a number from 1 to 1048576"),
+            )),
+        },
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum FirewallError {
     #[error("nft is not installed (looked in {0}): the firewall cannot be programmed")]
@@ -396,6 +413,17 @@ pub fn probe_element(target: IpAddr, port: u16) -> (String, String) {
         format!("add element inet {TABLE} {set} {{ {target} . {port} timeout 30s }}\n"),
         format!("delete element inet {TABLE} {set} {{ {target} . {port} }}\n"),
     )
+}
+
+/// What loads an nft script as one transaction: the real `nft`, or a recording in tests.
+pub trait NftApply {
+    fn apply(&self, script: &str) -> Result<(), FirewallError>;
+}
+
+impl NftApply for Nft {
+    fn apply(&self, script: &str) -> Result<(), FirewallError> {
+        Nft::apply(self, script)
+    }
 }
 
 /// The `nft` program.

@@ -1,15 +1,24 @@
-//! The key forwarder as PID 1 runs it, one of its services: the listeners (one per route, bound
-//! before the agent starts), the configuration handed over in a memory file, the refusals it
-//! reports written to the connection log, and the child, started again when it dies.
+//! The key forwarder as PID 1 runs it, one of its services: at start, the keys and tokens taken
+//! and the agent's session pointed at the forwarder (`hold_keys`); the listeners (one per route,
+//! bound before the agent starts), the configuration handed over in a memory file, the refusals
+//! it reports written to the connection log, and the child, started again when it dies
+//! (`Forwarder`).
 
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::net::forwarder::routes::ServiceRoute;
+use crate::console;
+use crate::exit::{Fatal, Refusal};
+use crate::net::forwarder::keys;
+use crate::net::forwarder::routes::{self, ServiceRoute};
 use crate::net::forwarder::{CONFIG_FD, Config, RefusedRequest};
+use crate::net::namecheck::verdicts::Verdicts;
 use crate::net::uids::FORWARDER_UID;
+use crate::policy::Policy;
+use crate::policy::forward::Part;
 use crate::privileges::AgentPrivileges;
+use crate::process::Service as _;
 
 /// The forwarder as PID 1 runs it: the listeners (bound before the agent starts, so no process
 /// of the agent's can take the ports first) and the child, started again when it dies.
@@ -98,4 +107,58 @@ impl crate::process::Service for Forwarder {
         *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = pid;
         Ok(pid)
     }
+}
+
+/// Takes the API keys given to the container (keys.rs) and the forwarded services' tokens
+/// (routes.rs), and starts the forwarder that holds them; writes the variables the agent's
+/// processes get instead (an empty list without either) and git's `insteadOf`. With the name
+/// check, the hosts of the held keys and the forwarded hosts are the forwarder's alone from then
+/// on.
+pub fn hold_keys(
+    agent: &AgentPrivileges,
+    policy: &Policy,
+    verdicts: Option<&Verdicts>,
+    gate: Option<std::net::IpAddr>,
+) -> Result<Option<Arc<Forwarder>>, Fatal> {
+    let secrets = Path::new(keys::SECRETS_DIR);
+    let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
+    // A held key is a forwarded host like GitHub's: one route type, one forwarder.
+    let mut routes: Vec<ServiceRoute> = held.iter().map(|key| key.route(policy)).collect();
+    routes.extend(routes::routes(policy, agent, secrets)?);
+    let mut env = routes::session_env(&routes);
+    // Where GitHub is direct, the agent's CLI signs in with the token itself: said loudly.
+    let direct = routes::direct_tokens(policy, agent, secrets)?;
+    for (var, _) in &direct {
+        console::err(format!(
+            "sandbox-init: WARNING: a service is direct (`forward: … direct: true`): the agent's session gets ${var}, \
+             and whatever that token may do, the agent may"
+        ));
+    }
+    env.extend(direct);
+    let setup =
+        |what: &str, e: std::io::Error| Fatal::new(Refusal::SetupFailed, format!("cannot write {what}: {e}"));
+    crate::apis::write_session_env(&env).map_err(|e| setup(crate::apis::SESSION_ENV, e))?;
+    routes::write_gitconfig(&routes).map_err(|e| setup(routes::GITCONFIG, e))?;
+    crate::status::set_forwarded(routes.iter().map(|r| &r.host).filter(|h| h.part != Some(Part::Model)));
+    if routes.is_empty() {
+        return Ok(None);
+    }
+    if let Some(verdicts) = verdicts {
+        verdicts.hold(routes.iter().map(|r| r.host.host.clone()));
+    }
+    let extra_ca = crate::secrets::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
+    let forwarder = Forwarder::bind(&routes, extra_ca, gate)
+        .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot listen for the key forwarder: {e}")))?;
+    if let Some(verdicts) = verdicts {
+        forwarder.log_refusals(verdicts.log()).map_err(|e| {
+            Fatal::new(Refusal::SetupFailed, format!("cannot read the key forwarder's refusals: {e}"))
+        })?;
+    }
+    let pid = forwarder
+        .start(&crate::process::sandbox_init_exe())
+        .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the key forwarder: {e}")))?;
+    for route in &routes {
+        console::err(route.start_line(pid));
+    }
+    Ok(Some(Arc::new(forwarder)))
 }
