@@ -1,11 +1,10 @@
 //! The name check: with it on, every TCP connection of the agent's to an allowed address is
 //! redirected by nft to the checker (`checker`), a process of its own without privilege that
 //! reads the name the client sends and asks PID 1 whether the connection may go on; PID 1
-//! answers (`verdicts`) from the allowlist in force and the upload budgets (`budgets`). What the
-//! two say to each other, and where, is `protocol`. `SANDBOX_NAME_CHECK=off` turns it off
-//! (`wanted`).
+//! answers (`verdicts`) from the allowlist in force and the upload budgets (whose arithmetic is
+//! sandbox-wire's `namecheck::budgets`). What the two say to each other, and where, is
+//! `protocol`. `SANDBOX_NAME_CHECK=off` turns it off (`wanted`).
 
-pub mod budgets;
 pub mod checker;
 pub mod protocol;
 pub mod verdicts;

@@ -14,10 +14,10 @@ use crate::connections::{Connection, ConnectionLog};
 use crate::denials::{Denial, DenialLog};
 use crate::net::dns::AddressSink as _;
 use crate::net::dns::sink::NftSink;
-use crate::net::namecheck::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
 use crate::net::namecheck::protocol::{GRANT, Listener, Order, Report};
 use crate::policy::{IpNet, Opening, Ports, Protocol};
 use crate::privileges::AgentPrivileges;
+use sandbox_wire::namecheck::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
 use std::net::IpAddr;
 
 /// What a connection asked to do, as PID 1 judges it (at its start, and again at a reload).

@@ -1,6 +1,6 @@
 //! The upload budgets' accounting, pure: the bytes each name received this hour, a
-//! connection's share of its name's budget, what a name's bytes count against
-//! (verdicts.rs applies them).
+//! connection's share of its name's budget, what a name's bytes count against (sandbox-init's
+//! net/namecheck/verdicts.rs applies them).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -63,4 +63,21 @@ pub fn over_budget(name: &str, budget: u64) -> String {
         "{name} received its upload budget of {budget} bytes this hour; `upload:` on its domain entry \
          in a policy raises it"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_names_uploads_add_up_within_its_hour_and_start_again_after_it() {
+        let uploads = Uploads::default();
+        assert_eq!((uploads.add("a.test", 600), uploads.add("a.test", 500)), (600, 1100));
+        assert_eq!((uploads.sent("a.test"), uploads.sent("b.test")), (1100, 0));
+        // An hour later: a new hour, counted from its first byte.
+        let long_ago = std::time::Instant::now() - BUDGET_HOUR;
+        uploads.0.lock().unwrap().get_mut("a.test").unwrap().0 = long_ago;
+        assert_eq!(uploads.sent("a.test"), 0);
+        assert_eq!(uploads.add("a.test", 7), 7);
+    }
 }
