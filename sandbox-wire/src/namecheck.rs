@@ -5,7 +5,7 @@
 //! because the check is only as good as the agreement between the two readers. Pure: the
 //! checker feeds it the bytes read so far.
 //!
-//! Below it, what else of the name check is pure: the upload budgets' accounting (`budgets`).
+//! Below it, what else of the name check is pure: the upload budgets' arithmetic (`budgets`).
 
 use crate::http1::{self, Body, BodyLength, Piece, is_tchar};
 use crate::tls::{self, CONTENT_HANDSHAKE, valid_host};

@@ -110,7 +110,8 @@ pub enum Order {
         allow: bool,
         reason: String,
         /// The bytes the connection may send up before it waits for an [`Order::Allowance`]:
-        /// what is left of its name's upload budget, a [`GRANT`] at most. None: no budget
+        /// what is left of its name's upload budget, a
+        /// [`GRANT`](sandbox_wire::namecheck::budgets::GRANT) at most. None: no budget
         /// applies (the forwarder's connections, those passed on the address).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         allowance: Option<u64>,
@@ -121,7 +122,3 @@ pub enum Order {
     /// Cut this connection: the policy no longer allows it.
     Close { id: u64 },
 }
-
-/// The most of a budget one grant gives a connection: bytes past a name's budget are at most
-/// one grant per open connection to it, and an upload waits for PID 1 once per grant.
-pub const GRANT: u64 = 4 << 20;

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use tokio::net::{TcpSocket, UnixDatagram};
 
@@ -14,7 +15,7 @@ use crate::connections::{Connection, ConnectionLog};
 use crate::denials::{Denial, DenialLog};
 use crate::net::dns::AddressSink as _;
 use crate::net::dns::sink::NftSink;
-use crate::net::namecheck::protocol::{GRANT, Listener, Order, Report};
+use crate::net::namecheck::protocol::{Listener, Order, Report};
 use crate::policy::{IpNet, Opening, Ports, Protocol};
 use crate::privileges::AgentPrivileges;
 use sandbox_wire::namecheck::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
@@ -272,7 +273,7 @@ impl Verdicts {
         let Some((key, budget)) = allowlist.matches(&name).map(|m| budget_of(&name, &m)) else {
             return Vec::new();
         };
-        let sent = self.uploads.add(&key, added);
+        let sent = self.uploads.add(&key, added, Instant::now());
         if sent < budget {
             return Vec::new();
         }
@@ -305,7 +306,7 @@ impl Verdicts {
         };
         let (key, budget) = budget_of(name, &m);
         let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        let sent = self.uploads.sent(&key);
+        let sent = self.uploads.sent(&key, Instant::now());
         let held = reserved(&live, &key, Some(id));
         if sent >= budget || first > budget - sent {
             self.denials.record(Denial::Upload { name: key.clone(), budget, sent });
@@ -318,9 +319,8 @@ impl Verdicts {
                 budget.saturating_sub(sent)
             ));
         }
-        self.uploads.add(&key, first);
-        let granted = first + (left - first).min(FIRST_GRANT);
-        Ok(Some(Share { key, granted, step: FIRST_GRANT, cut: false }))
+        self.uploads.add(&key, first, Instant::now());
+        Ok(Some(Share::first(key, first, left)))
     }
 
     /// More of its name's budget for connection `id`, which has sent `up`: the total it may
@@ -337,17 +337,14 @@ impl Verdicts {
         if key != share.key {
             return None;
         }
-        let left =
-            budget.saturating_sub(self.uploads.sent(&key)).saturating_sub(reserved(&live, &key, Some(id)));
+        let left = budget.saturating_sub(self.uploads.sent(&key, Instant::now())).saturating_sub(reserved(
+            &live,
+            &key,
+            Some(id),
+        ));
         let conn = live.get_mut(&id)?;
-        let share = conn.share.as_mut()?;
-        let step = (share.step * 2).min(GRANT);
-        let total = up.max(conn.counted).saturating_add(left.min(step));
-        if total <= share.granted {
-            return None;
-        }
-        (share.granted, share.step) = (total, step);
-        Some(total)
+        let sent = up.max(conn.counted);
+        conn.share.as_mut()?.grow(sent, left)
     }
 
     /// After a reload: the ranges in force, and every open connection judged again; those the
