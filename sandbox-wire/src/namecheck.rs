@@ -5,7 +5,8 @@
 //! because the check is only as good as the agreement between the two readers. Pure: the
 //! checker feeds it the bytes read so far.
 //!
-//! Below it, what else of the name check is pure: the upload budgets' arithmetic (`budgets`).
+//! Below it, what else of the name check is pure: the upload budgets' arithmetic (`budgets`)
+//! and the messages between the checker and PID 1 (`messages`).
 
 use crate::http1::{self, Body, BodyLength, Piece, is_tchar};
 use crate::tls::{self, CONTENT_HANDSHAKE, valid_host};
@@ -399,6 +400,7 @@ fn authority_host(authority: &str) -> Option<String> {
 }
 
 pub mod budgets;
+pub mod messages;
 mod retry;
 
 #[cfg(test)]

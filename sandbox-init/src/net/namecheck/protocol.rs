@@ -1,11 +1,9 @@
-//! What the checker (checker.rs) and PID 1 (verdicts.rs) say to each other, and where:
-//! the ports nft redirects to, the descriptors and variable PID 1 hands it, the messages on their
-//! socketpair (one JSON object a datagram). The checker's user is in net/uids.rs.
+//! Where and when the checker (checker.rs) and PID 1 (verdicts.rs) talk: the ports nft
+//! redirects to, the descriptors and variable PID 1 hands the checker, how long it waits and how
+//! often it reports. What they say, the messages on their socketpair (one JSON object a
+//! datagram), is sandbox-wire's `namecheck::messages`; the checker's user is in net/uids.rs.
 
-use std::net::SocketAddr;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 /// Where nft redirects connections whose name is checked, and those passed on the address.
 pub const CHECK_PORT: u16 = 15001;
@@ -19,43 +17,6 @@ pub const VERDICT_FD: i32 = 3;
 pub const LISTENERS_ENV: &str = "SANDBOX_CHECKER_LISTENERS";
 /// How long the checker waits for PID 1's verdict before it refuses.
 pub const VERDICT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// From the checker to PID 1.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "snake_case")]
-pub enum Report {
-    /// May this connection go on? Answered by a [`Order::Verdict`] with the same id. `check`:
-    /// it came to a port that checks names; `name` is what the client sent (`via` says how);
-    /// `forwarder`: it came to the port of the key forwarder's connections.
-    Ask {
-        id: u64,
-        dst: SocketAddr,
-        check: bool,
-        name: Option<String>,
-        via: String,
-        ech: bool,
-        #[serde(default)]
-        forwarder: bool,
-        /// The bytes the checker read before it asked (the hello or request head), which it
-        /// sends first if the connection is allowed: counted against the name's budget.
-        #[serde(default)]
-        first: u64,
-    },
-    /// Refused by the checker itself before a name could be judged.
-    /// `name`: the one the client sent, where it sent one (a later request's Host).
-    Refused {
-        id: u64,
-        dst: SocketAddr,
-        via: String,
-        reason: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        name: Option<String>,
-    },
-    /// An allowed connection ended.
-    Closed { id: u64, up: u64, down: u64, ms: u64 },
-    /// What an open connection has sent up so far, while it sends (for the upload budgets).
-    Progress { id: u64, up: u64 },
-}
 
 /// How often the checker reports an open connection's bytes up, while there are new ones.
 pub const PROGRESS_PERIOD: Duration = Duration::from_millis(100);
@@ -99,26 +60,4 @@ impl Listener {
     pub fn checks(self) -> bool {
         self != Listener::Pass
     }
-}
-
-/// From PID 1 to the checker.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "snake_case")]
-pub enum Order {
-    Verdict {
-        id: u64,
-        allow: bool,
-        reason: String,
-        /// The bytes the connection may send up before it waits for an [`Order::Allowance`]:
-        /// what is left of its name's upload budget, a
-        /// [`GRANT`](sandbox_wire::namecheck::budgets::GRANT) at most. None: no budget
-        /// applies (the forwarder's connections, those passed on the address).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        allowance: Option<u64>,
-    },
-    /// Connection `id` may send up to `total` bytes up in all: more of its name's budget,
-    /// granted on a [`Report::Progress`].
-    Allowance { id: u64, total: u64 },
-    /// Cut this connection: the policy no longer allows it.
-    Close { id: u64 },
 }

@@ -15,10 +15,11 @@ use crate::connections::{Connection, ConnectionLog};
 use crate::denials::{Denial, DenialLog};
 use crate::net::dns::AddressSink as _;
 use crate::net::dns::sink::NftSink;
-use crate::net::namecheck::protocol::{Listener, Order, Report};
+use crate::net::namecheck::protocol::Listener;
 use crate::policy::{IpNet, Opening, Ports, Protocol};
 use crate::privileges::AgentPrivileges;
 use sandbox_wire::namecheck::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
+use sandbox_wire::namecheck::messages::{Order, Report};
 use std::net::IpAddr;
 
 /// What a connection asked to do, as PID 1 judges it (at its start, and again at a reload).

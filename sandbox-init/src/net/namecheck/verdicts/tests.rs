@@ -1,27 +1,7 @@
-//! The verdicts' unit tests: the protocol's framing, the upload budgets' accounting against 200
-//! connections opened at once (sandbox-wire's `namecheck::budgets` tests it alone), the start
-//! probe's quiet refusal.
+//! The verdicts' unit tests: the upload budgets' accounting against 200 connections opened at
+//! once (sandbox-wire's `namecheck::budgets` tests it alone), the start probe's quiet refusal.
 
 use super::*;
-
-#[test]
-fn reports_and_orders_are_tagged_json() {
-    let ask = Report::Ask {
-        id: 7,
-        dst: "203.0.113.7:443".parse().unwrap(),
-        check: true,
-        name: Some("api.example.com".into()),
-        via: "tls".into(),
-        ech: false,
-        forwarder: false,
-        first: 517,
-    };
-    let text = serde_json::to_string(&ask).unwrap();
-    assert!(text.starts_with(r#"{"t":"ask","id":7,"dst":"203.0.113.7:443","check":true"#), "{text}");
-    assert_eq!(serde_json::from_str::<Report>(&text).unwrap(), ask);
-    let order = serde_json::to_string(&Order::Close { id: 3 }).unwrap();
-    assert_eq!(order, r#"{"t":"close","id":3}"#);
-}
 
 /// 200 connections opened at once to a name of 1 MB an hour, each sending all it is
 /// granted: what they are granted in all, before and after their reports, stays within
