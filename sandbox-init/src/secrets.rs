@@ -131,11 +131,12 @@ fn has_acl(file: &std::fs::File) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt as _;
 
-    fn agent() -> AgentPrivileges {
+    /// An agent of neither this process's uid nor its gid (the keys' tests take it too).
+    pub(crate) fn agent() -> AgentPrivileges {
         let mut agent = AgentPrivileges::system(4242);
         agent.gid = 4243;
         agent

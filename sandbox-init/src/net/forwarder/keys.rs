@@ -107,13 +107,8 @@ pub fn load(apis: &[&'static Api], agent: &AgentPrivileges, secrets: &Path) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secrets::tests::agent;
     use std::os::unix::fs::PermissionsExt as _;
-
-    fn agent() -> AgentPrivileges {
-        let mut agent = AgentPrivileges::system(4242);
-        agent.gid = 4243;
-        agent
-    }
 
     #[test]
     fn a_base_url_is_an_https_host_and_path() {
