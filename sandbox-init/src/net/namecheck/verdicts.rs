@@ -338,11 +338,8 @@ impl Verdicts {
         if key != share.key {
             return None;
         }
-        let left = budget.saturating_sub(self.uploads.sent(&key, Instant::now())).saturating_sub(reserved(
-            &live,
-            &key,
-            Some(id),
-        ));
+        let this_hour = self.uploads.sent(&key, Instant::now());
+        let left = budget.saturating_sub(this_hour).saturating_sub(reserved(&live, &key, Some(id)));
         let conn = live.get_mut(&id)?;
         let sent = up.max(conn.counted);
         conn.share.as_mut()?.grow(sent, left)
