@@ -1,6 +1,6 @@
 //! The model APIs (the table is `sandbox_policy::apis`, shared with the launcher) and the
 //! session's variables file: privileges.rs scrubs the key variables from every process it
-//! starts, keys.rs loads the keys, net/forwarder.rs uses them.
+//! starts, net/forwarder/keys.rs loads the keys, net/forwarder.rs uses them.
 
 pub use crate::policy::apis::*;
 

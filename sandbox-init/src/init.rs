@@ -1,8 +1,6 @@
 //! PID 1: load the policy, program the firewall, start the DNS gate, verify, start the agent's
 //! session, then stay as init. Every step fails closed: the agent starts only if all succeed.
 
-use std::net::SocketAddr;
-use std::os::unix::fs::{PermissionsExt as _, chown};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,59 +11,23 @@ use crate::connections::{CONNECTION_LOG, ConnectionLog};
 use crate::console;
 use crate::denials::{DENIAL_LOG, DenialLog};
 use crate::exit::{Fatal, Refusal};
-use crate::forwarded::{Forwarder, ServiceRoute};
-use crate::keys;
-use crate::net::enforcer::{Enforcement, Logs, Settings};
-use crate::net::firewall::{DEFAULT_SET_SIZE, FirewallMode, Shape};
+use crate::net::enforcer::{Enforcement, Logs, Settings, enforce};
+use crate::net::firewall::{FirewallMode, Shape, max_addresses, nflog};
+use crate::net::forwarder::service::{Forwarder, hold_keys};
 use crate::net::interfaces::Network;
-use crate::net::nflog;
-use crate::net::verdicts::Verdicts;
-use crate::policy::forward::Part;
-use crate::policy::layout::{GATEWAY_READY, ROLE_ENV, SHARED_DIR};
+use crate::net::namecheck::{self, NAME_CHECK_ENV};
+use crate::policy::layout::{GATEWAY_READY, ROLE_ENV};
 use crate::policy::{BAKED_POLICY, DROP_IN_DIR, Policy};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
-use crate::process::{self, Service};
-use crate::session::{self, RUN_DIR, SESSION_DIR, TMUX_TMPDIR};
-use crate::{status, verify};
+use crate::process::{self, restart_if_reaped};
+use crate::session::{self, RUN_DIR};
+use crate::status;
 
 /// How long the session's foreground processes get to end after SIGTERM before the tmux server
 /// is closed, which hangs up the rest (an interactive shell ignores SIGTERM, not SIGHUP).
 const STOP_GRACE: Duration = Duration::from_secs(2);
-/// How long PID 1 waits before it starts a service of its own (checker, forwarder) that died.
-const SERVICE_RESTART: Duration = Duration::from_secs(1);
 /// With a terminal: how long the ready line has to reach the engine before tmux starts.
 const TTY_READY_GRACE: Duration = Duration::from_millis(100);
-
-/// The variable that turns the name check off (for measurements; loudly warned).
-pub use crate::policy::layout::NAME_CHECK_ENV;
-
-/// SANDBOX_NAME_CHECK: `on` (the default) or `off`.
-pub fn name_check_wanted() -> Result<bool, Fatal> {
-    match std::env::var(NAME_CHECK_ENV).as_deref() {
-        Err(_) | Ok("" | "on") => Ok(true),
-        Ok("off") => Ok(false),
-        Ok(other) => {
-            Err(Fatal::new(Refusal::BadSetting, format!("{NAME_CHECK_ENV}={other} is not one of on, off")))
-        }
-    }
-}
-
-/// The variable that bounds the address sets.
-pub use crate::policy::layout::MAX_ADDRESSES_ENV;
-
-/// SANDBOX_MAX_ADDRESSES: how many (address, protocol, port) elements the sets may hold.
-pub fn max_addresses() -> Result<usize, Fatal> {
-    match std::env::var(MAX_ADDRESSES_ENV).as_deref() {
-        Err(_) | Ok("") => Ok(DEFAULT_SET_SIZE),
-        Ok(text) => match text.parse::<usize>() {
-            Ok(n) if (1..=1 << 20).contains(&n) => Ok(n),
-            _ => Err(Fatal::new(
-                Refusal::BadSetting,
-                format!("{MAX_ADDRESSES_ENV}={text} is not a number from 1 to 1048576"),
-            )),
-        },
-    }
-}
 
 pub fn load_policy() -> Result<Policy, Fatal> {
     let (policy, skipped) = Policy::load(Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR))
@@ -130,7 +92,7 @@ pub fn run() -> Result<u8, Fatal> {
     let shape = if role == Role::Gateway { Shape::Sidecar } else { Shape::Single };
     let mode = FirewallMode::from_env()?;
     let set_size = max_addresses()?;
-    let name_check = name_check_wanted()?;
+    let name_check = namecheck::wanted()?;
     let policy = load_policy()?;
     let unattended = crate::session::unattended().map_err(|e| Fatal::new(Refusal::BadSetting, e))?;
     // Read once: PID 1's capabilities do not change until it restricts itself.
@@ -151,7 +113,7 @@ pub fn run() -> Result<u8, Fatal> {
     let agent = AgentPrivileges::lookup(AGENT_USER).map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     let policy_dir = Path::new(BAKED_POLICY).parent().unwrap_or(Path::new("/"));
     if let Some(why) =
-        crate::keys::policy_writable(policy_dir, Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR), &agent)
+        crate::secrets::policy_writable(policy_dir, Path::new(BAKED_POLICY), Path::new(DROP_IN_DIR), &agent)
     {
         return Err(Fatal::new(
             Refusal::BadSetting,
@@ -161,7 +123,7 @@ pub fn run() -> Result<u8, Fatal> {
             ),
         ));
     }
-    prepare_run_dir(&agent, role)
+    session::prepare_run_dir(&agent, role != Role::Gateway)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot prepare {RUN_DIR}: {e}")))?;
     // Before PID 1 gives up CAP_CHOWN: mounted state volumes become the agent's (the agent's
     // container's, where the gateway has none).
@@ -286,27 +248,6 @@ pub fn run() -> Result<u8, Fatal> {
     Ok(code)
 }
 
-/// The firewall, the DNS gate and the name check, each proven from the agent's side before the
-/// agent starts; and the script that removes the name check's probe element once it has.
-async fn enforce(
-    policy: &Policy,
-    agent: &AgentPrivileges,
-    settings: Settings,
-    logs: &Logs,
-) -> Result<(Enforcement, Option<String>), Fatal> {
-    let program = crate::process::sandbox_init_exe();
-    let mut enforcement = Enforcement::start(policy, settings, logs).await?;
-    let target = verify::blocked(policy, agent, &program)?;
-    enforcement.start_name_check(policy, logs, &program)?;
-    let mut after_ready = None;
-    if let (Some(verdicts), Some(target)) = (&enforcement.verdicts, target) {
-        // Its refusal is PID 1's own, not the agent's to log.
-        verdicts.quiet(SocketAddr::new(target, verify::PROBE_PORT));
-        after_ready = Some(verify::name_check(&enforcement.nft, agent, &program, target)?);
-    }
-    Ok((enforcement, after_ready))
-}
-
 /// What PID 1 watches over once the session runs.
 struct Supervised {
     agent: AgentPrivileges,
@@ -318,89 +259,6 @@ struct Supervised {
     forwarder: Option<Arc<Forwarder>>,
     /// The agent's container of sidecar mode has no policy to reload: its gateway reloads.
     role: Role,
-}
-
-/// Takes the API keys given to the container (keys.rs) and the forwarded services' tokens
-/// (forwarded.rs), and starts the forwarder that holds them; writes the variables the agent's
-/// processes get instead (an empty list without either) and git's `insteadOf`. With the name
-/// check, the hosts of the held keys and the forwarded hosts are the forwarder's alone from then
-/// on.
-fn hold_keys(
-    agent: &AgentPrivileges,
-    policy: &Policy,
-    verdicts: Option<&Verdicts>,
-    gate: Option<std::net::IpAddr>,
-) -> Result<Option<Arc<Forwarder>>, Fatal> {
-    let secrets = Path::new(keys::SECRETS_DIR);
-    let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
-    // A held key is a forwarded host like GitHub's: one route type, one forwarder.
-    let mut routes: Vec<ServiceRoute> = held.iter().map(|key| key.route(policy)).collect();
-    routes.extend(crate::forwarded::routes(policy, agent, secrets)?);
-    let mut env = crate::forwarded::session_env(&routes);
-    // Where GitHub is direct, the agent's CLI signs in with the token itself: said loudly.
-    let direct = crate::forwarded::direct_tokens(policy, agent, secrets)?;
-    for (var, _) in &direct {
-        console::err(format!(
-            "sandbox-init: WARNING: a service is direct (`forward: … direct: true`): the agent's session gets ${var}, \
-             and whatever that token may do, the agent may"
-        ));
-    }
-    env.extend(direct);
-    let setup =
-        |what: &str, e: std::io::Error| Fatal::new(Refusal::SetupFailed, format!("cannot write {what}: {e}"));
-    crate::apis::write_session_env(&env).map_err(|e| setup(crate::apis::SESSION_ENV, e))?;
-    crate::forwarded::write_gitconfig(&routes).map_err(|e| setup(crate::forwarded::GITCONFIG, e))?;
-    crate::status::set_forwarded(routes.iter().map(|r| &r.host).filter(|h| h.part != Some(Part::Model)));
-    if routes.is_empty() {
-        return Ok(None);
-    }
-    if let Some(verdicts) = verdicts {
-        verdicts.hold(routes.iter().map(|r| r.host.host.clone()));
-    }
-    let extra_ca = keys::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
-    let forwarder = Forwarder::bind(&routes, extra_ca, gate)
-        .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot listen for the key forwarder: {e}")))?;
-    if let Some(verdicts) = verdicts {
-        forwarder.log_refusals(verdicts.log()).map_err(|e| {
-            Fatal::new(Refusal::SetupFailed, format!("cannot read the key forwarder's refusals: {e}"))
-        })?;
-    }
-    let pid = forwarder
-        .start(&crate::process::sandbox_init_exe())
-        .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the key forwarder: {e}")))?;
-    for route in &routes {
-        console::err(route.start_line(pid));
-    }
-    Ok(Some(Arc::new(forwarder)))
-}
-
-fn prepare_run_dir(agent: &AgentPrivileges, role: Role) -> std::io::Result<()> {
-    for dir in [RUN_DIR, SHARED_DIR] {
-        std::fs::create_dir_all(dir)?;
-        chown(dir, Some(0), Some(0))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-    }
-    // From the gateway's last run: the agent's container waits for a new one.
-    match std::fs::remove_file(GATEWAY_READY) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    if role == Role::Gateway {
-        return Ok(());
-    }
-    // Left over from before a container restart: the session is new.
-    let _ = std::fs::remove_file(session::STOPPING);
-    // tmux's socket directory is the agent's alone. The session directory is root's: PID 1
-    // reads the status file in it, which the agent may write but not replace.
-    for (dir, owner, mode) in [(TMUX_TMPDIR, agent.uid, 0o700), (SESSION_DIR, 0, 0o755)] {
-        // The agent may have nested directories in it far deeper than a path or a recursive
-        // removal reaches: tree::remove holds two descriptors whatever the depth.
-        crate::tree::remove(Path::new(dir))?;
-        std::fs::create_dir(dir)?;
-        chown(dir, Some(owner), Some(if owner == 0 { 0 } else { agent.gid }))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
-    }
-    session::prepare_status_file(agent.gid)
 }
 
 async fn supervise(supervised: Supervised) -> u8 {
@@ -463,28 +321,6 @@ async fn supervise(supervised: Supervised) -> u8 {
             }
         }
     }
-}
-
-/// Starts `service` again, after a pause, if it is among the `reaped`; says so, and what waits
-/// (its listeners stay open in PID 1) while it is down.
-fn restart_if_reaped(
-    service: Arc<dyn Service>,
-    reaped: &[(i32, i32)],
-    what: &'static str,
-    meanwhile: &'static str,
-) {
-    let Some((pid, status)) = reaped.iter().find(|(pid, _)| *pid == service.pid()) else { return };
-    console::err(format!(
-        "sandbox-init: {what} (pid {pid}) ended with status {}; {meanwhile}",
-        process::exit_code(*status)
-    ));
-    tokio::spawn(async move {
-        tokio::time::sleep(SERVICE_RESTART).await;
-        match service.start(&crate::process::sandbox_init_exe()) {
-            Ok(pid) => console::err(format!("sandbox-init: {what} runs again (pid {pid})")),
-            Err(e) => console::err(format!("sandbox-init: cannot start {what} again: {e}; {meanwhile}")),
-        }
-    });
 }
 
 fn stop(agent: &AgentPrivileges, server: i32, signal: libc::c_int) -> tokio::time::Instant {

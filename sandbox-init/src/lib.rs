@@ -6,16 +6,15 @@ pub mod connections;
 pub mod console;
 pub mod denials;
 pub mod exit;
-pub mod forwarded;
 pub mod init;
 pub mod jsonlog;
-pub mod keys;
 pub mod net;
 /// The policy types live in their own crate, which the build system shares.
 pub use sandbox_policy as policy;
 pub mod privileges;
 pub mod process;
 pub mod procfs;
+pub mod secrets;
 pub mod session;
 pub mod sidecar;
 pub mod state;

@@ -78,7 +78,7 @@ fn main() -> ExitCode {
         "probe" => sandbox_init::verify::probe(rest.first().map_or("", String::as_str)),
         "probe-checked" => sandbox_init::verify::probe_checked(rest.first().map_or("", String::as_str)),
         "hold" => hold(),
-        "checker" => sandbox_init::net::checker::run(),
+        "checker" => sandbox_init::net::namecheck::checker::run(),
         "forwarder" => sandbox_init::net::forwarder::run(),
         "--version" | "-V" | "version" => {
             println!("sandbox-init {}", env!("CARGO_PKG_VERSION"));

@@ -97,7 +97,7 @@ impl AgentPrivileges {
             return Err(PrivilegeError::NotRoot);
         }
         let mut command = Command::new(program);
-        // No key reaches any process started this way: the forwarder holds them (keys.rs).
+        // No key reaches any process started this way: the forwarder holds them (net/forwarder/keys.rs).
         for var in crate::apis::key_vars() {
             command.env_remove(var);
         }

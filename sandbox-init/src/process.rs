@@ -1,13 +1,16 @@
 //! Child processes of PID 1. As init, sandbox-init reaps every orphan with `waitpid(-1)`; that
 //! would steal the exit status of a child std is waiting for (an `nft` run), so spawning and
-//! reaping take turns under one lock.
+//! reaping take turns under one lock. PID 1's own services (the checker, the forwarder) are
+//! started again when they die.
 
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::console;
 
 static SPAWN_LOCK: Mutex<()> = Mutex::new(());
 
@@ -99,6 +102,31 @@ pub fn spawn_with_fds(command: &mut Command, fds: &[RawFd]) -> std::io::Result<i
 pub trait Service: Send + Sync {
     fn pid(&self) -> i32;
     fn start(&self, program: &std::path::Path) -> Result<i32, String>;
+}
+
+/// How long PID 1 waits before it starts a service of its own (checker, forwarder) that died.
+const SERVICE_RESTART: Duration = Duration::from_secs(1);
+
+/// Starts `service` again, after a pause, if it is among the `reaped`; says so, and what waits
+/// (its listeners stay open in PID 1) while it is down.
+pub fn restart_if_reaped(
+    service: Arc<dyn Service>,
+    reaped: &[(i32, i32)],
+    what: &'static str,
+    meanwhile: &'static str,
+) {
+    let Some((pid, status)) = reaped.iter().find(|(pid, _)| *pid == service.pid()) else { return };
+    console::err(format!(
+        "sandbox-init: {what} (pid {pid}) ended with status {}; {meanwhile}",
+        exit_code(*status)
+    ));
+    tokio::spawn(async move {
+        tokio::time::sleep(SERVICE_RESTART).await;
+        match service.start(&sandbox_init_exe()) {
+            Ok(pid) => console::err(format!("sandbox-init: {what} runs again (pid {pid})")),
+            Err(e) => console::err(format!("sandbox-init: cannot start {what} again: {e}; {meanwhile}")),
+        }
+    });
 }
 
 /// Waits for every child that has exited, returning each pid with its wait status.

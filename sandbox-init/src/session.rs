@@ -4,12 +4,13 @@
 
 use std::ffi::OsString;
 use std::io::{Read as _, Write as _};
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _, chown};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
+use crate::policy::layout::{GATEWAY_READY, SHARED_DIR};
 use crate::privileges::{AgentPrivileges, PrivilegeError};
 use crate::process;
 use crate::procfs::{ProcessInfo, Target};
@@ -204,6 +205,38 @@ pub fn stop_server(server: i32, agent: &AgentPrivileges, signal: libc::c_int) {
 
 fn status_file() -> PathBuf {
     Path::new(SESSION_DIR).join("status")
+}
+
+/// Prepares PID 1's folders for this start: the run folder and the shared one, root's; and,
+/// where the session runs (`with_session`: not in the gateway), tmux's socket folder (the
+/// agent's) and the session folder (root's), emptied of what a last run left.
+pub fn prepare_run_dir(agent: &AgentPrivileges, with_session: bool) -> std::io::Result<()> {
+    for dir in [RUN_DIR, SHARED_DIR] {
+        std::fs::create_dir_all(dir)?;
+        chown(dir, Some(0), Some(0))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    // From the gateway's last run: the agent's container waits for a new one.
+    match std::fs::remove_file(GATEWAY_READY) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    if !with_session {
+        return Ok(());
+    }
+    // Left over from before a container restart: the session is new.
+    let _ = std::fs::remove_file(STOPPING);
+    // tmux's socket directory is the agent's alone. The session directory is root's: PID 1
+    // reads the status file in it, which the agent may write but not replace.
+    for (dir, owner, mode) in [(TMUX_TMPDIR, agent.uid, 0o700), (SESSION_DIR, 0, 0o755)] {
+        // The agent may have nested directories in it far deeper than a path or a recursive
+        // removal reaches: tree::remove holds two descriptors whatever the depth.
+        crate::tree::remove(Path::new(dir))?;
+        std::fs::create_dir(dir)?;
+        chown(dir, Some(owner), Some(if owner == 0 { 0 } else { agent.gid }))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    }
+    prepare_status_file(agent.gid)
 }
 
 /// Creates the (empty) status file: root's, in root's directory, writable by the agent's group.

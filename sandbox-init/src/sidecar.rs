@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::console;
 use crate::exit::{Fatal, Refusal};
 use crate::net::dns::{GATE_ADDR, GATE_PROBE_NAME};
-use crate::net::firewall::GATE_UID;
+use crate::net::uids::GATE_UID;
 use crate::policy::layout::{GATEWAY_READY, RUN_DIR, SHARED_DIR};
 use crate::privileges::{AGENT_USER, AgentPrivileges, Capabilities};
 use crate::session::{self, SESSION_DIR, TMUX_TMPDIR};

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use crate::console;
 use crate::exit::{Fatal, Refusal};
-use crate::net::enforcer::NftApply;
-use crate::net::firewall::probe_element;
+use crate::net::firewall::{NftApply, probe_element};
 use crate::net::interfaces::probe_targets;
 use crate::policy::Policy;
 use crate::privileges::AgentPrivileges;

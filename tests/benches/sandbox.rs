@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{LogsOptionsBuilder, RemoveContainerOptionsBuilder};
 use futures_util::StreamExt as _;
+use sandbox_init::net::uids::{CHECKER_UID, FORWARDER_UID};
 use sandbox_tests::docker::{TEST_LABEL, TestNet};
 use sandbox_tests::images::image;
 use sandbox_tests::peers::Peer;
@@ -458,13 +459,10 @@ impl CloneFigures {
             direct.push(clone(direct_url.clone()).await?);
             forwarded.push(clone(forwarded_url.clone()).await?);
         }
-        let peak = sb
-            .exec(&[
-                "sh",
-                "-c",
-                "for s in /proc/[0-9]*/status; do grep -q '^Uid:.65532' $s && grep VmHWM $s; done",
-            ])
-            .await?;
+        let forwarders = format!(
+            "for s in /proc/[0-9]*/status; do grep -q '^Uid:.{FORWARDER_UID}' $s && grep VmHWM $s; done"
+        );
+        let peak = sb.exec(&["sh", "-c", &forwarders]).await?;
         let forwarder_peak_kb =
             peak.stdout.split_whitespace().nth(1).and_then(|k| k.parse().ok()).unwrap_or(f64::NAN);
         Ok(CloneFigures {
@@ -748,7 +746,7 @@ impl NameCheckFigures {
                 .sum::<f64>()
         };
         let pid1 = rss(&|pid, _| pid == "1");
-        let checker = rss(&|_, uid| uid == "65533");
+        let checker = rss(&|_, uid| uid == CHECKER_UID.to_string());
         let held = held.await??;
         anyhow::ensure!(held.fields["completed"] == "1000", "{:?}", held.fields);
         Ok((pid1, checker))

@@ -3,6 +3,7 @@
 
 use crate::probe::{PROBE, Probe};
 use crate::sandbox::Sandbox;
+use sandbox_init::net::uids::{CHECKER_UID, FORWARDER_UID};
 
 /// One process as /proc/PID/status tells it.
 #[derive(Debug)]
@@ -59,11 +60,6 @@ fn parse_statuses(out: &str, gvisor: impl Fn(&str) -> bool) -> Vec<ProcStatus> {
 pub fn assert_unprivileged(p: &ProcStatus) {
     assert_unprivileged_as(p, 1000);
 }
-
-/// The name check's process: its own uid, and otherwise as unprivileged as the agent.
-const CHECKER_UID: u32 = 65533;
-/// The forwarder's, where it holds a key or serves a forwarded service (GitHub, npm).
-const FORWARDER_UID: u32 = 65532;
 
 /// uid and gid `id`, every capability set empty, no_new_privs, no supplementary group.
 pub fn assert_unprivileged_as(p: &ProcStatus, id: u32) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use sandbox_init::net::firewall::Element;
-use sandbox_init::net::setelems::{Op, batch, decode_batch, outcome};
+use sandbox_init::net::firewall::setelems::{Op, batch, decode_batch, outcome};
 use sandbox_init::policy::Opening;
 
 fuzz_target!(|data: &[u8]| {

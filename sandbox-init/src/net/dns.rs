@@ -3,6 +3,10 @@
 //! an allowed name is forwarded to the container's original resolver under an id of the gate's
 //! own, and every A/AAAA address of the answer (following CNAMEs) is added to the firewall's
 //! sets before the answer is returned.
+//!
+//! Below it: its cache of answers (`cache`), the sink it writes allowed addresses to, the
+//! firewall's sets under the allowlist in force (`sink`), and its sockets made under a uid of
+//! their own in sidecar mode (`owned`).
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
@@ -18,7 +22,6 @@ use tokio::sync::Semaphore;
 use crate::console;
 use crate::denials::{Denial, DenialLog, Reason};
 use crate::net::firewall::{Element, FirewallError};
-use crate::net::owned;
 use crate::policy::{Access, Allowlist};
 
 /// How long an upstream resolver gets to answer before the next one is tried.
@@ -262,7 +265,7 @@ pub enum SinkError {
     Firewall(#[from] FirewallError),
 }
 
-/// Where allowed addresses go: the firewall's sets (sink.rs), or a recorder in tests. The sink
+/// Where allowed addresses go: the firewall's sets (dns/sink.rs), or a recorder in tests. The sink
 /// holds the allowlist in force, so that what the gate decides and what the sets admit change
 /// together.
 pub trait AddressSink: Send + Sync + 'static {
@@ -280,7 +283,7 @@ pub struct DnsGate {
     denials: Arc<DenialLog>,
     in_flight: Arc<Semaphore>,
     tcp_clients: Arc<Semaphore>,
-    /// The uid its sockets are made as (owned.rs); None: PID 1's own, root.
+    /// The uid its sockets are made as (dns/owned.rs); None: PID 1's own, root.
     socket_uid: Option<u32>,
     /// Answers asked again within their TTL (cache.rs).
     cache: cache::AnswerCache,
@@ -557,5 +560,7 @@ pub fn gate_resolv_conf(original: &str, upstreams: &[IpAddr]) -> String {
 }
 
 mod cache;
+pub mod owned;
+pub mod sink;
 #[cfg(test)]
 mod tests;

@@ -12,31 +12,23 @@ use crate::connections::ConnectionLog;
 use crate::console;
 use crate::denials::DenialLog;
 use crate::exit::{Fatal, Refusal};
-use crate::net::check_protocol::{CHECK_PORT, CHECKER_UID, FORWARDER_PORT, PASS_PORT};
-use crate::net::conntrack;
+use crate::net::dns::sink::NftSink;
 use crate::net::dns::{DnsGate, GATE_ADDR, gate_resolv_conf, names_only_the_gate, resolv_conf_upstreams};
+use crate::net::firewall::conntrack;
 use crate::net::firewall::{
-    DOCKER_DNS, EGRESS_MARK, Element, FirewallError, GATE_UID, INBOUND_MARK, NameCheck, Nft, Ruleset, Shape,
+    DOCKER_DNS, EGRESS_MARK, Element, FirewallError, INBOUND_MARK, NameCheck, Nft, NftApply, Ruleset, Shape,
     TABLE, verify_table,
 };
 use crate::net::interfaces::impersonable_resolver;
-use crate::net::sink::NftSink;
-use crate::net::verdicts::{CheckerProcess, Verdicts};
+use crate::net::namecheck::protocol::{CHECK_PORT, FORWARDER_PORT, PASS_PORT};
+use crate::net::namecheck::verdicts::{CheckerProcess, Verdicts};
+use crate::net::uids::{CHECKER_UID, GATE_UID};
 use crate::policy::layout::DNS_ENV;
 use crate::policy::{Allowlist, Policy, Protocol};
+use crate::privileges::AgentPrivileges;
+use crate::verify;
 
 const RESOLV_CONF: &str = "/etc/resolv.conf";
-
-/// What loads an nft script as one transaction: the real `nft`, or a recording in tests.
-pub trait NftApply {
-    fn apply(&self, script: &str) -> Result<(), FirewallError>;
-}
-
-impl NftApply for Nft {
-    fn apply(&self, script: &str) -> Result<(), FirewallError> {
-        Nft::apply(self, script)
-    }
-}
 
 /// How PID 1 was asked to enforce (its settings, read once at start).
 #[derive(Clone, Copy, Debug)]
@@ -182,9 +174,9 @@ impl Enforcement {
             }
         }
         let sink = Arc::new(NftSink::new(nft.clone(), Allowlist::new(policy), settings.set_size));
-        // The gate's new elements go over netlink (net/setelems.rs), without a process each;
+        // The gate's new elements go over netlink (net/firewall/setelems.rs), without a process each;
         // where the socket cannot be had, nft writes them.
-        match crate::net::setelems::SetWriter::open() {
+        match crate::net::firewall::setelems::SetWriter::open() {
             Ok(writer) => sink.write_over_netlink(writer),
             Err(e) => console::err(format!(
                 "sandbox-init: no netlink socket for set elements ({e}); nft writes them"
@@ -254,6 +246,27 @@ impl Enforcement {
         }
         Ok(Reloaded { kept: kept.len(), cut })
     }
+}
+
+/// The firewall, the DNS gate and the name check, each proven from the agent's side before the
+/// agent starts; and the script that removes the name check's probe element once it has.
+pub async fn enforce(
+    policy: &Policy,
+    agent: &AgentPrivileges,
+    settings: Settings,
+    logs: &Logs,
+) -> Result<(Enforcement, Option<String>), Fatal> {
+    let program = crate::process::sandbox_init_exe();
+    let mut enforcement = Enforcement::start(policy, settings, logs).await?;
+    let target = verify::blocked(policy, agent, &program)?;
+    enforcement.start_name_check(policy, logs, &program)?;
+    let mut after_ready = None;
+    if let (Some(verdicts), Some(target)) = (&enforcement.verdicts, target) {
+        // Its refusal is PID 1's own, not the agent's to log.
+        verdicts.quiet(SocketAddr::new(target, verify::PROBE_PORT));
+        after_ready = Some(verify::name_check(&enforcement.nft, agent, &program, target)?);
+    }
+    Ok((enforcement, after_ready))
 }
 
 /// The ruleset of `policy`: the one place one is made.

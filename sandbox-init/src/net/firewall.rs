@@ -1,6 +1,15 @@
 //! The egress firewall: one nftables table of our own (`inet`, so IPv4 and IPv6 together),
 //! rendered from the policy and loaded by `nft -f -` in one atomic transaction. Other tables,
 //! Docker's DNS NAT rules among them, are never flushed or touched.
+//!
+//! Below it, what else speaks to the kernel's netfilter: the gate's set elements written over
+//! netlink (`setelems`), the connections a reload revokes cut (`conntrack`), rejected packets read
+//! for the denial log (`nflog`), and the netlink framing the three share (`netlink`).
+
+pub mod conntrack;
+pub mod netlink;
+pub mod nflog;
+pub mod setelems;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::exit::{Fatal, Refusal};
-use crate::net::forwarder::FORWARDER_UID;
+use crate::net::uids::{FORWARDER_UID, GATE_UID};
 use crate::policy::{Access, Opening, Policy, Ports};
 use crate::process;
 
@@ -52,6 +61,23 @@ impl FirewallMode {
                 format!("SANDBOX_FIREWALL={other} is not one of on, off, open"),
             )),
         }
+    }
+}
+
+/// The variable that bounds the address sets.
+pub use crate::policy::layout::MAX_ADDRESSES_ENV;
+
+/// SANDBOX_MAX_ADDRESSES: how many (address, protocol, port) elements the sets may hold.
+pub fn max_addresses() -> Result<usize, Fatal> {
+    match std::env::var(MAX_ADDRESSES_ENV).as_deref() {
+        Err(_) | Ok("") => Ok(DEFAULT_SET_SIZE),
+        Ok(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=1 << 20).contains(&n) => Ok(n),
+            _ => Err(Fatal::new(
+                Refusal::BadSetting,
+                format!("{MAX_ADDRESSES_ENV}={text} is not a number from 1 to 1048576"),
+            )),
+        },
     }
 }
 
@@ -124,10 +150,6 @@ pub struct NameCheck {
     /// be the forwarder's, since nft chose the port by the socket's uid.
     pub forwarder_port: u16,
 }
-
-/// The DNS gate's uid in sidecar mode (its sockets are made as it, owned.rs): the one owner the
-/// rules let query the upstream resolvers and send from port 53 there.
-pub const GATE_UID: u32 = 65531;
 
 /// Whom the rules trust with DNS: in one container, root, which nothing of the agent's can become
 /// (no setuid program, no_new_privs), and Docker's embedded DNS, which forwards as root from
@@ -391,6 +413,17 @@ pub fn probe_element(target: IpAddr, port: u16) -> (String, String) {
         format!("add element inet {TABLE} {set} {{ {target} . {port} timeout 30s }}\n"),
         format!("delete element inet {TABLE} {set} {{ {target} . {port} }}\n"),
     )
+}
+
+/// What loads an nft script as one transaction: the real `nft`, or a recording in tests.
+pub trait NftApply {
+    fn apply(&self, script: &str) -> Result<(), FirewallError>;
+}
+
+impl NftApply for Nft {
+    fn apply(&self, script: &str) -> Result<(), FirewallError> {
+        Nft::apply(self, script)
+    }
 }
 
 /// The `nft` program.

@@ -12,6 +12,15 @@
 //! API's remote tools, a request's body is read whole first (bounded in size and time) and
 //! refused if it names one (sandbox-wire's `forwarder::inspect`): the provider would contact a URL of the
 //! agent's choosing with it.
+//!
+//! Below it, PID 1's side: the keys it holds (`keys`), the route of each host it alone reaches,
+//! a held key's or a forwarded service's (`routes`), and the process as PID 1 runs it
+//! (`service`); and the process's own relay of one request's body (`relay`).
+
+pub mod keys;
+pub mod relay;
+pub mod routes;
+pub mod service;
 
 use std::os::fd::{FromRawFd as _, RawFd};
 use std::sync::Arc;
@@ -27,10 +36,8 @@ use sandbox_wire::forwarder::inspect::{body_framing, inspected_head, judge_body,
 use sandbox_wire::forwarder::request::{Route, json_content, redirected, refusal_answer, rewrite_head};
 use sandbox_wire::forwarder::rules::Verdict;
 
-use crate::net::relay::read_body;
+use crate::net::forwarder::relay::read_body;
 
-/// The forwarder's own user: not the agent's, not root, not the checker's.
-pub const FORWARDER_UID: u32 = 65532;
 /// The descriptor the configuration arrives on (a memfd PID 1 wrote); listeners follow it.
 pub const CONFIG_FD: RawFd = 3;
 /// The largest request head the forwarder reads.
@@ -295,7 +302,7 @@ async fn linger(client: &mut TcpStream) {
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
-/// Sends `head` and the body it frames upstream as the agent's bytes come (net/relay.rs: that
+/// Sends `head` and the body it frames upstream as the agent's bytes come (relay.rs: that
 /// request and no other), while the answer streams back; done when the answer ends.
 async fn relay(
     client: &mut TcpStream,
@@ -310,7 +317,7 @@ async fn relay(
     let (mut c_read, mut c_write) = client.split();
     let send = async {
         up_write.write_all(head).await.map_err(|e| Refused::new(502, format!("{host}: {e}")))?;
-        crate::net::relay::copy_body(&mut c_read, &mut up_write, rest, body).await?;
+        crate::net::forwarder::relay::copy_body(&mut c_read, &mut up_write, rest, body).await?;
         up_write.flush().await.map_err(|e| Refused::new(502, format!("{host}: {e}")))
     };
     {

@@ -9,7 +9,7 @@ use crate::connections::{Connection, ConnectionLog};
 use crate::console;
 use crate::denials::{Denial, DenialLog};
 use crate::net::firewall::NFLOG_GROUP;
-use crate::net::netlink::{self, Netfilter};
+use crate::net::firewall::netlink::{self, Netfilter};
 
 const NFNL_SUBSYS_ULOG: u8 = 4;
 const NFULNL_MSG_PACKET: u8 = 0;
@@ -129,7 +129,7 @@ fn parse_ip(packet: &[u8]) -> Option<(IpAddr, u8, &[u8])> {
 mod tests {
     use super::*;
 
-    use crate::net::netlink::attribute as attr;
+    use crate::net::firewall::netlink::attribute as attr;
 
     fn message(attrs: &[u8]) -> Vec<u8> {
         netlink::message(NFNL_SUBSYS_ULOG, NFULNL_MSG_PACKET, 0, 2, NFLOG_GROUP, attrs)

@@ -1,4 +1,4 @@
-//! PID 1's side of the name check: the checker (an unprivileged process, net/checker.rs) asks,
+//! PID 1's side of the name check: the checker (an unprivileged process, checker.rs) asks,
 //! for every connection, whether it may go on; PID 1 answers from the sink (whose lock a reload
 //! takes, so a verdict is never given on half a policy), logs the connection, and at a reload
 //! tells the checker which open connections to cut. The two talk over a socketpair PID 1 made:
@@ -7,17 +7,19 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use tokio::net::{TcpSocket, UnixDatagram};
 
 use crate::connections::{Connection, ConnectionLog};
 use crate::denials::{Denial, DenialLog};
-use crate::net::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
-use crate::net::check_protocol::{GRANT, Listener, Order, Report};
 use crate::net::dns::AddressSink as _;
-use crate::net::sink::NftSink;
+use crate::net::dns::sink::NftSink;
+use crate::net::namecheck::protocol::Listener;
 use crate::policy::{IpNet, Opening, Ports, Protocol};
 use crate::privileges::AgentPrivileges;
+use sandbox_wire::namecheck::budgets::{FIRST_GRANT, Share, Uploads, budget_of, over_budget};
+use sandbox_wire::namecheck::messages::{Order, Report};
 use std::net::IpAddr;
 
 /// What a connection asked to do, as PID 1 judges it (at its start, and again at a reload).
@@ -272,7 +274,7 @@ impl Verdicts {
         let Some((key, budget)) = allowlist.matches(&name).map(|m| budget_of(&name, &m)) else {
             return Vec::new();
         };
-        let sent = self.uploads.add(&key, added);
+        let sent = self.uploads.add(&key, added, Instant::now());
         if sent < budget {
             return Vec::new();
         }
@@ -305,7 +307,7 @@ impl Verdicts {
         };
         let (key, budget) = budget_of(name, &m);
         let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        let sent = self.uploads.sent(&key);
+        let sent = self.uploads.sent(&key, Instant::now());
         let held = reserved(&live, &key, Some(id));
         if sent >= budget || first > budget - sent {
             self.denials.record(Denial::Upload { name: key.clone(), budget, sent });
@@ -318,9 +320,8 @@ impl Verdicts {
                 budget.saturating_sub(sent)
             ));
         }
-        self.uploads.add(&key, first);
-        let granted = first + (left - first).min(FIRST_GRANT);
-        Ok(Some(Share { key, granted, step: FIRST_GRANT, cut: false }))
+        self.uploads.add(&key, first, Instant::now());
+        Ok(Some(Share::first(key, first, left)))
     }
 
     /// More of its name's budget for connection `id`, which has sent `up`: the total it may
@@ -337,17 +338,11 @@ impl Verdicts {
         if key != share.key {
             return None;
         }
-        let left =
-            budget.saturating_sub(self.uploads.sent(&key)).saturating_sub(reserved(&live, &key, Some(id)));
+        let this_hour = self.uploads.sent(&key, Instant::now());
+        let left = budget.saturating_sub(this_hour).saturating_sub(reserved(&live, &key, Some(id)));
         let conn = live.get_mut(&id)?;
-        let share = conn.share.as_mut()?;
-        let step = (share.step * 2).min(GRANT);
-        let total = up.max(conn.counted).saturating_add(left.min(step));
-        if total <= share.granted {
-            return None;
-        }
-        (share.granted, share.step) = (total, step);
-        Some(total)
+        let sent = up.max(conn.counted);
+        conn.share.as_mut()?.grow(sent, left)
     }
 
     /// After a reload: the ranges in force, and every open connection judged again; those the
@@ -449,7 +444,8 @@ impl crate::process::Service for CheckerProcess {
     /// Starts a checker: a new socketpair, the child with it and the listeners, as the checker's
     /// user with no capability, and the verdict server on PID 1's end.
     fn start(&self, program: &std::path::Path) -> Result<i32, String> {
-        use crate::net::check_protocol::{CHECKER_UID, LISTENERS_ENV, VERDICT_FD};
+        use crate::net::namecheck::protocol::{LISTENERS_ENV, VERDICT_FD};
+        use crate::net::uids::CHECKER_UID;
         use std::os::fd::AsRawFd as _;
         let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().map_err(|e| e.to_string())?;
         let mut fds = vec![theirs.as_raw_fd()];

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::net::dns::{AddressSink, SinkError};
+use crate::net::firewall::setelems::SetWriter;
 use crate::net::firewall::{Element, ElementKey, FirewallError, Nft, add_elements, create_elements};
-use crate::net::setelems::SetWriter;
 use std::net::IpAddr;
 
 use crate::policy::{Allowlist, DomainPattern, Opening};

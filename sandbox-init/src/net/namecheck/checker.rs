@@ -21,9 +21,10 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, UnixDatagram};
 use tokio::sync::{oneshot, watch};
 
-use crate::net::check_protocol::{
-    LISTENERS_ENV, Listener, Order, PROGRESS_PERIOD, Report, VERDICT_FD, VERDICT_TIMEOUT,
+use crate::net::namecheck::protocol::{
+    LISTENERS_ENV, Listener, PROGRESS_PERIOD, VERDICT_FD, VERDICT_TIMEOUT,
 };
+use sandbox_wire::namecheck::messages::{Order, Report};
 use sandbox_wire::namecheck::{
     ClientBytes, HttpRequests, MAX_FIRST_BYTES, Sniffed, TlsRetry, hello_retry, sniff,
 };

@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::net::netlink::{self, Netfilter};
+use crate::net::firewall::netlink::{self, Netfilter};
 
 const SUBSYS_CTNETLINK: u8 = 1;
 const MSG_GET: u8 = 1;
@@ -120,7 +120,7 @@ pub fn revoke(revoked: impl Fn(&Flow) -> bool) -> std::io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::netlink::attribute;
+    use crate::net::firewall::netlink::attribute;
 
     const NESTED: u16 = 0x8000;
 

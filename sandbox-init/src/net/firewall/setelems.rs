@@ -8,8 +8,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::net::firewall::netlink::{NLMSG_ERROR, Netfilter, attribute, errno_of, message, messages};
 use crate::net::firewall::{Element, TABLE};
-use crate::net::netlink::{NLMSG_ERROR, Netfilter, attribute, errno_of, message, messages};
 
 const NFNL_SUBSYS_NFTABLES: u8 = 10;
 const NFNL_MSG_BATCH_BEGIN: u8 = 0x10;
@@ -284,7 +284,7 @@ impl SetWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::netlink::{attributes, find, netfilter_payload};
+    use crate::net::firewall::netlink::{attributes, find, netfilter_payload};
     use crate::policy::Opening;
 
     fn element(addr: &str, port: u16) -> Element {

@@ -1,23 +1,22 @@
-//! The forwarded services' side of the forwarder (policy's `forward`): for every host the
-//! forwarder alone reaches, the user's token (a root-only secret file, or for the built-in
-//! services the launcher's variables, as for API keys), the header it travels in and the rules
-//! the forwarder keeps to; and what the agent's clients are pointed at the forwarder with:
-//! git's `insteadOf` (a file the system git configuration includes) and npm's registry.
+//! The forwarder's routes (`ServiceRoute`), one per host it alone reaches: a held key's API
+//! (keys.rs), or a forwarded service's host (policy's `forward`), with the user's token (a
+//! root-only secret file, or for the built-in services the launcher's variables, as for API
+//! keys), the header it travels in and the rules the forwarder keeps to; and what the agent's
+//! clients are pointed at the forwarder with: git's `insteadOf` (a file the system git
+//! configuration includes) and npm's registry.
 
 use std::path::Path;
 
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::sync::{Arc, Mutex};
-
 use crate::exit::Fatal;
-use crate::keys::read_secret;
-use crate::net::forwarder::{CONFIG_FD, Config, FORWARDER_UID, RefusedRequest};
+use crate::net::forwarder::keys::HeldKey;
 use crate::policy::RemoteTools;
 use crate::policy::forward::{Auth, Part, builtin};
 use crate::policy::{ForwardedHost, Policy};
 use crate::privileges::AgentPrivileges;
 use sandbox_wire::forwarder::request::Route;
 use sandbox_wire::forwarder::rules::{GithubAccess, GithubPart, HttpRule, Rules};
+
+use crate::secrets::read_secret;
 
 /// The file the base image's system git configuration includes (`include.path`): written at
 /// start when GitHub is forwarded, removed otherwise. git ignores an include that is missing.
@@ -270,7 +269,7 @@ fn base64(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
 
-impl crate::keys::HeldKey {
+impl HeldKey {
     /// The key as the forwarder holds it: a forwarded host of its own (the API's, or the base
     /// URL's), any request under the base path let through, the body read for remote tools
     /// unless `policy` allows them; the agent's processes get the CLI's base-URL variables
@@ -309,95 +308,6 @@ impl crate::keys::HeldKey {
             },
             env,
         }
-    }
-}
-
-/// The forwarder as PID 1 runs it: the listeners (bound before the agent starts, so no process
-/// of the agent's can take the ports first) and the child, started again when it dies.
-pub struct Forwarder {
-    listeners: Vec<std::net::TcpListener>,
-    config: String,
-    pid: Mutex<i32>,
-    /// PID 1's end of the socket the forwarder reports its refusals on, and the forwarder's
-    /// (kept to pass again when it is restarted).
-    reports: std::os::unix::net::UnixDatagram,
-    its_end: std::os::unix::net::UnixDatagram,
-}
-
-impl Forwarder {
-    /// Binds one loopback port per route: each held key's API and each forwarded host
-    /// (forwarded.rs's).
-    pub fn bind(
-        routes: &[ServiceRoute],
-        extra_ca: Option<String>,
-        resolver: Option<std::net::IpAddr>,
-    ) -> std::io::Result<Forwarder> {
-        let forwarded = routes.iter().map(|r| (r.host.host.clone(), r.host.port)).collect();
-        let mut listeners = Vec::new();
-        let mut config_routes = Vec::new();
-        for (index, service) in routes.iter().enumerate() {
-            let (port, mut route) = service.route();
-            listeners.push(std::net::TcpListener::bind(("127.0.0.1", port))?);
-            route.fd = CONFIG_FD + 1 + index as i32;
-            config_routes.push(route);
-        }
-        let routes = config_routes;
-        let (reports, its_end) = std::os::unix::net::UnixDatagram::pair()?;
-        let report_fd = Some(CONFIG_FD + 1 + listeners.len() as i32);
-        let config = serde_json::to_string(&Config { routes, extra_ca, report_fd, resolver, forwarded })
-            .map_err(std::io::Error::other)?;
-        Ok(Forwarder { listeners, config, pid: Mutex::new(0), reports, its_end })
-    }
-}
-
-impl Forwarder {
-    /// Records each refusal the forwarder reports in `log` (connections.jsonl), on a thread of
-    /// its own, for as long as PID 1 runs.
-    pub fn log_refusals(&self, log: Arc<crate::connections::ConnectionLog>) -> std::io::Result<()> {
-        let socket = self.reports.try_clone()?;
-        std::thread::Builder::new().name("forwarder-refusals".into()).spawn(move || {
-            // Reasons are bounded (inspect::MAX_REASON characters): no report is cut.
-            let mut buf = vec![0u8; 64 * 1024];
-            while let Ok(len) = socket.recv(&mut buf) {
-                let Ok(refusal) = serde_json::from_slice::<RefusedRequest>(&buf[..len]) else { continue };
-                let dst = std::net::SocketAddr::from(([127, 0, 0, 1], refusal.port));
-                let reason = format!("{} {}", refusal.status, refusal.reason);
-                let line = crate::connections::Connection::new("tcp", dst, "forwarder", "refused", reason);
-                log.record(line.named(Some(refusal.host)), None);
-            }
-        })?;
-        Ok(())
-    }
-}
-
-impl crate::process::Service for Forwarder {
-    fn pid(&self) -> i32 {
-        *self.pid.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Starts the forwarder as its own user with no capability; the configuration (keys
-    /// included) travels in a memory file at descriptor 3, never in an argument or variable.
-    fn start(&self, program: &Path) -> Result<i32, String> {
-        // SAFETY: memfd_create with a static name; the descriptor is owned at once.
-        let raw = unsafe { libc::memfd_create(c"forwarder-config".as_ptr(), libc::MFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
-        }
-        // SAFETY: a fresh descriptor, ours alone.
-        let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mut file = std::fs::File::from(memfd);
-        std::io::Write::write_all(&mut file, self.config.as_bytes()).map_err(|e| e.to_string())?;
-        std::io::Seek::rewind(&mut file).map_err(|e| e.to_string())?;
-        let mut fds = vec![file.as_raw_fd()];
-        fds.extend(self.listeners.iter().map(|l| l.as_raw_fd()));
-        fds.push(self.its_end.as_raw_fd());
-        let mut command = AgentPrivileges::system(FORWARDER_UID)
-            .service(program, "sandbox-forwarder")
-            .map_err(|e| e.to_string())?;
-        command.arg("forwarder");
-        let pid = crate::process::spawn_with_fds(&mut command, &fds).map_err(|e| e.to_string())?;
-        *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = pid;
-        Ok(pid)
     }
 }
 

@@ -1,41 +1,7 @@
-//! The verdicts' unit tests: the protocol's framing, the upload budgets' accounting (alone and
-//! against 200 connections opened at once), the start probe's quiet refusal.
+//! The verdicts' unit tests: the upload budgets' accounting against 200 connections opened at
+//! once (sandbox-wire's `namecheck::budgets` tests it alone), the start probe's quiet refusal.
 
 use super::*;
-use crate::net::budgets::BUDGET_HOUR;
-
-#[test]
-fn reports_and_orders_are_tagged_json() {
-    let ask = Report::Ask {
-        id: 7,
-        dst: "203.0.113.7:443".parse().unwrap(),
-        check: true,
-        name: Some("api.example.com".into()),
-        via: "tls".into(),
-        ech: false,
-        forwarder: false,
-        first: 517,
-    };
-    let text = serde_json::to_string(&ask).unwrap();
-    assert!(text.starts_with(r#"{"t":"ask","id":7,"dst":"203.0.113.7:443","check":true"#), "{text}");
-    assert_eq!(serde_json::from_str::<Report>(&text).unwrap(), ask);
-    let order = serde_json::to_string(&Order::Close { id: 3 }).unwrap();
-    assert_eq!(order, r#"{"t":"close","id":3}"#);
-}
-
-/// PID 1's probe at start is refused by the checker, whose report may come after the probe
-/// returned: it is the one refusal left out of the log, whenever it comes, and only once.
-#[test]
-fn a_names_uploads_add_up_within_its_hour_and_start_again_after_it() {
-    let uploads = Uploads::default();
-    assert_eq!((uploads.add("a.test", 600), uploads.add("a.test", 500)), (600, 1100));
-    assert_eq!((uploads.sent("a.test"), uploads.sent("b.test")), (1100, 0));
-    // An hour later: a new hour, counted from its first byte.
-    let long_ago = std::time::Instant::now() - BUDGET_HOUR;
-    uploads.0.lock().unwrap().get_mut("a.test").unwrap().0 = long_ago;
-    assert_eq!(uploads.sent("a.test"), 0);
-    assert_eq!(uploads.add("a.test", 7), 7);
-}
 
 /// 200 connections opened at once to a name of 1 MB an hour, each sending all it is
 /// granted: what they are granted in all, before and after their reports, stays within
@@ -99,6 +65,8 @@ fn connections_opened_at_once_share_one_budget() {
     assert!(matches!(ask(999, 500).as_slice(), [Order::Verdict { allow: false, .. }]));
 }
 
+/// PID 1's probe at start is refused by the checker, whose report may come after the probe
+/// returned: it is the one refusal left out of the log, whenever it comes, and only once.
 #[test]
 fn the_start_probes_refusal_is_left_out_once() {
     let quiet = Quiet::default();
