@@ -366,10 +366,7 @@ fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
     // Letters' case aside, as the servers compare: no copy of the line, which every line of
     // source text that starts with a word comes to.
     let method = text.iter().position(|&b| !is_tchar(b)).unwrap_or(text.len());
-    if method > 0
-        && text.get(method) == Some(&b' ')
-        && text[method + 1..].windows(6).any(|w| w[0] == b' ' && w[1..].eq_ignore_ascii_case(b"HTTP/"))
-    {
+    if method > 0 && text.get(method) == Some(&b' ') && names_a_protocol(&text[method + 1..]) {
         return Err("a request line hidden in a request body");
     }
     // Python's words: only whether there are two or three matters, so no more than four are read.
@@ -379,6 +376,8 @@ fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
         [Some(_), Some(_), Some(version), None] => {
             version.len() >= 5 && version[..5].eq_ignore_ascii_case(b"HTTP/")
         }
+        // HTTP/0.9: Python takes `GET` (so spelt) with any target, `GET secret` too.
+        [Some(b"GET"), Some(_), None, None] => true,
         [Some(method), Some(target), None, None] => {
             method.eq_ignore_ascii_case(b"GET")
                 && (target.starts_with(b"/") || target.windows(3).any(|w| w == b"://"))
@@ -397,6 +396,19 @@ fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
         }
     }
     Ok(())
+}
+
+/// Whether `rest`, what follows a request line's method and its space, names a protocol after
+/// a target: ` HTTP/` (nginx, whatever version follows), or ` RTSP/` and ` ICE/`, which Node's
+/// llhttp takes in their place (it serves `GET http://other/ RTSP/1.0` as an HTTP/1.0 GET).
+fn names_a_protocol(rest: &[u8]) -> bool {
+    const PROTOCOLS: [&[u8]; 3] = [b"HTTP/", b"RTSP/", b"ICE/"];
+    rest.iter().enumerate().any(|(at, &b)| {
+        b == b' '
+            && PROTOCOLS
+                .iter()
+                .any(|p| rest[at + 1..].get(..p.len()).is_some_and(|w| w.eq_ignore_ascii_case(p)))
+    })
 }
 
 /// What the checker passes a client's later bytes through once its first request or

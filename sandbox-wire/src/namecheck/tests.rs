@@ -413,6 +413,12 @@ fn a_request_hidden_in_a_body_is_refused() {
         "GET http://other.example.com/?d=1\r\n",
         "GET /x\n",
         "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA http://other.example.com/ HTTP/1.1\r\n",
+        // Found by a third red team: Node's llhttp serves RTSP/ and ICE/ request lines as HTTP/1.0
+        // ones, and Python takes HTTP/0.9's `GET` with any target.
+        "GET http://other.example.com/secret RTSP/1.0\r\n\r\n",
+        "OPTIONS http://other.example.com/secret rtsp/1.0\r\n\r\n",
+        "SOURCE http://other.example.com/secret ICE/1.0\r\n\r\n",
+        "GET secret\r\n",
     ] {
         for expect in ["", "Expect: 100-continue\r\n"] {
             let request = post(body, expect);
@@ -421,9 +427,18 @@ fn a_request_hidden_in_a_body_is_refused() {
                 let (out, refused) = passed(host, &request, step);
                 assert!(refused.is_some(), "{body:?} step {step}: {out:?}");
                 let sent = &out[head_len.min(out.len())..];
-                for line in
-                    ["GET", "POST /y", "Host: other", "hOsT", "get http", "Host:", "PROPFIND", "CONNECT"]
-                {
+                for line in [
+                    "GET",
+                    "POST /y",
+                    "Host: other",
+                    "hOsT",
+                    "get http",
+                    "Host:",
+                    "PROPFIND",
+                    "CONNECT",
+                    "OPTIONS",
+                    "SOURCE",
+                ] {
                     assert!(
                         !(sent.starts_with(line) || sent.contains(&format!("\n{line}"))),
                         "{body:?} step {step}: {line} went on: {out:?}"
@@ -445,6 +460,8 @@ fn a_request_hidden_in_a_body_is_refused() {
         "GET / HTTP",
         "get it /here\n",
         "GET the docs\n",
+        "Get going\n",
+        "RTSP is a protocol, ICE too\n",
     ] {
         let request = post(body, "");
         for step in [1, 4096] {
