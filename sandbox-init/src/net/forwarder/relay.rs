@@ -30,13 +30,7 @@ where
         let next =
             body.next(&buf[at..]).map_err(|why| Refused::new(400, format!("a malformed body: {why}")))?;
         let Some((piece, n)) = next else {
-            buf.drain(..at);
-            at = 0;
-            let read = client.read(&mut chunk).await.map_err(|e| Refused::new(400, e.to_string()))?;
-            if read == 0 {
-                return Err(Refused::new(400, "the connection ended inside the request body"));
-            }
-            buf.extend_from_slice(&chunk[..read]);
+            refill(client, &mut buf, &mut at, &mut chunk).await?;
             continue;
         };
         if piece != Piece::Trailer {
@@ -73,14 +67,26 @@ pub async fn read_body<R: AsyncRead + Unpin>(
                 return Err(Refused::new(413, format!("a request body over {MAX_INSPECTED_BODY} bytes")));
             }
         }
-        buf.drain(..at);
-        at = 0;
-        let n = client.read(&mut chunk).await.map_err(|e| Refused::new(400, e.to_string()))?;
-        if n == 0 {
-            return Err(Refused::new(400, "the connection ended inside the request body"));
-        }
-        buf.extend_from_slice(&chunk[..n]);
+        refill(client, &mut buf, &mut at, &mut chunk).await?;
     }
+}
+
+/// Drops the `at` bytes of `buf` the body already took and appends the client's next read into
+/// `chunk`; refused when the client ends inside the body.
+async fn refill<R: AsyncRead + Unpin>(
+    client: &mut R,
+    buf: &mut Vec<u8>,
+    at: &mut usize,
+    chunk: &mut [u8],
+) -> Result<(), Refused> {
+    buf.drain(..*at);
+    *at = 0;
+    let read = client.read(chunk).await.map_err(|e| Refused::new(400, e.to_string()))?;
+    if read == 0 {
+        return Err(Refused::new(400, "the connection ended inside the request body"));
+    }
+    buf.extend_from_slice(&chunk[..read]);
+    Ok(())
 }
 
 #[cfg(test)]
