@@ -244,6 +244,51 @@ struct BodyLines {
     line: Vec<u8>,
     /// The current line cannot be either: its bytes pass until it ends.
     passing: bool,
+    /// Python's words on the current line so far.
+    words: Words,
+}
+
+/// The longest line Python's `http.server` reads as a request line, its LF counted: it reads
+/// `readline(65537)` and answers 414 to a longer one.
+const PYTHON_MAX_LINE: usize = 65536;
+
+/// What a line may be, as far as it has come.
+enum Line {
+    /// Neither a request line nor a Host line to any server: it passes as it comes.
+    Passes,
+    /// Maybe one: held until it ends.
+    Held,
+    /// A line that may be a request line to nginx or Go, longer than the check holds.
+    TooLong,
+}
+
+/// Python's words on a line, counted as its bytes come: a held line is never read twice, so a
+/// line fed a byte at a time costs what it costs in one piece.
+#[derive(Debug, Default)]
+struct Words {
+    /// How much of the line was counted.
+    read: usize,
+    count: u8,
+    in_word: bool,
+}
+
+impl Words {
+    /// Whether `line`, the current line as far as it has come, has more than three words.
+    fn more_than_three(&mut self, line: &[u8]) -> bool {
+        for &b in &line[self.read.min(line.len())..] {
+            self.read += 1;
+            if is_blank(b) {
+                self.in_word = false;
+            } else if !self.in_word {
+                self.in_word = true;
+                self.count += 1;
+                if self.count > 3 {
+                    return true;
+                }
+            }
+        }
+        false
+    }
 }
 
 impl BodyLines {
@@ -275,19 +320,18 @@ impl BodyLines {
                 &self.line[..]
             };
             let start = line.strip_suffix(b"\n").unwrap_or(line);
-            if !might_be_request_or_host(start) {
-                self.passing = end.is_none();
-            } else if start.len() > MAX_HEAD {
-                return Err("a line in a body too long to tell from a request");
-            } else if end.is_some() {
-                judge_body_line(line, host)?;
-            } else {
-                // Held until it ends.
-                if self.line.is_empty() {
-                    self.line.extend_from_slice(piece);
+            match self.words.what(start) {
+                Line::Passes => self.passing = end.is_none(),
+                Line::TooLong => return Err("a line in a body too long to tell from a request"),
+                Line::Held if end.is_some() => judge_body_line(line, host)?,
+                Line::Held => {
+                    if self.line.is_empty() {
+                        self.line.extend_from_slice(piece);
+                    }
+                    continue;
                 }
-                continue;
             }
+            self.words = Words::default();
             if self.line.is_empty() {
                 out.extend_from_slice(piece);
             } else {
@@ -300,16 +344,37 @@ impl BodyLines {
     /// The body ended: a line held then is judged as it stands. A server that read it as the
     /// start of a request would read the next request's line after it, on the same line; that
     /// line is checked on its own, so the two make no target or Host the check did not see.
-    /// A CR in it is refused: a server might end the line there.
+    /// A CR in a line nginx or Node might read is refused: they might end the line there. To
+    /// Python, which alone reads the other lines held, a CR is a blank, and the next request's
+    /// line after a word or more makes four words or more, which it does not take.
     fn end(&mut self, host: &str, out: &mut Vec<u8>) -> Result<(), &'static str> {
         let held = std::mem::take(&mut self.line);
         self.passing = false;
-        if held.contains(&b'\r') {
+        self.words = Words::default();
+        if held.contains(&b'\r') && might_be_request_or_host(&held) {
             return Err("a body that ends inside what may be a request or Host line");
         }
         judge_body_line(&held, host)?;
         out.extend_from_slice(&held);
         Ok(())
+    }
+}
+
+impl Words {
+    /// What the current line, as far as it has come (`start`), may be: held while it may be a
+    /// request line as nginx or Go reads one, or a Host line ([`might_be_request_or_host`]),
+    /// and refused if such a line grows past what a server reads in a request's head; held
+    /// also while Python may read it as a request line: any word is a method to an application
+    /// whose handler serves every method, so any line of three words or fewer, up to Python's
+    /// longest line (a compact JSON body is one word, and goes on past that length).
+    fn what(&mut self, start: &[u8]) -> Line {
+        if might_be_request_or_host(start) {
+            if start.len() > MAX_HEAD { Line::TooLong } else { Line::Held }
+        } else if start.len() >= PYTHON_MAX_LINE || self.more_than_three(start) {
+            Line::Passes
+        } else {
+            Line::Held
+        }
     }
 }
 

@@ -535,6 +535,13 @@ fn a_request_line_as_python_splits_it_is_refused() {
         post(b"GET\x1f/secret\x1fHTTP/1.1\r\n\r\n"),
         post(b"GET\x0b/secret\x0bhttp/1.1\r\n\r\n"),
         chunked(b"19;x /secret HTTP/1.1\r\nX: a\rHost: other.test\r\n\r\n\r\n0\r\n\r\n"),
+        // Found by a fourth red team: a first word that is no token, which Python takes as a
+        // method when the application's handler serves any.
+        post(b"{x http://other.test/secret HTTP/1.1\r\nX: y\rHost: other.test\r\n\r\n"),
+        post(b"GET/ /secret HTTP/1.1\r\n\r\n"),
+        post(b"\xe9 /secret HTTP/1.1\r\n\r\n"),
+        post(b"[\t/secret\tHTTP/1.1\r\n\r\n"),
+        post(b"{\"x\":1}\n{x /secret HTTP/1.1\r\n\r\n"),
     ] {
         for step in [1, 3, 4096] {
             let (out, refused) = fed(&request, step);
@@ -553,4 +560,27 @@ fn a_request_line_as_python_splits_it_is_refused() {
         let request = post(body);
         assert_eq!(fed(&request, 4096), (request.clone(), None), "{:?}", String::from_utf8_lossy(body));
     }
+    // Lines of three words or fewer that are no request line go on whole; a compact JSON line,
+    // one word, goes on past the longest line Python reads, whatever its length; so does a
+    // body that ends in such a line with a CR in it (a blank to Python).
+    let long_json = format!("{{\"data\":\"{}\"}}", "x".repeat(3 * PYTHON_MAX_LINE));
+    for body in [&b"{\"a\":1}\n[1,\t2]\n}\n"[..], b"{\"a\":1}\r\n\xe9t\xe9\r", long_json.as_bytes()] {
+        let request = post(body);
+        for step in [1, 4096, 1 << 20] {
+            let (out, refused) = fed(&request, step);
+            assert!(
+                refused.is_none() && out == request,
+                "{:?} step {step}",
+                String::from_utf8_lossy(&body[..body.len().min(40)])
+            );
+        }
+    }
+    // It is not held past that length: what came of it goes on before the line ends.
+    let request = post(long_json.as_bytes());
+    let (out, refused) = fed(&request[..request.len() - 1], 4096);
+    assert!(
+        refused.is_none() && out.len() > request.len() - long_json.len() + PYTHON_MAX_LINE,
+        "{}",
+        out.len()
+    );
 }
