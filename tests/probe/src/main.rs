@@ -73,7 +73,7 @@ as a peer (peer.rs, web.rs, mock.rs, oauth.rs, forge.rs, wire.rs):
   wire-hyper                  hyper's HTTP/1 server on port 80, logging what it parsed
   wire-nginx COMMAND...       nginx started by COMMAND, behind a relay logging connections
 probes, as a well-behaved agent (probes.rs):
-  tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME] [--send TEXT]
+  tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME] [--send TEXT: \\r \\n \\t \\\\ \\xHH escapes]
   http-pipeline HOST PORT NAME...
   first-byte HOST PORT COUNT [--tls]
   api-first-byte HOST PORT COUNT [--tls]

@@ -117,6 +117,29 @@ fn mode(args: &Args, port: u16) -> &'static str {
 /// `tcp HOST PORT`: connect as any program would, and say what came back. Over TLS (SNI HOST, or
 /// `--sni`) and HTTP (Host HOST, or `--host`) a GET /, whose body's first line is the greeting;
 /// raw, the server's whole answer, its line breaks written `\n`.
+/// `--send`'s text as bytes: `\\r`, `\\n`, `\\t`, `\\\\` and `\\xHH` are what they say (an argument
+/// is UTF-8, and an attack's bytes need not be); any other byte is itself.
+fn unescape(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex =
+            bytes.get(at + 2..at + 4).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        let (byte, width) = match (bytes[at], bytes.get(at + 1), hex) {
+            (b'\\', Some(b'r'), _) => (b'\r', 2),
+            (b'\\', Some(b'n'), _) => (b'\n', 2),
+            (b'\\', Some(b't'), _) => (b'\t', 2),
+            (b'\\', Some(b'\\'), _) => (b'\\', 2),
+            (b'\\', Some(b'x'), Some(value)) => (value, 4),
+            (other, _, _) => (other, 1),
+        };
+        out.push(byte);
+        at += width;
+    }
+    out
+}
+
 pub fn tcp(args: &Args) {
     let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
     let started = Instant::now();
@@ -133,7 +156,7 @@ pub fn tcp(args: &Args) {
             let greeting = if mode == "raw" {
                 // A client-first protocol sends first (`--send`); a server-first one waits.
                 let sent = match args.flag("--send") {
-                    Some(text) => stream.write_all(text.replace("\\r\\n", "\r\n").as_bytes()),
+                    Some(text) => stream.write_all(&unescape(&text)),
                     None => Ok(()),
                 };
                 // Connected is connected: a server that says nothing (an echo port) times out

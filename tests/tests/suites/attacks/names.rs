@@ -5,8 +5,10 @@
 use std::time::Duration;
 
 use sandbox_tests::assert::assert_reaches;
-use sandbox_tests::docker::TestNet;
+use sandbox_tests::docker::{TestNet, container_logs};
 use sandbox_tests::peers::{Peer, PeerSpec};
+use sandbox_tests::probe::Probe;
+use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::SandboxSpec;
 
 use super::{ALLOWED, allow};
@@ -23,6 +25,11 @@ async fn bytes_the_peer_read(peer: &Peer, before: usize) -> anyhow::Result<Strin
     }
     anyhow::ensure!(ended.len() == 1, "one connection ended at the peer: {ended:?}");
     Ok(ended[0].rsplit_once(" bytes=").map(|(_, n)| n.to_string()).unwrap_or_default())
+}
+
+/// What `sb`'s agent reads after sending `text` (the probe's escapes) to the allowed name's port 80.
+async fn send_raw(sb: &Sandbox, text: &str) -> anyhow::Result<Probe> {
+    sb.probe(&["tcp", ALLOWED, "80", "--raw", "--send", text, "--timeout-ms", "1500"]).await
 }
 
 net_admin! {
@@ -208,6 +215,63 @@ net_admin! {
             assert!(
                 !log.iter().any(|l| l.contains(OTHER) || l.contains("/smuggled")),
                 "a hidden request was served: {log:?}"
+            );
+            Ok(())
+        }
+        /// Found by a fourth red team: a request line hidden in a POST's body whose method is no
+        /// token (`{x`, `GET/`, a Latin-1 letter), which Python's `http.server` serves when the
+        /// application's handler takes every method and ignores the body; the check held only lines
+        /// starting with a token, so the line went on. The peer here is that server. Each is reset
+        /// before the line reaches it. The controls: a JSON body, and a body of short lines, are
+        /// served; and without the name check the same body is a request to the other site there,
+        /// so the peer is one the attack fools.
+        #[tokio::test]
+        async fn a_request_line_python_reads_in_a_body_reaches_no_other_site() -> anyhow::Result<()> {
+            const OTHER: &str = "other.test";
+            let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wire");
+            let net = TestNet::create("attack-python-cl0").await?;
+            let python = PeerSpec::named(&[ALLOWED, OTHER])
+                .program(
+                    &sandbox_tests::images::image("python").await?,
+                    &["python3", "/srv/python.py", "--ignore-bodies"],
+                    &fixtures,
+                )
+                .start(&net)
+                .await?;
+            let spec = || async {
+                anyhow::Ok(SandboxSpec::smallest().await?.net_admin().on(&net).drop_in("test.yaml", &allow(&[ALLOWED])))
+            };
+            let sb = spec().await?.start().await?;
+            // The probe's `--send` takes `\r`, `\n` and `\xHH` escapes: each is one byte.
+            let post = |body: &str| {
+                let length = body.len() - body.matches("\\r").count() - body.matches("\\n").count() - 3 * body.matches("\\x").count();
+                format!("POST /carrier HTTP/1.1\\r\\nHost: {ALLOWED}\\r\\nContent-Length: {length}\\r\\n\\r\\n{body}")
+            };
+            let attacks = [
+                format!("{{x http://{OTHER}/secret HTTP/1.1\\r\\nX: y\\rHost: {OTHER}\\r\\n\\r\\n"),
+                format!("GET/ /secret HTTP/1.1\\r\\nHost: {OTHER}\\r\\n\\r\\n"),
+                format!("\\xe9 /secret HTTP/1.1\\r\\nHost: {OTHER}\\r\\n\\r\\n"),
+            ];
+            for attack in &attacks {
+                send_raw(&sb, &post(attack)).await?;
+            }
+            for control in ["{\"model\": \"m\", \"x\": [1, 2]}", "{\"a\":1}\\n}\\n"] {
+                let served = send_raw(&sb, &post(control)).await?;
+                assert!(
+                    served.fields.get("greeting").is_some_and(|g| g.starts_with("HTTP/1.1 200")),
+                    "{control}: {:?}",
+                    served.fields
+                );
+            }
+            let log: Vec<String> = container_logs(&python.id).await?.0.lines().map(str::to_string).collect();
+            assert!(!log.iter().any(|l| l.contains(OTHER) || l.contains("secret")), "a hidden request was served: {log:?}");
+            // The same body without the name check: Python serves the hidden request.
+            let unchecked = spec().await?.env("SANDBOX_NAME_CHECK", "off").start().await?;
+            send_raw(&unchecked, &post(&attacks[0])).await?;
+            let log: Vec<String> = container_logs(&python.id).await?.0.lines().map(str::to_string).collect();
+            assert!(
+                log.iter().any(|l| l.contains(&format!("\"host\": \"{OTHER}\"")) && l.contains("/secret")),
+                "the peer is not fooled by the attack, so it proves nothing: {log:?}"
             );
             Ok(())
         }
