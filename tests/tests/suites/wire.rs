@@ -230,6 +230,22 @@ struct Verdict {
     stricter: Vec<String>,
 }
 
+/// The server's log once it has a connection for each of the `expected` samples and has stopped
+/// growing: the engine hands a container's output on after the server wrote it, and the last
+/// sample's lines came after the probe had ended (seen in sidecar mode). 10 s at most.
+async fn settled_log(peer: &Peer, expected: usize) -> anyhow::Result<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut last = String::new();
+    loop {
+        let log = container_logs(&peer.id).await?.0;
+        if (connections(&log).len() >= expected && log == last) || std::time::Instant::now() > deadline {
+            return Ok(log);
+        }
+        last = log;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 /// Sends every sample to `server` as the agent and compares the server's log with the library.
 /// The probe sends one sample at a time, and the name check connects to the server only for a
 /// sample whose first request it allowed: the server's connections are those samples', in order.
@@ -241,7 +257,13 @@ async fn judge(
 ) -> anyhow::Result<Verdict> {
     let dir = format!("/samples/{}", server.dir);
     let out = sb.as_agent(&[PROBE, "send-each", &dir, server.name, "80", "--timeout-ms", "2000"]).await?;
-    let log = container_logs(&peer.id).await?.0;
+    let expected = out
+        .stdout
+        .lines()
+        .filter_map(|line| sent.get(line.split_once('=')?.0))
+        .filter(|bytes| !matches!(sniff(bytes), Sniffed::Refused(_) | Sniffed::NeedMore))
+        .count();
+    let log = settled_log(peer, expected).await?;
     let mut connections = connections(&log).into_iter();
     let mut verdict = Verdict { failures: Vec::new(), agreed: Vec::new(), stricter: Vec::new() };
     let mut reported = 0;
