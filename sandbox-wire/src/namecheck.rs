@@ -248,8 +248,8 @@ struct BodyLines {
     words: Words,
 }
 
-/// The longest line Python's `http.server` reads as a request line, its LF counted: it reads
-/// `readline(65537)` and answers 414 to a longer one.
+/// The longest line Python's `http.server` reads as a request line, its LF counted, or without
+/// one where the connection ends after it: it reads `readline(65537)` and answers 414 to more.
 const PYTHON_MAX_LINE: usize = 65536;
 
 /// What a line may be, as far as it has come.
@@ -270,6 +270,9 @@ struct Words {
     read: usize,
     count: u8,
     in_word: bool,
+    /// The line was found to start with neither a token and a blank nor `host:`: as bytes
+    /// come it cannot again, so it is not asked again (a held line is read once).
+    untokened: bool,
 }
 
 impl Words {
@@ -368,13 +371,13 @@ impl Words {
     /// whose handler serves every method, so any line of three words or fewer, up to Python's
     /// longest line (a compact JSON body is one word, and goes on past that length).
     fn what(&mut self, start: &[u8]) -> Line {
-        if might_be_request_or_host(start) {
-            if start.len() > MAX_HEAD { Line::TooLong } else { Line::Held }
-        } else if start.len() >= PYTHON_MAX_LINE || self.more_than_three(start) {
-            Line::Passes
-        } else {
-            Line::Held
+        if !self.untokened && might_be_request_or_host(start) {
+            return if start.len() > MAX_HEAD { Line::TooLong } else { Line::Held };
         }
+        self.untokened = true;
+        // Python reads 65,537 bytes of a line at most and answers a line that long 414; a line
+        // no longer than 65,536 bytes is a request to it at the connection's end too.
+        if start.len() > PYTHON_MAX_LINE || self.more_than_three(start) { Line::Passes } else { Line::Held }
     }
 }
 

@@ -575,6 +575,27 @@ fn a_request_line_as_python_splits_it_is_refused() {
             );
         }
     }
+    // Found by a fifth red team: a line of exactly that length, with no LF, is a request to
+    // Python when the connection ends after it: it is held, and refused; one byte more passes.
+    let words = ["{x", "http://other.test/secret", "HTTP/1.1"];
+    let pad = " ".repeat(PYTHON_MAX_LINE - words.concat().len() - 1);
+    let line = format!("{}{pad}{} {}", words[0], words[1], words[2]);
+    assert_eq!(line.len(), PYTHON_MAX_LINE);
+    for step in [1, 4096, 1 << 20] {
+        let (out, refused) = fed(&post(line.as_bytes()), step);
+        assert!(refused.is_some() && !out.windows(7).any(|w| w == b"/secret"), "step {step}");
+        let mut requests = HttpRequests::new(host);
+        let head = format!("POST /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n", line.len() + 10);
+        let (mut out, _) = requests.feed(head.as_bytes());
+        for piece in line.as_bytes().chunks(step) {
+            let (pass, refused) = requests.feed(piece);
+            assert!(refused.is_none());
+            out.extend(pass);
+        }
+        assert!(!out.windows(7).any(|w| w == b"/secret"), "step {step}: the line went on before it ended");
+        let (pass, refused) = requests.feed(b"x");
+        assert!(refused.is_none() && pass.windows(7).any(|w| w == b"/secret"), "step {step}: 65,537 bytes pass");
+    }
     // It is not held past that length: what came of it goes on before the line ends.
     let request = post(long_json.as_bytes());
     let (out, refused) = fed(&request[..request.len() - 1], 4096);
