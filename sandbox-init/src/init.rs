@@ -22,6 +22,7 @@ use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities
 use crate::process::{self, restart_if_reaped};
 use crate::session::{self, RUN_DIR};
 use crate::status;
+use crate::timeline;
 
 /// How long the session's foreground processes get to end after SIGTERM before the tmux server
 /// is closed, which hangs up the rest (an interactive shell ignores SIGTERM, not SIGHUP).
@@ -94,6 +95,7 @@ pub fn run() -> Result<u8, Fatal> {
     let set_size = max_addresses()?;
     let name_check = namecheck::wanted()?;
     let policy = load_policy()?;
+    timeline::mark("policy");
     let unattended = crate::session::unattended().map_err(|e| Fatal::new(Refusal::BadSetting, e))?;
     // Read once: PID 1's capabilities do not change until it restricts itself.
     let caps = Capabilities::of("self").unwrap_or_default();
@@ -123,6 +125,7 @@ pub fn run() -> Result<u8, Fatal> {
             ),
         ));
     }
+    timeline::mark("capabilities and user");
     session::prepare_run_dir(&agent, role != Role::Gateway)
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot prepare {RUN_DIR}: {e}")))?;
     // Before PID 1 gives up CAP_CHOWN: mounted state volumes become the agent's (the agent's
@@ -140,6 +143,7 @@ pub fn run() -> Result<u8, Fatal> {
         .enable_all()
         .build()
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the runtime: {e}")))?;
+    timeline::mark("run dir, state, runtime");
 
     let denials = Arc::new(DenialLog::open(Path::new(DENIAL_LOG)));
     let connections = Arc::new(ConnectionLog::open(Path::new(CONNECTION_LOG)));
@@ -192,6 +196,7 @@ pub fn run() -> Result<u8, Fatal> {
     // The forwarder asks the gate, where there is one, by its address: never a file.
     let gate = enforcement.as_ref().map(|_| crate::net::dns::GATE_ADDR.ip());
     let forwarder = hold_keys(&agent, &policy, verdicts, gate)?;
+    timeline::mark("key forwarder");
     let upstreams = enforcement.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
 
@@ -207,6 +212,7 @@ pub fn run() -> Result<u8, Fatal> {
                 .map_err(|e| Fatal::new(Refusal::SetupFailed, e))?,
         ),
     };
+    timeline::mark("status, tmux session");
     // From here PID 1 only updates the firewall, signals the session and runs tmux as the agent.
     if let Err(e) = crate::privileges::restrict_self(crate::privileges::INIT_KEEPS) {
         if let Some(server) = server {
@@ -227,6 +233,10 @@ pub fn run() -> Result<u8, Fatal> {
             .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot write {GATEWAY_READY}: {e}")))?;
     }
     console::out(ready);
+    timeline::mark("privileges dropped, ready");
+    if timeline::wanted() {
+        console::err(format!("sandbox-init: {}", timeline::line(started)));
+    }
     if let (Some(e), Some(script)) = (&enforcement, after_ready) {
         let nft = e.nft.clone();
         std::thread::spawn(move || nft.apply(&script));

@@ -19,5 +19,6 @@ pub mod session;
 pub mod sidecar;
 pub mod state;
 pub mod status;
+pub mod timeline;
 pub mod tree;
 pub mod verify;

@@ -108,8 +108,16 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// From the start request to `sandbox ready` on the container's stdout.
-async fn start_to_ready(docker: &bollard::Docker, body: ContainerCreateBody) -> anyhow::Result<Duration> {
+/// From the start request to `sandbox ready` on the container's stdout; and sandbox-init's own
+/// start timeline (`SANDBOX_START_TIMELINE=1`, sandbox-init's timeline.rs), printed after the
+/// ready line, where the container runs sandbox-init.
+async fn start_to_ready(
+    docker: &bollard::Docker,
+    body: ContainerCreateBody,
+) -> anyhow::Result<(Duration, Option<String>)> {
+    // The trivial entrypoint prints no timeline.
+    let traced =
+        body.entrypoint.is_none() && body.env.iter().flatten().any(|e| e == "SANDBOX_START_TIMELINE=1");
     let created =
         docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
     let started = Instant::now();
@@ -117,20 +125,49 @@ async fn start_to_ready(docker: &bollard::Docker, body: ContainerCreateBody) -> 
     let options = LogsOptionsBuilder::default().stdout(true).stderr(true).follow(true).build();
     let mut logs = docker.logs(&created.id, Some(options));
     let mut seen = String::new();
-    let elapsed = loop {
+    let mut elapsed = None;
+    let measured = loop {
+        let timeline =
+            seen.lines().find_map(|l| l.split_once("start timeline: ")).map(|(_, t)| t.to_string());
+        if let Some(elapsed) = elapsed
+            && (!traced || timeline.is_some())
+        {
+            break (elapsed, timeline);
+        }
         match tokio::time::timeout(Duration::from_secs(30), logs.next()).await {
             Ok(Some(Ok(chunk))) => {
                 seen.push_str(&chunk.to_string());
-                if seen.contains("sandbox ready") {
-                    break started.elapsed();
+                if elapsed.is_none() && seen.contains("sandbox ready") {
+                    elapsed = Some(started.elapsed());
                 }
             }
-            other => anyhow::bail!("no `sandbox ready` ({other:?}); output: {seen}"),
+            other => anyhow::bail!("no `sandbox ready` and timeline ({other:?}); output: {seen}"),
         }
     };
     let force = RemoveContainerOptionsBuilder::default().force(true).build();
     docker.remove_container(&created.id, Some(force)).await?;
-    Ok(elapsed)
+    Ok(measured)
+}
+
+/// The median of each phase over `timelines` (`phase N ms, …; in all N ms`), in the phases'
+/// order: where sandbox-init's start time goes.
+fn median_timeline(timelines: &[String]) -> Vec<(String, f64)> {
+    let mut phases: Vec<(String, Vec<Duration>)> = Vec::new();
+    for timeline in timelines {
+        let (list, total) = timeline.split_once("; in all ").unwrap_or((timeline, ""));
+        let entries =
+            list.split(", ").map(|e| e.to_string()).chain(std::iter::once(format!("in all {total}")));
+        for entry in entries {
+            let Some((phase, ms)) = entry.trim_end_matches(" ms").rsplit_once(' ') else { continue };
+            let Ok(ms) = ms.parse::<f64>() else { continue };
+            let time = Duration::from_secs_f64(ms / 1e3);
+            match phases.iter_mut().find(|(p, _)| p == phase) {
+                Some((_, times)) => times.push(time),
+                None => phases.push((phase.to_string(), vec![time])),
+            }
+        }
+    }
+    phases.into_iter().map(|(phase, times)| (phase, ms(median(times)))).collect()
 }
 
 fn body(
@@ -149,6 +186,8 @@ fn body(
             binds: Some(vec![format!("{}:/etc/agent-sandbox/policy.d:ro", drop_ins.display())]),
             ..Default::default()
         }),
+        // sandbox-init prints its start timeline; the trivial entrypoint ignores it.
+        env: Some(vec!["SANDBOX_START_TIMELINE=1".into()]),
         ..Default::default()
     }
 }
@@ -179,14 +218,27 @@ async fn main() -> anyhow::Result<()> {
 
     eprintln!("measuring start to `sandbox ready`, {runs} runs each, interleaved");
     let (mut base, mut init, mut big) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut init_timelines, mut big_timelines) = (Vec::new(), Vec::new());
     start_to_ready(&docker, body(&image, &net, small.path(), None)).await?; // warm-up
     for _ in 0..runs {
-        base.push(start_to_ready(&docker, body(&image, &net, small.path(), trivial.clone())).await?);
-        init.push(start_to_ready(&docker, body(&image, &net, small.path(), None)).await?);
-        big.push(start_to_ready(&docker, body(&image, &net, large.path(), None)).await?);
+        base.push(start_to_ready(&docker, body(&image, &net, small.path(), trivial.clone())).await?.0);
+        let (time, timeline) = start_to_ready(&docker, body(&image, &net, small.path(), None)).await?;
+        init.push(time);
+        init_timelines.extend(timeline);
+        let (time, timeline) = start_to_ready(&docker, body(&image, &net, large.path(), None)).await?;
+        big.push(time);
+        big_timelines.extend(timeline);
     }
+    let (init_timeline, big_timeline) = (median_timeline(&init_timelines), median_timeline(&big_timelines));
+    let phases = |timeline: &[(String, f64)]| {
+        timeline
+            .iter()
+            .map(|(phase, ms)| serde_json::json!({"phase": phase, "median_ms": ms}))
+            .collect::<Vec<_>>()
+    };
     let starts = serde_json::json!({
         "baseline_ms": stats_ms(&base), "one_domain_ms": stats_ms(&init), "ten_thousand_ms": stats_ms(&big),
+        "timeline": { "one_domain": phases(&init_timeline), "ten_thousand": phases(&big_timeline) },
     });
     let (base, init, big) = (median(base), median(init), median(big));
 
@@ -297,6 +349,12 @@ async fn main() -> anyhow::Result<()> {
         ms(big),
         ms(big) - ms(base)
     );
+    println!();
+    println!("sandbox-init's start, phase by phase (its own clock, medians)   1 domain   10,000 domains");
+    for (phase, time) in &init_timeline {
+        let other = big_timeline.iter().find(|(p, _)| p == phase).map_or(f64::NAN, |(_, t)| *t);
+        println!("  {phase:<40} {time:>8.1} ms {other:>10.1} ms");
+    }
     println!();
     println!("created to the session running        one container   sidecar pair     added");
     println!(

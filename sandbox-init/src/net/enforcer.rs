@@ -26,6 +26,7 @@ use crate::net::uids::{CHECKER_UID, GATE_UID};
 use crate::policy::layout::DNS_ENV;
 use crate::policy::{Allowlist, Policy, Protocol};
 use crate::privileges::AgentPrivileges;
+use crate::timeline;
 use crate::verify;
 
 const RESOLV_CONF: &str = "/etc/resolv.conf";
@@ -155,11 +156,14 @@ impl Enforcement {
         if upstreams.is_empty() {
             console::err("sandbox-init: /etc/resolv.conf names no resolver: allowed names will not resolve");
         }
+        timeline::mark("nft found, resolvers");
         let first = ruleset(policy, &upstreams, &[], true, settings);
         let loaded = load_table(&nft, first)?;
+        timeline::mark("nft table loaded");
         let table = nft.read_table().map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
         verify_table(&table, &ruleset(policy, &upstreams, &[], loaded.log, settings))
             .map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
+        timeline::mark("nft table read back");
         if settings.shape == Shape::Sidecar {
             // The namespace outlives the gateway: what its last run let out (a UDP flow kept
             // busy, say) is not this run's to keep. Nothing is open yet.
@@ -185,6 +189,7 @@ impl Enforcement {
         let upstream_addrs = upstreams.iter().map(|a| SocketAddr::new(*a, 53)).collect();
         let owner = (settings.shape == Shape::Sidecar).then_some(GATE_UID);
         let gate = DnsGate::owned_by(upstream_addrs, sink.clone(), logs.denials.clone(), owner);
+        timeline::mark("netlink socket");
         gate.serve(GATE_ADDR).await.map_err(|e| setup("cannot start the DNS gate on 127.0.0.1:53", &e))?;
         // Written in place: Docker bind-mounts the file, so it cannot be replaced by a rename. A
         // file that names the gate alone (a Kubernetes pod's dnsConfig) is left as it is: it may
@@ -193,6 +198,7 @@ impl Enforcement {
             std::fs::write(RESOLV_CONF, gate_resolv_conf(&original, &upstreams))
                 .map_err(|e| setup("cannot point /etc/resolv.conf at the DNS gate", &e))?;
         }
+        timeline::mark("DNS gate");
         Ok(Enforcement { nft, sink, upstreams, loaded, settings, checker: None, verdicts: None })
     }
 
@@ -259,12 +265,15 @@ pub async fn enforce(
     let program = crate::process::sandbox_init_exe();
     let mut enforcement = Enforcement::start(policy, settings, logs).await?;
     let target = verify::blocked(policy, agent, &program)?;
+    timeline::mark("probe: blocked");
     enforcement.start_name_check(policy, logs, &program)?;
+    timeline::mark("name check started");
     let mut after_ready = None;
     if let (Some(verdicts), Some(target)) = (&enforcement.verdicts, target) {
         // Its refusal is PID 1's own, not the agent's to log.
         verdicts.quiet(SocketAddr::new(target, verify::PROBE_PORT));
         after_ready = Some(verify::name_check(&enforcement.nft, agent, &program, target)?);
+        timeline::mark("probe: name check");
     }
     Ok((enforcement, after_ready))
 }
