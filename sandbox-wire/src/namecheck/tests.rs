@@ -594,7 +594,10 @@ fn a_request_line_as_python_splits_it_is_refused() {
         }
         assert!(!out.windows(7).any(|w| w == b"/secret"), "step {step}: the line went on before it ended");
         let (pass, refused) = requests.feed(b"x");
-        assert!(refused.is_none() && pass.windows(7).any(|w| w == b"/secret"), "step {step}: 65,537 bytes pass");
+        assert!(
+            refused.is_none() && pass.windows(7).any(|w| w == b"/secret"),
+            "step {step}: 65,537 bytes pass"
+        );
     }
     // It is not held past that length: what came of it goes on before the line ends.
     let request = post(long_json.as_bytes());
