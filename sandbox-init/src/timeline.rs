@@ -1,7 +1,7 @@
 //! PID 1's start, phase by phase. Each phase marks its end ([`mark`]); with
 //! `SANDBOX_START_TIMELINE=1` PID 1 prints the marks on stderr after the ready line, one line
 //! (`sandbox-init: start timeline: policy 0.4 ms, nft table 6.1 ms, …`), which
-//! `cargo xtask bench sandbox --trace` reads, so that time added to the start names its phase.
+//! `cargo xtask bench sandbox` reads and prints as per-phase medians, so that time added to the start names its phase.
 //! A mark costs a lock and a push: they are kept whether printed or not.
 
 use std::sync::Mutex;
