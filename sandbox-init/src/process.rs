@@ -40,19 +40,46 @@ pub fn output_within(command: &mut Command, limit: Duration) -> std::io::Result<
     let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = command.spawn()?;
+    if !ended_within(&mut child, limit)? {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {} s", limit.as_secs()),
+        ));
+    }
+    child.wait_with_output()
+}
+
+/// Whether `child` ends within `limit`: told by its pidfd (the kernel's notification, at once),
+/// or, where pidfd_open is missing (an old gVisor), by asking every 5 ms.
+fn ended_within(child: &mut std::process::Child, limit: Duration) -> std::io::Result<bool> {
     let deadline = Instant::now() + limit;
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
+    if pidfd >= 0 {
+        // SAFETY: the descriptor was just opened and is owned here alone.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let millis = left.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: one pollfd, valid for the call.
+            match unsafe { libc::poll(&mut poll, 1, millis) } {
+                0 => return Ok(false),
+                n if n > 0 => return Ok(true),
+                _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+                _ => return Err(std::io::Error::last_os_error()),
+            }
+        }
+    }
     while child.try_wait()?.is_none() {
         if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {} s", limit.as_secs()),
-            ));
+            return Ok(false);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    child.wait_with_output()
+    Ok(true)
 }
 
 /// Starts a command that the reaper, not the caller, will wait for. Returns its pid.

@@ -142,7 +142,8 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
     let workspace = if Path::new(WORKSPACE).is_dir() { PathBuf::from(WORKSPACE) } else { agent.home.clone() };
     let mut command = tmux(agent)?;
     command
-        .args(["new-session", "-d", "-s", &name, "-x", "200", "-y", "50", "-c"])
+        // -P -F: the new session's server pid, printed by the call that made it.
+        .args(["new-session", "-d", "-P", "-F", "#{pid}", "-s", &name, "-x", "200", "-y", "50", "-c"])
         .arg(&workspace)
         .arg(sandbox_init)
         .arg("pane")
@@ -152,9 +153,6 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
     if !output.status.success() {
         return Err(SessionError::NewSession(stderr(&output)));
     }
-    let mut command = tmux(agent)?;
-    command.args(["display-message", "-p", "-t", &name, "#{pid}"]);
-    let output = process::output_within(&mut command, TMUX_LIMIT).map_err(SessionError::Tmux)?;
     let pid: i32 = String::from_utf8_lossy(&output.stdout)
         .trim()
         .parse()

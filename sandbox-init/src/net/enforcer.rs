@@ -62,6 +62,12 @@ pub struct Loaded {
 /// missing (said on the console); refused (69) where nat redirect is missing and the name check
 /// is on, after removing what got loaded, since the agent never runs without the check.
 pub fn load_table(nft: &impl NftApply, mut ruleset: Ruleset) -> Result<Loaded, Fatal> {
+    // A new network namespace (every start but a restarted gateway's or pod's) has no table to
+    // replace, and creating it spares the delete's wait. Where the creation fails (a table is
+    // there, or the kernel refuses a rule), nothing of it was loaded, and the table is replaced.
+    if nft.apply(&ruleset.render_created()).is_ok() {
+        return Ok(Loaded { log: ruleset.log });
+    }
     let Err(first) = nft.apply(&ruleset.render()) else { return Ok(Loaded { log: ruleset.log }) };
     ruleset.log = false;
     if let Err(second) = nft.apply(&ruleset.render()) {
@@ -454,8 +460,26 @@ mod tests {
         let loaded = load_table(&nft, ruleset(&policy, &[], &[], true, SETTINGS)).unwrap();
         assert_eq!(loaded, Loaded { log: false });
         let scripts = nft.scripts.borrow();
-        assert_eq!(scripts.len(), 2, "with the log rule, then without");
-        assert!(!scripts[1].contains("log group") && scripts[1].contains("to_checker"), "{}", scripts[1]);
+        assert_eq!(scripts.len(), 3, "created and replaced with the log rule, then replaced without");
+        assert!(scripts[0].starts_with("create table inet agent_sandbox\n"), "{}", scripts[0]);
+        assert!(!scripts[2].contains("log group") && scripts[2].contains("to_checker"), "{}", scripts[2]);
+    }
+
+    #[test]
+    fn a_table_already_there_is_replaced_whole() {
+        let policy = policy("version: 1\ndomains: [a.example.com]\n");
+        // As nft answers `create` for a table that exists: File exists, nothing loaded.
+        let nft = Recording { scripts: RefCell::default(), refuses: |s| s.starts_with("create table") };
+        let loaded = load_table(&nft, ruleset(&policy, &[], &[], true, SETTINGS)).unwrap();
+        assert_eq!(loaded, Loaded { log: true });
+        let scripts = nft.scripts.borrow();
+        assert_eq!(scripts.len(), 2, "{scripts:?}");
+        assert!(
+            scripts[1].starts_with("table inet agent_sandbox\ndelete table inet agent_sandbox\ntable inet"),
+            "{}",
+            scripts[1]
+        );
+        assert_eq!(scripts[0].split_once('\n').unwrap().1, scripts[1].splitn(3, '\n').nth(2).unwrap());
     }
 
     #[test]

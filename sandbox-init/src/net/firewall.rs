@@ -193,8 +193,21 @@ impl Ruleset<'_> {
     /// The nft script that replaces our table atomically: creating it first makes the delete
     /// valid on the first run, and the whole file is one transaction.
     pub fn render(&self) -> String {
+        format!("table inet {TABLE}\ndelete table inet {TABLE}\n{}", self.table())
+    }
+
+    /// The nft script that creates our table where there is none, one transaction that fails
+    /// whole where there is one (`create`). It spares a new network namespace the delete, whose
+    /// commit waits out an RCU grace period: 10.6 ms against 5.7 ms for `nft -f` of the same
+    /// table in a new container (2 cores).
+    pub fn render_created(&self) -> String {
+        format!("create table inet {TABLE}\n{}", self.table())
+    }
+
+    /// The table's block and its carried-over elements.
+    fn table(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "table inet {TABLE}\ndelete table inet {TABLE}\ntable inet {TABLE} {{");
+        let _ = writeln!(s, "table inet {TABLE} {{");
         for opening in OPENINGS {
             for (ipv4, family) in [(true, "ipv4_addr"), (false, "ipv6_addr")] {
                 let _ = writeln!(
