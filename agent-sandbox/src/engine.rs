@@ -549,6 +549,32 @@ impl Sandbox {
         Ok(text)
     }
 
+    /// Follows the container's log from its start until its output has a line that starts with
+    /// `prefix` (true), or the log ends because the container stopped (false); with all the log
+    /// read so far. The engine pushes each line as it comes: nothing is polled.
+    pub async fn follow_until(&self, prefix: &str) -> Result<(bool, String)> {
+        let (docker, id) = (&self.docker, self.firewall());
+        let options = LogsOptionsBuilder::default().stdout(true).stderr(true).follow(true).build();
+        let mut stream = docker.logs(id, Some(options));
+        // Lines are looked for in the output alone, whole: a chunk of stderr may come between
+        // two parts of one.
+        let (mut text, mut out, mut looked) = (String::new(), String::new(), 0);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            text.push_str(&chunk.to_string());
+            if matches!(chunk, bollard::container::LogOutput::StdErr { .. }) {
+                continue;
+            }
+            out.push_str(&chunk.to_string());
+            let Some(end) = out.rfind('\n') else { continue };
+            if out[looked..end].lines().any(|l| l.starts_with(prefix)) {
+                return Ok((true, text));
+            }
+            looked = end + 1;
+        }
+        Ok((false, text))
+    }
+
     /// Copies the container's log to stdout and stderr, and keeps following it.
     pub async fn follow_logs(&self) -> Result<()> {
         let (docker, id) = (&self.docker, self.firewall());

@@ -4,7 +4,7 @@
 //! wait for sandbox-init's `sandbox ready` line. A run that fails removes what it made.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sandbox_policy::Policy;
 use sandbox_policy::layout::SECRETS_DIR;
@@ -387,23 +387,16 @@ pub fn pinned(agent: &str) -> Result<Option<String>> {
     Ok(lock.images.get(agent).and_then(|image| image.pinned.clone()))
 }
 
-/// Waits for `sandbox ready`, or reports why sandbox-init stopped.
+/// Waits for `sandbox ready`, following the container's log (no polling), or reports why
+/// sandbox-init stopped.
 pub async fn wait_ready(sandbox: &Sandbox) -> Result<()> {
     let name = &sandbox.name;
-    let started = Instant::now();
-    loop {
-        let log = sandbox.logs(None).await?;
-        if log.lines().any(|l| l.starts_with(sandbox_policy::layout::READY)) {
-            return Ok(());
-        }
-        if let Some(code) = sandbox.exited().await? {
-            let tail: Vec<&str> = log.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
-            return Err(Failure::new(
-                Code::Sandbox,
-                format!("{name} stopped at start (exit {code}); sandbox-init said:\n{}", tail.join("\n")),
-            ));
-        }
-        if started.elapsed() > START_TIMEOUT {
+    let followed = tokio::time::timeout(START_TIMEOUT, sandbox.follow_until(sandbox_policy::layout::READY));
+    let log = match followed.await {
+        Ok(Ok((true, _))) => return Ok(()),
+        Ok(Ok((false, log))) => log,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
             return Err(Failure::new(
                 Code::Sandbox,
                 format!(
@@ -412,8 +405,14 @@ pub async fn wait_ready(sandbox: &Sandbox) -> Result<()> {
                 ),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    // The log ended: the container stopped.
+    let code = sandbox.exited().await?.map_or_else(|| "its log ended".to_string(), |c| format!("exit {c}"));
+    let tail: Vec<&str> = log.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+    Err(Failure::new(
+        Code::Sandbox,
+        format!("{name} stopped at start ({code}); sandbox-init said:\n{}", tail.join("\n")),
+    ))
 }
 
 #[cfg(test)]

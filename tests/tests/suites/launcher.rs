@@ -215,6 +215,17 @@ async fn bad_input_no_engine_and_no_image_give_their_messages_and_codes() -> any
         .run(&["run", "shell", &project.path, "--detach", "--image", "localhost/agent-sandbox-test/none:0"])
         .await?;
     assert_eq!(out.code, 66, "{out:?}");
+    // sandbox-init refuses to start (the image names a resolver on loopback): the run says so
+    // with sandbox-init's own words and code, once its log ends, and removes what it made.
+    let stops =
+        with_change(&shell, "localhost/agent-sandbox-test/stops-at-start:1", "ENV SANDBOX_DNS=127.0.0.1")?;
+    let out = launcher.run(&["run", "shell", &project.path, "--detach", "--image", &stops.0]).await?;
+    assert_eq!(out.code, 70, "{out:?}");
+    assert!(
+        out.stderr.contains("stopped at start (exit 78); sandbox-init said:")
+            && out.stderr.contains("127.0.0.1 is not a resolver outside the container"),
+        "{out:?}"
+    );
     // Not detached, with no terminal to attach: said before anything starts.
     let out = launcher.run(&["run", "shell", &project.path, "--image", &shell]).await?;
     assert_eq!(out.code, 64, "{out:?}");
