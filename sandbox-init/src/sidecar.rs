@@ -168,6 +168,8 @@ pub fn start_session() -> Result<Started, Fatal> {
 pub fn wait_for_gateway(ready: &Path, limit: Duration) -> Result<String, Fatal> {
     let started = Instant::now();
     let mut said = false;
+    // Watched before the first look, so that a file renamed into place between the two wakes it.
+    let watch = ready.parent().and_then(|dir| DirWatch::new(dir).ok());
     loop {
         let why = match gateway_here(ready) {
             Ok(line) => return Ok(line),
@@ -188,7 +190,47 @@ pub fn wait_for_gateway(ready: &Path, limit: Duration) -> Result<String, Fatal> 
             console::err("sandbox-init: waiting for the gateway's firewall before the session starts");
             said = true;
         }
-        std::thread::sleep(GATEWAY_POLL);
+        match &watch {
+            Some(watch) => watch.wait(GATEWAY_POLL),
+            None => std::thread::sleep(GATEWAY_POLL),
+        }
+    }
+}
+
+/// What lands in a folder, told by inotify: the gateway's ready file is renamed into place, and
+/// the agent's container's PID 1 wakes then, not at its next look. Under gVisor a volume's
+/// changes made outside the sandbox send no event: there the wait is the look's period alone.
+struct DirWatch(std::os::fd::OwnedFd);
+
+impl DirWatch {
+    fn new(dir: &Path) -> std::io::Result<DirWatch> {
+        use std::os::fd::FromRawFd as _;
+        use std::os::unix::ffi::OsStrExt as _;
+        // SAFETY: inotify_init1 takes flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor was just opened and is owned here alone.
+        let watch = DirWatch(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_CREATE;
+        // SAFETY: a valid descriptor and a NUL-terminated path.
+        if unsafe { libc::inotify_add_watch(fd, path.as_ptr(), mask) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(watch)
+    }
+
+    /// Returns once something landed in the folder, or after `limit`; the events are drained.
+    fn wait(&self, limit: Duration) {
+        use std::os::fd::AsRawFd as _;
+        let mut poll = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd, valid for the call.
+        unsafe { libc::poll(&mut poll, 1, limit.as_millis() as i32) };
+        let mut events = [0u8; 4096];
+        // SAFETY: a buffer of that length; the descriptor does not block.
+        while unsafe { libc::read(self.0.as_raw_fd(), events.as_mut_ptr().cast(), events.len()) } > 0 {}
     }
 }
 
@@ -208,6 +250,31 @@ fn prepare_own_run_dir() -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_renamed_into_the_folder_wakes_the_wait_and_nothing_else_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let watch = DirWatch::new(dir.path()).unwrap();
+        // Nothing lands: the wait takes its whole limit.
+        let quiet = Instant::now();
+        watch.wait(Duration::from_millis(200));
+        assert!(quiet.elapsed() >= Duration::from_millis(190), "{:?}", quiet.elapsed());
+        let (tmp, ready) = (dir.path().join("ready.tmp"), dir.path().join("ready"));
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            std::fs::write(&tmp, "sandbox ready\n").unwrap();
+            std::fs::rename(&tmp, &ready).unwrap();
+        });
+        let woken = Instant::now();
+        watch.wait(Duration::from_secs(30));
+        assert!(
+            woken.elapsed() < Duration::from_secs(10),
+            "woken by the file, not the limit: {:?}",
+            woken.elapsed()
+        );
+        writer.join().unwrap();
+        assert!(dir.path().join("ready").exists());
+    }
 
     #[test]
     fn any_capability_in_any_set_or_a_stranger_uid_is_refused() {
