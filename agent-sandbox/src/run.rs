@@ -138,24 +138,30 @@ pub(crate) async fn make(engine: &Engine, spec: &SandboxSpec) -> Result<Sandbox>
         made.push(shared);
         let found = |name: String| crate::engine::Found { name, ..Default::default() };
         let holder = engine.create(found(crate::identity::holder_name(name)), holder.clone()).await?;
-        let sandbox = engine.create(spec.found.clone(), spec.body.clone()).await?;
+        // The holder starts while the agent's container is made: the latter only names it.
+        let (sandbox, held) =
+            tokio::join!(engine.create(spec.found.clone(), spec.body.clone()), holder.start());
+        let sandbox = sandbox?;
         created = Some(sandbox.clone());
-        holder.start().await?;
+        held?;
         let agent = sandbox.agent_side();
         let mut files = spec.secrets(&baked_policy(&agent).await?)?;
         files.extend(spec.files.iter().cloned());
         let (firewall_files, agent_files): (Vec<_>, Vec<_>) = files
             .into_iter()
             .partition(|f| f.path.starts_with("/etc/agent-sandbox") || f.path.starts_with(SECRETS_DIR));
-        agent.put(&agent_files).await?;
         let mut gateway = gateway.clone();
-        resolver_for_gateway(&holder, &mut gateway).await?;
-        let gateway = engine.create(found(sandbox.gateway.clone()), gateway).await?;
-        gateway.put(&firewall_files).await?;
-        gateway.start().await?;
-        agent.start().await?;
-        wait_ready(&sandbox).await?;
-        wait_ready(&agent).await?;
+        let gateway = async {
+            resolver_for_gateway(&holder, &mut gateway).await?;
+            let gateway = engine.create(found(sandbox.gateway.clone()), gateway).await?;
+            gateway.put(&firewall_files).await?;
+            Ok::<_, Failure>(gateway)
+        };
+        let (gateway, ()) = tokio::try_join!(gateway, agent.put(&agent_files))?;
+        // Both at once: the agent's container starts its session once the gateway's ready file is
+        // there (sandbox-init's wait_for_gateway), and runs nothing of the agent's before.
+        tokio::try_join!(gateway.start(), agent.start())?;
+        tokio::try_join!(wait_ready(&sandbox), wait_ready(&agent))?;
         Ok::<_, Failure>(sandbox)
     }
     .await;
