@@ -377,15 +377,41 @@ pub async fn container_logs(id: &str) -> anyhow::Result<(String, String)> {
 
 /// Waits up to `seconds` for the container's log (stdout or stderr) to contain `needle`.
 pub async fn wait_for_log(id: &str, needle: &str, seconds: u64) -> anyhow::Result<()> {
-    let started = std::time::Instant::now();
-    loop {
-        let (out, err) = container_logs(id).await?;
-        if out.contains(needle) || err.contains(needle) {
-            return Ok(());
+    let (found, out, err) =
+        follow_log_until(id, seconds, |out, err| out.contains(needle) || err.contains(needle)).await?;
+    anyhow::ensure!(found, "`{needle}` not in {id}'s log: {out}{err}");
+    Ok(())
+}
+
+/// Follows the container's log from its start until `found(stdout, stderr)` holds, the log ends
+/// (the container stopped) or `seconds` pass: whether it held, and the log read by then. The
+/// engine pushes each chunk as it is written, so nothing waits on a timer.
+pub async fn follow_log_until(
+    id: &str,
+    seconds: u64,
+    found: impl Fn(&str, &str) -> bool,
+) -> anyhow::Result<(bool, String, String)> {
+    let docker = docker().await?;
+    let options = LogsOptionsBuilder::default().stdout(true).stderr(true).follow(true).build();
+    let (mut out, mut err) = (String::new(), String::new());
+    let follow = async {
+        let mut stream = docker.logs(id, Some(options));
+        while let Some(chunk) = stream.next().await {
+            match chunk? {
+                bollard::container::LogOutput::StdErr { message } => {
+                    err.push_str(&String::from_utf8_lossy(&message))
+                }
+                other => out.push_str(&other.to_string()),
+            }
+            if found(&out, &err) {
+                return anyhow::Ok(true);
+            }
         }
-        anyhow::ensure!(started.elapsed().as_secs() < seconds, "`{needle}` not in {id}'s log: {out}{err}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        anyhow::Ok(false)
+    };
+    let held =
+        tokio::time::timeout(std::time::Duration::from_secs(seconds), follow).await.unwrap_or(Ok(false))?;
+    Ok((held, out, err))
 }
 
 /// The environment of the process in the session's pane (the agent's command), read as the

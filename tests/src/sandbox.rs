@@ -255,17 +255,14 @@ impl Sandbox {
 
     /// Waits until PID 1's stdout contains `needle` `count` times.
     pub async fn wait_for_stdout(&self, needle: &str, count: usize) -> anyhow::Result<String> {
-        // A deadline, not a count of tries: on CI's loaded cores one read of the log can take
-        // seconds.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while std::time::Instant::now() < deadline {
-            let (stdout, _) = self.logs().await?;
-            if stdout.matches(needle).count() >= count {
-                return Ok(stdout);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let (stdout, stderr) = self.logs().await?;
-        anyhow::bail!("`{needle}` did not appear {count} times; stdout:\n{stdout}\nstderr:\n{stderr}")
+        let (found, stdout, stderr) = crate::docker::follow_log_until(self.root_id(), 60, |out, _| {
+            out.matches(needle).count() >= count
+        })
+        .await?;
+        anyhow::ensure!(
+            found,
+            "`{needle}` did not appear {count} times; stdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+        Ok(stdout)
     }
 }

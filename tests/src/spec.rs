@@ -488,17 +488,14 @@ impl SandboxSpec {
             Owner::Pair(RemoveOnDrop(gateway.clone()), agent_guard, holder_guard, shared),
             drop_ins,
         );
-        start(gateway).await?;
-        start(agent.clone()).await?;
-        sandbox.wait_for_stdout("sandbox ready", 1).await?;
-        for _ in 0..200 {
-            if container_logs(&agent).await?.0.contains("sandbox ready") {
-                return Ok(sandbox);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let (stdout, stderr) = container_logs(&agent).await?;
-        anyhow::bail!("the agent's container did not start its session:\n{stdout}\n{stderr}")
+        // Both at once: the agent's container starts its session once the gateway's ready file
+        // is there, and runs nothing of the agent's before.
+        tokio::try_join!(start(gateway), start(agent.clone()))?;
+        let agent_ready = crate::docker::follow_log_until(&agent, 60, |out, _| out.contains("sandbox ready"));
+        let (_, (ready, stdout, stderr)) =
+            tokio::try_join!(sandbox.wait_for_stdout("sandbox ready", 1), agent_ready)?;
+        anyhow::ensure!(ready, "the agent's container did not start its session:\n{stdout}\n{stderr}");
+        Ok(sandbox)
     }
 
     fn create_body(&self, drop_in_dir: &std::path::Path) -> anyhow::Result<ContainerCreateBody> {
