@@ -176,6 +176,31 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
         ));
     }
     line(String::new());
+    line(
+        "sandbox-init's start, phase by phase, by its own clock (`SANDBOX_START_TIMELINE=1`, medians): \
+         where time added to the start goes."
+            .into(),
+    );
+    line(String::new());
+    line("| phase | 1 domain | 10,000 domains |".into());
+    line("| --- | ---: | ---: |".into());
+    let timeline = |key: &str| -> Vec<(String, f64)> {
+        let phases = figures.pointer(&format!("/start_to_ready/timeline/{key}")).and_then(Value::as_array);
+        phases
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let phase = p["phase"].as_str().unwrap_or_default().to_string();
+                (phase, p["median_ms"].as_f64().unwrap_or(f64::NAN))
+            })
+            .collect()
+    };
+    let big = timeline("ten_thousand");
+    for (phase, small) in timeline("one_domain") {
+        let large = big.iter().find(|(p, _)| *p == phase).map_or(f64::NAN, |(_, t)| *t);
+        line(format!("| {phase} | {small:.1} ms | {large:.1} ms |"));
+    }
+    line(String::new());
     line("## DNS".into());
     line(String::new());
     line(
@@ -319,7 +344,13 @@ mod tests {
             "runs": 3,
             "first_command": { "sandbox_ms": { "median": 610.0, "p95": 700.0, "n": 20 },
                                "bare_ms": { "median": 420.0, "p95": 480.0, "n": 20 } },
-            "start_to_ready": { "baseline_ms": { "median": 400.0, "p95": 410.0 } },
+            "start_to_ready": {
+                "baseline_ms": { "median": 400.0, "p95": 410.0 },
+                "timeline": {
+                    "one_domain": [{ "phase": "nft table loaded", "median_ms": 5.14 }],
+                    "ten_thousand": [{ "phase": "nft table loaded", "median_ms": 9.0 }]
+                }
+            },
         });
         let card = render(&figures, &machine(), &[("os".into(), 120_000_000)]);
         assert!(
@@ -329,6 +360,7 @@ mod tests {
             "{card}"
         );
         assert!(card.contains("| os | 120 MB |") && card.contains("Daytona"), "{card}");
+        assert!(card.contains("| nft table loaded | 5.1 ms | 9.0 ms |"), "{card}");
         let (read, back) = parse(&card).unwrap();
         assert_eq!((read, back), (machine(), figures));
         assert!(time_now().starts_with("20"), "{}", time_now());
