@@ -566,11 +566,9 @@ impl Sandbox {
                 continue;
             }
             out.push_str(&chunk.to_string());
-            let Some(end) = out.rfind('\n') else { continue };
-            if out[looked..end].lines().any(|l| l.starts_with(prefix)) {
+            if has_line(&out, &mut looked, prefix) {
                 return Ok((true, text));
             }
-            looked = end + 1;
         }
         Ok((false, text))
     }
@@ -616,6 +614,15 @@ impl Sandbox {
         let state = state.unwrap_or_default();
         Ok(if state.running == Some(true) { None } else { Some(state.exit_code.unwrap_or(-1)) })
     }
+}
+
+/// Whether the whole lines of `out` from `looked` on have one that starts with `prefix`;
+/// `looked` moves past them, so that a line is looked at once, when it has ended.
+fn has_line(out: &str, looked: &mut usize, prefix: &str) -> bool {
+    let Some(end) = out[*looked..].rfind('\n').map(|at| *looked + at) else { return false };
+    let found = out[*looked..end].lines().any(|l| l.starts_with(prefix));
+    *looked = end + 1;
+    found
 }
 
 /// A command run in the container, attached (with a terminal of its own, or without): what it
@@ -736,6 +743,24 @@ fn unpack(bytes: &[u8]) -> std::io::Result<Vec<(String, Vec<u8>)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_is_found_once_whole_however_the_chunks_split_it() {
+        let feed = |chunks: &[&str]| {
+            let (mut out, mut looked) = (String::new(), 0);
+            chunks.iter().any(|chunk| {
+                out.push_str(chunk);
+                has_line(&out, &mut looked, "sandbox ready")
+            })
+        };
+        // A chunk without a line's end after a whole line (the red team's panic: "a\n", then "b").
+        assert!(!feed(&["a\n", "b"]));
+        assert!(feed(&["a\n", "b", "c\nsandbox ready: 1 domain\n"]));
+        assert!(feed(&["sandbox re", "ady: x", "\n"]));
+        // Only at a line's start, and only once the line has ended.
+        assert!(!feed(&["x sandbox ready\n", "sandbox ready"]));
+        assert!(!feed(&["sandbox", " not ready\n"]));
+    }
 
     fn sandbox(name: &str, agent: &str, project: &str) -> Found {
         Found {
