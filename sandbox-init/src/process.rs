@@ -67,7 +67,10 @@ fn ended_within(child: &mut std::process::Child, limit: Duration) -> std::io::Re
             // SAFETY: one pollfd, valid for the call.
             match unsafe { libc::poll(&mut poll, 1, millis) } {
                 0 => return Ok(false),
-                n if n > 0 => return Ok(true),
+                // Readable is the kernel's word that it ended; anything else (POLLNVAL, a
+                // runtime whose pidfd says so early) is checked, and the loop below takes over.
+                n if n > 0 && child.try_wait()?.is_some() => return Ok(true),
+                n if n > 0 => break,
                 _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
                 _ => return Err(std::io::Error::last_os_error()),
             }

@@ -52,8 +52,14 @@ pub fn remove_ready() {
 /// this container to answer in its place; where the kernel shows who listens there
 /// (/proc/net/udp: not inside gVisor, whose view is its own), it must be the gate's uid, which no
 /// process of the agent's can take.
+///
+/// The file is read after the gate answered: a gateway removes its last run's file before its
+/// gate listens, so the file a gate that answers sees is its own, never the one before.
 fn gateway_here(ready: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(ready).map_err(|_| format!("{} is missing", ready.display()))?;
+    let missing = || format!("{} is missing", ready.display());
+    if !ready.exists() {
+        return Err(missing());
+    }
     let udp = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
     match gate_owner(&udp) {
         Some(uid) if uid != GATE_UID => {
@@ -64,6 +70,7 @@ fn gateway_here(ready: &Path) -> Result<String, String> {
     if !gate_answers(GATE_PROBE_WAIT) {
         return Err("no DNS gate answers in this container's network namespace".into());
     }
+    let text = std::fs::read_to_string(ready).map_err(|_| missing())?;
     Ok(text.lines().next().unwrap_or_default().to_string())
 }
 
