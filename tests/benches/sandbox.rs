@@ -437,6 +437,7 @@ async fn main() -> anyhow::Result<()> {
                     "off": field(&names.bulk.1, "mbytes_per_s"), "on": field(&names.bulk.0, "mbytes_per_s"),
                 },
                 "upload_mb_s": { "off": rate(&names.up.1), "on": rate(&names.up.0) },
+                "text_upload_mb_s": { "off": rate(&names.text.1), "on": rate(&names.text.0) },
                 "concurrent": {
                     "completed_off": field(&names.many.1, "completed"),
                     "completed_on": field(&names.many.0, "completed"),
@@ -445,6 +446,13 @@ async fn main() -> anyhow::Result<()> {
                 },
                 "rss_kb": { "pid1_on": names.rss.0, "checker": names.rss.1, "pid1_off": names.rss.2 },
             },
+            "gvisor": runsc.as_ref().map(|g| serde_json::json!({
+                "http_us": { "runc": stats_us(&g.http.0), "runsc": stats_us(&g.http.1) },
+                "tls_us": { "runc": stats_us(&g.tls.0), "runsc": stats_us(&g.tls.1) },
+                "gigabyte_mb_s": {
+                    "runc": field(&g.bulk.0, "mbytes_per_s"), "runsc": field(&g.bulk.1, "mbytes_per_s"),
+                },
+            })),
             "forwarder": {
                 "first_byte_us": { "direct": stats_us(&direct_api), "forwarded": stats_us(&forwarded_api) },
                 "clone_mb_s": {

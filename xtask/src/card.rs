@@ -201,6 +201,32 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
         line(format!("| {phase} | {small:.1} ms | {large:.1} ms |"));
     }
     line(String::new());
+    line(format!(
+        "## Sidecar mode's start ({} runs each, interleaved)",
+        figures.pointer("/shapes/sidecar_ms/n").and_then(Value::as_u64).unwrap_or(0)
+    ));
+    line(String::new());
+    line(
+        "From creating the containers to the agent's container's `sandbox ready`, through the suites' \
+         harness: one container, against the pair (the namespace's holder, the gateway and the agent's \
+         container)."
+            .into(),
+    );
+    line(String::new());
+    line("| | median | p95 |".into());
+    line("| --- | ---: | ---: |".into());
+    for (what, key) in [
+        ("one container", "single_ms"),
+        ("sidecar mode's pair", "sidecar_ms"),
+        ("the pair, the agent's container under gVisor", "sidecar_runsc_ms"),
+    ] {
+        line(format!(
+            "| {what} | {} | {} |",
+            ms(&format!("/shapes/{key}/median")),
+            ms(&format!("/shapes/{key}/p95"))
+        ));
+    }
+    line(String::new());
     line("## DNS".into());
     line(String::new());
     line(
@@ -247,6 +273,11 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
         rate("/name_check/upload_mb_s/on")
     ));
     line(format!(
+        "| 100 MB upload of source-like text, read for requests hidden in it | {} | {} |",
+        rate("/name_check/text_upload_mb_s/off"),
+        rate("/name_check/text_upload_mb_s/on")
+    ));
+    line(format!(
         "| 1,000 concurrent connections: completed, p99 to first byte | {:.0}, {:.0} ms | {:.0}, {:.0} ms |",
         f("/name_check/concurrent/completed_off"),
         f("/name_check/concurrent/p99_ms_off"),
@@ -260,6 +291,33 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
         f("/name_check/rss_kb/checker") / 1024.0
     ));
     line(String::new());
+    if figures.pointer("/gvisor").is_some_and(|g| !g.is_null()) {
+        line("## The agent under gVisor".into());
+        line(String::new());
+        line(
+            "Sidecar mode's pair, the agent's container under runc against runsc; the name check on.".into(),
+        );
+        line(String::new());
+        line("| | runc | runsc |".into());
+        line("| --- | ---: | ---: |".into());
+        for (what, key) in
+            [("HTTP, connect to first byte", "http_us"), ("TLS, connect to first byte", "tls_us")]
+        {
+            line(format!(
+                "| {what}, median (p95) | {} ({}) | {} ({}) |",
+                us(&format!("/gvisor/{key}/runc/median")),
+                us(&format!("/gvisor/{key}/runc/p95")),
+                us(&format!("/gvisor/{key}/runsc/median")),
+                us(&format!("/gvisor/{key}/runsc/p95"))
+            ));
+        }
+        line(format!(
+            "| 1 GB download over HTTP | {} | {} |",
+            rate("/gvisor/gigabyte_mb_s/runc"),
+            rate("/gvisor/gigabyte_mb_s/runsc")
+        ));
+        line(String::new());
+    }
     line("## The forwarders".into());
     line(String::new());
     line("| | direct | through the forwarder |".into());
