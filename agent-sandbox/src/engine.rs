@@ -26,6 +26,9 @@ use crate::identity::folder_name;
 #[derive(Clone)]
 pub struct Engine {
     docker: Docker,
+    /// The engine's version, asked once: each GET /version costs 6 to 8 ms (curl on the socket),
+    /// and a run wants it twice (Podman or not, the platform).
+    version: std::sync::Arc<tokio::sync::OnceCell<bollard::models::SystemVersion>>,
 }
 
 /// One of the launcher's containers: what the engine listed of it, and its calls.
@@ -97,7 +100,11 @@ impl Found {
 
 impl Engine {
     pub async fn connect() -> Result<Engine> {
-        Ok(Engine { docker: sandbox_images::engine::connect().await? })
+        Ok(Engine { docker: sandbox_images::engine::connect().await?, version: Default::default() })
+    }
+
+    async fn version(&self) -> Result<&bollard::models::SystemVersion> {
+        Ok(self.version.get_or_try_init(|| self.docker.version()).await?)
     }
 
     /// The engine's API itself, for what only `verify` does (networks, containers of any image).
@@ -108,8 +115,8 @@ impl Engine {
     /// Whether the engine is Podman behind its Docker-compatible API, which takes a few
     /// settings otherwise (`SandboxSpec::for_podman`).
     pub async fn is_podman(&self) -> Result<bool> {
-        let version = self.docker.version().await?;
-        Ok(version.components.unwrap_or_default().iter().any(|c| c.name.contains("Podman")))
+        let version = self.version().await?;
+        Ok(version.components.iter().flatten().any(|c| c.name.contains("Podman")))
     }
 
     /// The arguments the engine gives the runtime `name` (`runtimeArgs` in daemon.json); None
@@ -256,8 +263,8 @@ impl Engine {
 
     /// The engine's own platform (its architecture), None for one this project builds nothing for.
     pub async fn platform(&self) -> Result<Option<Platform>> {
-        let version = self.docker.version().await?;
-        Ok(version.arch.and_then(|arch| arch.parse().ok()))
+        let version = self.version().await?;
+        Ok(version.arch.as_deref().and_then(|arch| arch.parse().ok()))
     }
 
     /// Creates the container `found` describes (its name, agent, project, state volume, git
