@@ -204,6 +204,8 @@ fn pick(all: Vec<Found>, which: &str) -> Result<Found> {
 /// What the launcher needs of an image: its environment, its labels, its entrypoint, and its
 /// platform as the engine records it (`linux/arm64/v8`).
 pub struct ImageFacts {
+    /// The image's id (`sha256:` of its configuration, which names its layers' contents).
+    pub id: String,
     pub env: Vec<String>,
     pub labels: HashMap<String, String>,
     pub entrypoint: Vec<String>,
@@ -238,6 +240,7 @@ impl Engine {
                     .join("/");
                 let config = image.config.unwrap_or_default();
                 Ok(Some(ImageFacts {
+                    id: image.id.unwrap_or_default(),
                     env: config.env.unwrap_or_default(),
                     labels: config.labels.unwrap_or_default(),
                     entrypoint: config.entrypoint.unwrap_or_default(),

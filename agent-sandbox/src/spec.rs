@@ -40,6 +40,8 @@ pub struct SandboxSpec {
     pub gateway: Option<ContainerCreateBody>,
     /// Drop-ins (`--allow`, `--policy`) and the host's sign-in files; root's unless the agent's.
     pub files: Vec<Entry>,
+    /// The image's id, which keys the launcher's copy of its policy (run.rs, `baked_policy`).
+    pub image_id: String,
     agent: String,
     /// Whether a missing key is fine: `--no-key`, `--login-from-host`, `--offline`.
     keyless: bool,
@@ -257,6 +259,7 @@ impl SandboxSpec {
             holder,
             gateway,
             files,
+            image_id: facts.id.clone(),
             agent: flags.agent.clone(),
             keyless: flags.no_key || flags.login_from_host || flags.offline,
             explicit: host.key_files.keys().cloned().collect(),
@@ -380,6 +383,7 @@ mod tests {
 
     fn claude() -> ImageFacts {
         ImageFacts {
+            id: format!("sha256:{}", "a".repeat(64)),
             env: vec![format!(
                 "{}=/home/agent/.claude:/home/agent/.config/claude:/tmp/x",
                 sandbox_policy::layout::STATE_DIRS_ENV

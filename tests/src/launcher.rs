@@ -112,6 +112,7 @@ impl Launcher {
             .args(runtime)
             .env("HOME", self.home.path())
             .env("XDG_RUNTIME_DIR", self.home.path())
+            .env("XDG_CACHE_HOME", self.home.path().join(".cache"))
             .stdin(if input.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());

@@ -141,7 +141,8 @@ async fn the_key_goes_in_as_a_root_only_secret_and_no_key_is_refused_by_name() -
     let run = ["run", "claude", &project.path, "--detach", "--image", &claude];
 
     // No key, and no --no-key: the variable and the secret file are named, nothing is left.
-    let out = Launcher::new()?.run(&run).await?;
+    let launcher = Launcher::new()?;
+    let out = launcher.run(&run).await?;
     assert_eq!(out.code, 67, "{out:?}");
     assert!(
         out.stderr.contains("ANTHROPIC_API_KEY") && out.stderr.contains("/run/secrets/anthropic_api_key"),
@@ -149,8 +150,18 @@ async fn the_key_goes_in_as_a_root_only_secret_and_no_key_is_refused_by_name() -
     );
     assert!(project.containers().await?.is_empty(), "a refused run left a container");
     assert_eq!(project.volumes().await?, Vec::<String>::new(), "a refused run left its state volume");
+    // The image's policy, read from the container, is kept by the image's id; the run below
+    // decides the keys from that copy.
+    let id = sandbox_tests::docker::docker().await?.inspect_image(&claude).await?.id.unwrap_or_default();
+    let copy = launcher
+        .home
+        .path()
+        .join(".cache/agent-sandbox/baked-policy")
+        .join(format!("{}.yaml", id.trim_start_matches("sha256:")));
+    let kept = std::fs::read_to_string(&copy)?;
+    assert!(kept.contains("services: [anthropic]"), "{kept}");
 
-    let launcher = Launcher::new()?.env("ANTHROPIC_API_KEY", key);
+    let launcher = launcher.env("ANTHROPIC_API_KEY", key);
     let mut offline = run.to_vec();
     offline.push("--offline");
     launcher.ok(&offline).await?;
