@@ -398,6 +398,10 @@ impl Sandbox {
     /// Writes `entries` (paths relative to /) into the container, running or only created, with
     /// the owners and modes given: one tar archive, which the engine extracts as root.
     pub async fn put(&self, entries: &[Entry]) -> Result<()> {
+        // An empty archive changes nothing, and the call costs 40 ms (2 cores).
+        if entries.is_empty() {
+            return Ok(());
+        }
         let (docker, id) = (&self.docker, self.firewall());
         let mut archive = tar::Builder::new(Vec::new());
         for entry in entries {
