@@ -108,9 +108,7 @@ fn write_all(stream: Stream, mut bytes: &[u8]) {
         match std::io::Error::last_os_error().raw_os_error() {
             Some(libc::EINTR) => {}
             Some(libc::EAGAIN) => {
-                let mut poll = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
-                // SAFETY: one pollfd on the stack.
-                unsafe { libc::poll(&mut poll, 1, 1000) };
+                let _ = crate::process::ready_within(fd, libc::POLLOUT, std::time::Duration::from_secs(1));
             }
             _ => return,
         }

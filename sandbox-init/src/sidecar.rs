@@ -232,9 +232,8 @@ impl DirWatch {
     /// Returns once something landed in the folder, or after `limit`; the events are drained.
     fn wait(&self, limit: Duration) {
         use std::os::fd::AsRawFd as _;
-        let mut poll = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one pollfd, valid for the call.
-        unsafe { libc::poll(&mut poll, 1, limit.as_millis() as i32) };
+        // An error is a wake-up too: the caller looks again, and its own limit holds.
+        let _ = crate::process::ready_within(self.0.as_raw_fd(), libc::POLLIN, limit);
         let mut events = [0u8; 4096];
         // SAFETY: a buffer of that length; the descriptor does not block.
         while unsafe { libc::read(self.0.as_raw_fd(), events.as_mut_ptr().cast(), events.len()) } > 0 {}
