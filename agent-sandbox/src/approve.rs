@@ -70,7 +70,8 @@ pub async fn hold(sandbox: &Found) -> Result<Held> {
         .map_err(failed)
 }
 
-fn no_follow() -> i32 {
+/// O_NOFOLLOW, for `custom_flags`: a link in the last place is refused, not followed.
+pub(crate) fn no_follow() -> i32 {
     rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
 

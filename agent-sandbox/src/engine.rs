@@ -575,11 +575,12 @@ impl Sandbox {
         let (mut text, mut out, mut looked) = (String::new(), String::new(), 0);
         while let Some(chunk) = stream.next().await {
             let chunk = chunk?;
-            text.push_str(&chunk.to_string());
+            let piece = chunk.to_string();
+            text.push_str(&piece);
             if matches!(chunk, bollard::container::LogOutput::StdErr { .. }) {
                 continue;
             }
-            out.push_str(&chunk.to_string());
+            out.push_str(&piece);
             if has_line(&out, &mut looked, prefix) {
                 return Ok((true, text));
             }

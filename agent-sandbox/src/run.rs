@@ -250,7 +250,6 @@ fn runsc_network(args: &[String]) -> Option<&str> {
     mode
 }
 
-/// The image's own policy, read out of the created container.
 /// The image's own policy: the launcher's copy, kept by the image's id, else read from the
 /// created container (an archive call, 40 ms on 2 cores) and kept. The id is the digest of the
 /// image's configuration, which names its layers' contents: one id, one file. A copy that does
@@ -303,8 +302,8 @@ fn keep(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 fn read_own(path: &Path) -> Option<Vec<u8>> {
     use std::io::Read as _;
     use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
-    let no_follow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
-    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(no_follow).open(path).ok()?;
+    let mut file =
+        std::fs::OpenOptions::new().read(true).custom_flags(crate::approve::no_follow()).open(path).ok()?;
     let meta = file.metadata().ok()?;
     let own = meta.is_file() && meta.uid() == rustix::process::getuid().as_raw() && meta.mode() & 0o022 == 0;
     let mut bytes = Vec::new();
