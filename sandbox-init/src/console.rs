@@ -108,7 +108,7 @@ fn write_all(stream: Stream, mut bytes: &[u8]) {
         match std::io::Error::last_os_error().raw_os_error() {
             Some(libc::EINTR) => {}
             Some(libc::EAGAIN) => {
-                let _ = crate::process::ready_within(fd, libc::POLLOUT, std::time::Duration::from_secs(1));
+                let _ = crate::poll::ready_within(fd, libc::POLLOUT, std::time::Duration::from_secs(1));
             }
             _ => return,
         }

@@ -9,6 +9,7 @@ pub mod exit;
 pub mod init;
 pub mod jsonlog;
 pub mod net;
+pub mod poll;
 /// The policy types live in their own crate, which the build system shares.
 pub use sandbox_policy as policy;
 pub mod privileges;

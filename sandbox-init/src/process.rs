@@ -60,7 +60,7 @@ fn ended_within(child: &mut std::process::Child, limit: Duration) -> std::io::Re
     if pidfd >= 0 {
         // SAFETY: the descriptor was just opened and is owned here alone.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-        if !ready_within(pidfd.as_raw_fd(), libc::POLLIN, limit)? {
+        if !crate::poll::ready_within(pidfd.as_raw_fd(), libc::POLLIN, limit)? {
             return Ok(false);
         }
         // Readable is the kernel's word that it ended; anything else (POLLNVAL, a runtime whose
@@ -76,24 +76,6 @@ fn ended_within(child: &mut std::process::Child, limit: Duration) -> std::io::Re
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(true)
-}
-
-/// Whether `fd` has one of `events` (or an error) within `limit`: one poll(2), taken again for
-/// what is left of `limit` when a signal interrupts it.
-pub fn ready_within(fd: RawFd, events: libc::c_short, limit: Duration) -> std::io::Result<bool> {
-    let deadline = Instant::now() + limit;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let millis = left.as_millis().min(i32::MAX as u128) as i32;
-        let mut poll = libc::pollfd { fd, events, revents: 0 };
-        // SAFETY: one pollfd, valid for the call.
-        match unsafe { libc::poll(&mut poll, 1, millis) } {
-            0 => return Ok(false),
-            n if n > 0 => return Ok(true),
-            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
-            _ => return Err(std::io::Error::last_os_error()),
-        }
-    }
 }
 
 /// Starts a command that the reaper, not the caller, will wait for. Returns its pid.

@@ -233,7 +233,7 @@ impl DirWatch {
     fn wait(&self, limit: Duration) {
         use std::os::fd::AsRawFd as _;
         // An error is a wake-up too: the caller looks again, and its own limit holds.
-        let _ = crate::process::ready_within(self.0.as_raw_fd(), libc::POLLIN, limit);
+        let _ = crate::poll::ready_within(self.0.as_raw_fd(), libc::POLLIN, limit);
         let mut events = [0u8; 4096];
         // SAFETY: a buffer of that length; the descriptor does not block.
         while unsafe { libc::read(self.0.as_raw_fd(), events.as_mut_ptr().cast(), events.len()) } > 0 {}
