@@ -113,6 +113,10 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
     let f = |path: &str| -> f64 { figures.pointer(path).and_then(Value::as_f64).unwrap_or(f64::NAN) };
     let ms = |path: &str| format!("{:.0} ms", f(path));
     let us = |path: &str| format!("{:.0} µs", f(path));
+    // `| what | median | p95 |` of the times at `at` (`at/median`, `at/p95`).
+    let median_row = |what: &str, at: &str| {
+        format!("| {what} | {} | {} |", ms(&format!("{at}/median")), ms(&format!("{at}/p95")))
+    };
     let rate = |path: &str| format!("{:.0} MB/s", f(path));
     let mut out = String::new();
     let mut line = |text: String| {
@@ -149,15 +153,10 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
     line(String::new());
     line("| | median | p95 |".into());
     line("| --- | ---: | ---: |".into());
-    line(format!(
-        "| a bare container of the node image, then `node -v` | {} | {} |",
-        ms("/first_command/bare_ms/median"),
-        ms("/first_command/bare_ms/p95")
-    ));
-    line(format!(
-        "| `agent-sandbox run node --detach` (to `sandbox ready`), then `node -v` | {} | {} |",
-        ms("/first_command/sandbox_ms/median"),
-        ms("/first_command/sandbox_ms/p95")
+    line(median_row("a bare container of the node image, then `node -v`", "/first_command/bare_ms"));
+    line(median_row(
+        "`agent-sandbox run node --detach` (to `sandbox ready`), then `node -v`",
+        "/first_command/sandbox_ms",
     ));
     line(String::new());
     line(format!("## Start to `sandbox ready` ({} runs each, interleaved)", f("/runs")));
@@ -169,11 +168,7 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
         ("sandbox-init, a 1-domain policy", "one_domain_ms"),
         ("sandbox-init, a 10,000-domain policy", "ten_thousand_ms"),
     ] {
-        line(format!(
-            "| {what} | {} | {} |",
-            ms(&format!("/start_to_ready/{key}/median")),
-            ms(&format!("/start_to_ready/{key}/p95"))
-        ));
+        line(median_row(what, &format!("/start_to_ready/{key}")));
     }
     line(String::new());
     line(
@@ -220,11 +215,7 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
         ("sidecar mode's pair", "sidecar_ms"),
         ("the pair, the agent's container under gVisor", "sidecar_runsc_ms"),
     ] {
-        line(format!(
-            "| {what} | {} | {} |",
-            ms(&format!("/shapes/{key}/median")),
-            ms(&format!("/shapes/{key}/p95"))
-        ));
+        line(median_row(what, &format!("/shapes/{key}")));
     }
     line(String::new());
     line("## DNS".into());

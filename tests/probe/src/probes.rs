@@ -114,9 +114,6 @@ fn mode(args: &Args, port: u16) -> &'static str {
     }
 }
 
-/// `tcp HOST PORT`: connect as any program would, and say what came back. Over TLS (SNI HOST, or
-/// `--sni`) and HTTP (Host HOST, or `--host`) a GET /, whose body's first line is the greeting;
-/// raw, the server's whole answer, its line breaks written `\n`.
 /// `--send`'s text as bytes: `\\r`, `\\n`, `\\t`, `\\\\` and `\\xHH` are what they say (an argument
 /// is UTF-8, and an attack's bytes need not be); any other byte is itself.
 fn unescape(text: &str) -> Vec<u8> {
@@ -140,6 +137,9 @@ fn unescape(text: &str) -> Vec<u8> {
     out
 }
 
+/// `tcp HOST PORT`: connect as any program would, and say what came back. Over TLS (SNI HOST, or
+/// `--sni`) and HTTP (Host HOST, or `--host`) a GET /, whose body's first line is the greeting;
+/// raw, the server's whole answer, its line breaks written `\n`.
 pub fn tcp(args: &Args) {
     let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
     let started = Instant::now();
