@@ -276,6 +276,22 @@ struct Words {
 }
 
 impl Words {
+    /// What the current line, as far as it has come (`start`), may be: held while it may be a
+    /// request line as nginx or Go reads one, or a Host line ([`might_be_request_or_host`]),
+    /// and refused if such a line grows past what a server reads in a request's head; held
+    /// also while Python may read it as a request line: any word is a method to an application
+    /// whose handler serves every method, so any line of three words or fewer, up to Python's
+    /// longest line (a compact JSON body is one word, and goes on past that length).
+    fn what(&mut self, start: &[u8]) -> Line {
+        if !self.untokened && might_be_request_or_host(start) {
+            return if start.len() > MAX_HEAD { Line::TooLong } else { Line::Held };
+        }
+        self.untokened = true;
+        // Python reads 65,537 bytes of a line at most and answers a line that long 414; a line
+        // no longer than 65,536 bytes is a request to it at the connection's end too.
+        if start.len() > PYTHON_MAX_LINE || self.more_than_three(start) { Line::Passes } else { Line::Held }
+    }
+
     /// Whether `line`, the current line as far as it has come, has more than three words.
     fn more_than_three(&mut self, line: &[u8]) -> bool {
         for &b in &line[self.read.min(line.len())..] {
@@ -360,24 +376,6 @@ impl BodyLines {
         judge_body_line(&held, host)?;
         out.extend_from_slice(&held);
         Ok(())
-    }
-}
-
-impl Words {
-    /// What the current line, as far as it has come (`start`), may be: held while it may be a
-    /// request line as nginx or Go reads one, or a Host line ([`might_be_request_or_host`]),
-    /// and refused if such a line grows past what a server reads in a request's head; held
-    /// also while Python may read it as a request line: any word is a method to an application
-    /// whose handler serves every method, so any line of three words or fewer, up to Python's
-    /// longest line (a compact JSON body is one word, and goes on past that length).
-    fn what(&mut self, start: &[u8]) -> Line {
-        if !self.untokened && might_be_request_or_host(start) {
-            return if start.len() > MAX_HEAD { Line::TooLong } else { Line::Held };
-        }
-        self.untokened = true;
-        // Python reads 65,537 bytes of a line at most and answers a line that long 414; a line
-        // no longer than 65,536 bytes is a request to it at the connection's end too.
-        if start.len() > PYTHON_MAX_LINE || self.more_than_three(start) { Line::Passes } else { Line::Held }
     }
 }
 
