@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType};
+use bollard::models::{ContainerCreateBody, HealthConfig, HostConfig, HostConfigLogConfig, Mount, MountType};
 use sandbox_images::labels;
 use sandbox_policy::apis::APIS;
 use sandbox_policy::layout::{AGENT_UID, DNS_ENV, GATEWAY_CAPS, ROLE_ENV, RUN_DIR, SECRETS_DIR, SHARED_DIR};
@@ -153,6 +153,8 @@ impl SandboxSpec {
                 image: Some(image.to_string()),
                 user: Some("65534:65534".into()),
                 entrypoint: Some(vec!["/usr/local/bin/sandbox-init".into(), "hold".into()]),
+                // It holds no firewall: the image's health check would call it unhealthy.
+                healthcheck: Some(no_healthcheck()),
                 labels: Some(sidecar_labels.clone()),
                 host_config: Some(HostConfig {
                     network_mode: host_config.network_mode.take(),
@@ -305,6 +307,12 @@ impl SandboxSpec {
         }
         Ok(entries)
     }
+}
+
+/// The image's HEALTHCHECK turned off (`--no-healthcheck`), for a container of it that runs
+/// something other than a sandbox's PID 1.
+pub fn no_healthcheck() -> HealthConfig {
+    HealthConfig { test: Some(vec!["NONE".into()]), ..Default::default() }
 }
 
 /// The keys the APIs `baked` allows take, from those given (`--key-file` over the environment):
@@ -493,6 +501,7 @@ mod tests {
             Some(vec!["/usr/local/bin/sandbox-init".to_string(), "hold".to_string()])
         );
         assert!(!holder.labels.as_ref().unwrap().contains_key(labels::LAUNCHER_AGENT));
+        assert_eq!(holder.healthcheck.as_ref().and_then(|h| h.test.clone()), Some(vec!["NONE".to_string()]));
         let gateway_env = gateway.env.clone().unwrap();
         assert!(gateway_env.contains(&"SANDBOX_ROLE=gateway".to_string()), "{gateway_env:?}");
         assert!(gateway_env.contains(&"SANDBOX_DNS=10.0.0.53".to_string()), "{gateway_env:?}");

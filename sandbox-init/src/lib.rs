@@ -6,6 +6,7 @@ pub mod connections;
 pub mod console;
 pub mod denials;
 pub mod exit;
+pub mod health;
 pub mod init;
 pub mod jsonlog;
 pub mod net;

@@ -29,6 +29,7 @@ Usage:
                                agent's container join
   sandbox-status [--json]      the policy in force, allowed addresses, recent denials and
                                connections, connections and bytes per name
+  sandbox-status --health      the image's HEALTHCHECK: healthy (0) while the firewall holds
 
 Policy: {BAKED_POLICY}, merged with {DROP_IN_DIR}/*.yaml and *.txt.
 Signals to PID 1: SIGHUP reloads the policy; SIGTERM and SIGINT go to the session.
@@ -73,6 +74,7 @@ fn main() -> ExitCode {
         "check" => check(&rest),
         "exec" => exec(&rest),
         "attach" => attach(&rest),
+        "status" if rest == ["--health"] => health(),
         "status" => status::show(&rest),
         "pane" => session::pane(),
         "probe" => sandbox_init::verify::probe(rest.first().map_or("", String::as_str)),
@@ -111,6 +113,17 @@ fn hold() -> u8 {
         libc::sigwait(&set, &mut signal);
     }
     0
+}
+
+/// `sandbox-status --health`: the image's HEALTHCHECK, for this container's role.
+fn health() -> u8 {
+    match sandbox_init::init::Role::from_env() {
+        Ok(role) => sandbox_init::health::run(role),
+        Err(e) => {
+            println!("unhealthy: {}", e.message);
+            1
+        }
+    }
 }
 
 fn tool_name(arg: &str) -> String {

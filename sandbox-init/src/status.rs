@@ -82,7 +82,7 @@ struct Address {
     expires_in: u64,
 }
 
-const USAGE: &str = "usage: sandbox-status [--json]";
+const USAGE: &str = "usage: sandbox-status [--json | --health]";
 
 /// Prints the status (`--json`: as one JSON object); 1 if sandbox-init has not written one (it is
 /// not running, or not ready), 64 for an unknown option.
@@ -92,7 +92,7 @@ pub fn show(args: &[String]) -> u8 {
         [flag] if flag == "--json" => true,
         [flag] if flag == "--help" || flag == "-h" => {
             println!(
-                "{USAGE}\n\nThe policy in force, the addresses the DNS gate opened and for how long, the last\ndenials and connections, and connections and bytes per name."
+                "{USAGE}\n\nThe policy in force, the addresses the DNS gate opened and for how long, the last\ndenials and connections, and connections and bytes per name.\n\n--health: the image's HEALTHCHECK: whether the firewall holds (its output and input\nchains drop by default), in one line; exit 0 healthy, 1 not."
             );
             return 0;
         }

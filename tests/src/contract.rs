@@ -110,6 +110,15 @@ impl Facts {
     }
 }
 
+/// trivy's secret and misconfiguration scans of the image, as users run them on what they pull
+/// (docs/scanners.md): nothing but what .trivyignore explains.
+pub async fn trivy_finds_no_secret_or_misconfiguration(subject: &Subject) -> anyhow::Result<()> {
+    let tag = subject.tag.clone();
+    let found = tokio::task::spawn_blocking(move || crate::scan::trivy_image(&tag)).await??;
+    assert!(found.is_empty(), "trivy image {}: {found:#?}", subject.tag);
+    Ok(())
+}
+
 pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
     let name = subject.name.as_str();
     let facts = facts(subject).await?;
@@ -135,6 +144,12 @@ pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
         (Some(subject.platform.debian_arch()), subject.platform.variant()),
         "{name}: the engine's record of its platform"
     );
+    // Every image with sandbox-init (all but the OS layer under base) inherits base's health
+    // check, which `docker ps` shows: healthy only while the firewall holds.
+    let health = inspect.config.as_ref().and_then(|c| c.healthcheck.as_ref()).and_then(|h| h.test.clone());
+    let expected = (name != "os")
+        .then(|| ["CMD", "/usr/local/bin/sandbox-status", "--health"].map(String::from).to_vec());
+    assert_eq!(health, expected, "{name}'s HEALTHCHECK");
     assert_eq!(local.labels.get(xtask::labels::BUILD), Some(&record.build));
     assert_eq!(local.labels.get(xtask::labels::PARENT), entry.parent.as_ref(), "{name}'s parent label");
     // An agent image's pinned CLI version is a build arg the lock records.

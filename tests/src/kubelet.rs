@@ -97,6 +97,7 @@ impl Pod {
             image: Some(image),
             user: Some("65534:65534".into()),
             entrypoint: Some(vec!["/usr/local/bin/sandbox-init".into(), "hold".into()]),
+            healthcheck: Some(crate::docker::no_healthcheck()),
             host_config: Some(HostConfig {
                 network_mode: Some(network.to_string()),
                 cap_drop: Some(vec!["ALL".into()]),
@@ -194,6 +195,8 @@ impl Pod {
                 image: container["image"].as_str().map(str::to_string),
                 user,
                 env: Some(env),
+                // A kubelet runs the pod's probes, never the image's HEALTHCHECK.
+                healthcheck: Some(crate::docker::no_healthcheck()),
                 host_config: Some(HostConfig {
                     binds: Some(binds),
                     network_mode: Some(format!("container:{pause}")),

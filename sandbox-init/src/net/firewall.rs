@@ -482,6 +482,16 @@ impl Nft {
             .map_err(|e| FirewallError::Mismatch(format!("unreadable JSON: {e}")))
     }
 
+    /// The chains of the inet family, without their rules or any set (`sandbox-status --health`).
+    pub fn list_chains(&self) -> Result<serde_json::Value, FirewallError> {
+        let output = self.run(&["-j", "list", "chains", "inet"], None)?;
+        if !output.status.success() {
+            return Err(FirewallError::Mismatch(String::from_utf8_lossy(&output.stderr).trim().to_string()));
+        }
+        serde_json::from_slice(&output.stdout)
+            .map_err(|e| FirewallError::Mismatch(format!("unreadable JSON: {e}")))
+    }
+
     /// The dynamic elements with their remaining time, for `sandbox-status`.
     pub fn list_elements(&self) -> Result<Vec<(String, Duration)>, FirewallError> {
         let table = self.read_table()?;

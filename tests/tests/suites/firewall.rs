@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use sandbox_tests::assert::{assert_blocked, assert_reaches};
-use sandbox_tests::docker::TestNet;
+use sandbox_tests::docker::{TestNet, health_becomes};
 use sandbox_tests::peers::{Peer, ResolvedNet};
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::SandboxSpec;
@@ -50,6 +50,26 @@ net_admin! {
             assert_reaches(&sb, &format!("{ALLOWED}:80")).await?;
             let other_port = assert_blocked(&sb, &format!("{ALLOWED}:8443")).await?;
             assert_eq!(other_port.outcome(), "refused", "the name resolves, the port is not allowed");
+            Ok(())
+        }
+        /// The image's HEALTHCHECK, as the engine runs it: `docker ps` says healthy while the
+        /// table's chains drop what no rule allows, and unhealthy once they do not (root in the
+        /// firewall's container opens the output chain here, which the agent cannot); sidecar
+        /// mode's agent container says what its gateway says.
+        #[tokio::test]
+        async fn the_engine_calls_it_healthy_only_while_the_firewall_holds() -> anyhow::Result<()> {
+            let (_world, spec) = setup(&[ALLOWED]).await?;
+            let sb = spec.health_every(Duration::from_millis(500)).start().await?;
+            let said = health_becomes(sb.root_id(), "healthy", 30).await?;
+            assert!(said.starts_with("healthy: the firewall holds"), "{said}");
+            let said = health_becomes(sb.id(), "healthy", 30).await?;
+            assert!(said.contains("firewall holds"), "{said}");
+            let opened = sb.exec(&["nft", "chain inet agent_sandbox output { policy accept ; }"]).await?;
+            assert_eq!(opened.code, 0, "{opened:?}");
+            let said = health_becomes(sb.root_id(), "unhealthy", 30).await?;
+            assert!(said.contains("output chain is not hooked to output with policy drop"), "{said}");
+            let said = health_becomes(sb.id(), "unhealthy", 30).await?;
+            assert!(said.contains("output chain is not hooked"), "{said}");
             Ok(())
         }
         #[tokio::test]

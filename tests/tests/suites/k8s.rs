@@ -106,6 +106,11 @@ async fn the_pod_and_the_sandbox_templates_pod_pass_kubernetes_schema_and_a_brok
     assert_eq!(key["mountPath"], "/run/secrets/anthropic_api_key");
     assert_eq!(key["subPath"], "anthropic_api_key");
     assert_eq!(spec["containers"][0]["image"], claude.as_str());
+    // What .trivyignore says of the pod: no namespace (kubectl's -n chooses), and a memory limit
+    // on each container.
+    assert!(pod.iter().all(|d| d["metadata"].get("namespace").is_none()), "{pod:?}");
+    assert_eq!(spec["containers"][0]["resources"]["limits"]["memory"], "8589934592");
+    assert_eq!(gateway["resources"]["limits"]["memory"], "512Mi");
 
     // The validator refuses what Kubernetes would: the control that it checks anything.
     let mut broken = pod.clone();

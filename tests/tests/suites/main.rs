@@ -76,6 +76,7 @@ mod privileges;
 mod prune;
 mod publish;
 mod refusals;
+mod scanners;
 mod session;
 mod state;
 mod ui;

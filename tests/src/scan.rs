@@ -1,0 +1,56 @@
+//! The scanners users run on images and pods (hadolint, trivy, Cepheus), as `cargo xtask setup
+//! --tests` installs them: the scanners:: suite runs them on the repository, the pod and a
+//! sandbox of each shape, and contract:: runs trivy on each image (docs/scanners.md).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// A scanner's program, as setup installs it.
+pub fn scanner(program: &str) -> anyhow::Result<PathBuf> {
+    let path = crate::root().join(xtask::setup::SCANNERS_DIR).join("bin").join(program);
+    anyhow::ensure!(
+        path.is_file(),
+        "{program} is not installed: `cargo xtask setup --tests` installs the scanners under {}",
+        xtask::setup::SCANNERS_DIR
+    );
+    Ok(path)
+}
+
+/// What a program run from the repository's root printed on both streams, and whether it
+/// succeeded.
+pub fn run(command: &mut Command) -> anyhow::Result<(bool, String)> {
+    let out = command.current_dir(crate::root()).output()?;
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.success(), said))
+}
+
+/// trivy's secret and misconfiguration scans of an image in the local engine (no vulnerability
+/// database: nothing is downloaded), with the root's .trivyignore: what it finds, as
+/// `ID: title (where)`.
+pub fn trivy_image(tag: &str) -> anyhow::Result<Vec<String>> {
+    let cache = tempfile::tempdir()?;
+    let (ok, said) = run(Command::new(scanner("trivy")?)
+        .args(["image", "--scanners", "secret,misconfig", "--image-src", "docker"])
+        .args(["--skip-check-update", "--skip-version-check", "--quiet", "--format", "json"])
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .arg(tag))?;
+    anyhow::ensure!(ok, "trivy image {tag} failed: {said}");
+    let report: serde_json::Value = serde_json::from_str(&said)?;
+    let mut found = Vec::new();
+    for result in report["Results"].as_array().into_iter().flatten() {
+        let target = result["Target"].as_str().unwrap_or_default();
+        for m in
+            result["Misconfigurations"].as_array().into_iter().flatten().filter(|m| m["Status"] == "FAIL")
+        {
+            found.push(format!("{}: {} ({target})", m["ID"], m["Title"]));
+        }
+        for secret in result["Secrets"].as_array().into_iter().flatten() {
+            found.push(format!(
+                "{}: {} ({target}:{})",
+                secret["RuleID"], secret["Title"], secret["StartLine"]
+            ));
+        }
+    }
+    Ok(found)
+}
