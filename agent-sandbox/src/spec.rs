@@ -220,6 +220,9 @@ impl SandboxSpec {
             env: Some(env),
             labels: Some(container_labels),
             host_config: Some(host_config),
+            // Sidecar mode's agent container would run the image's health check as the agent's
+            // own uid, which could answer for it: the gateway's is the sandbox's.
+            healthcheck: flags.sidecar().then(no_healthcheck),
             ..Default::default()
         };
         let root_file = |path: &str, contents: Vec<u8>| Entry {
@@ -501,7 +504,14 @@ mod tests {
             Some(vec!["/usr/local/bin/sandbox-init".to_string(), "hold".to_string()])
         );
         assert!(!holder.labels.as_ref().unwrap().contains_key(labels::LAUNCHER_AGENT));
-        assert_eq!(holder.healthcheck.as_ref().and_then(|h| h.test.clone()), Some(vec!["NONE".to_string()]));
+        let none = Some(vec!["NONE".to_string()]);
+        assert_eq!(holder.healthcheck.as_ref().and_then(|h| h.test.clone()), none);
+        assert_eq!(
+            spec.body.healthcheck.as_ref().and_then(|h| h.test.clone()),
+            none,
+            "the agent's container"
+        );
+        assert_eq!(gateway.healthcheck, None, "the gateway keeps the image's");
         let gateway_env = gateway.env.clone().unwrap();
         assert!(gateway_env.contains(&"SANDBOX_ROLE=gateway".to_string()), "{gateway_env:?}");
         assert!(gateway_env.contains(&"SANDBOX_DNS=10.0.0.53".to_string()), "{gateway_env:?}");

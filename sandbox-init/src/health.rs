@@ -2,35 +2,32 @@
 //! only while the sandbox's policy holds. The engine runs it as the container's user, every
 //! 30 seconds, and reads its exit status (0 healthy, 1 unhealthy) and its one line.
 //!
-//! Where the firewall is this container's (one container, or sidecar mode's gateway), it asks the
-//! kernel: the table's output and input chains must be hooked with policy drop. The gateway
-//! also writes its answer into the shared folder, and sidecar mode's agent container, which
-//! holds no capability to read the table, says what its gateway last said. What it reads is
-//! root's (the status file, the table, the shared folder read-only on the agent's side): the
-//! agent can make it neither healthy nor unhealthy but by what it cannot do, changing the table.
-
-use std::io::Write as _;
-use std::os::unix::fs::PermissionsExt as _;
+//! Where the firewall is this container's (one container, or sidecar mode's gateway: both run
+//! it as root), it asks the kernel for the table, without its sets' contents: the table must be
+//! active (not dormant), its output and input chains hooked with policy drop, and each chain
+//! must hold as many rules as PID 1 loaded into it (status.json records the counts at every load
+//! and reload), so that a rule inserted ahead of the others shows. What it reads is root's; the
+//! agent (uid 1000, no capability) can change none of it. Sidecar mode's agent container runs
+//! the check as the agent's own uid, which could answer for it: it says so and is unhealthy, and
+//! the launcher turns the check off there; the gateway's column is the sandbox's.
 
 use crate::init::Role;
 use crate::net::firewall::{Nft, TABLE};
 use crate::net::interfaces::Network;
-use crate::policy::layout::{GATEWAY_HEALTH, GATEWAY_READY, STATUS_FILE};
+use crate::policy::layout::STATUS_FILE;
 use crate::status::Status;
 
 /// The chains whose default verdict is the policy: nothing leaves or enters but what a rule allows.
-const DEFAULT_DENY: [(&str, &str); 2] = [("output", "output"), ("input", "input")];
+const DEFAULT_DENY: [&str; 2] = ["output", "input"];
 
 /// Prints the verdict in one line; 0 healthy, 1 not (yet), as HEALTHCHECK reads it.
 pub fn run(role: Role) -> u8 {
     let verdict = match role {
-        Role::Agent => mirrored(),
+        Role::Agent => Err("this is sidecar mode's agent container, whose check would run as the agent's \
+                            own uid: the gateway's health check is the sandbox's"
+            .to_string()),
         Role::Whole | Role::Gateway => own(),
     };
-    if role == Role::Gateway {
-        // Best effort: the agent's container then mirrors a stale verdict, which says so.
-        let _ = publish(&verdict);
-    }
     match verdict {
         Ok(line) => {
             println!("healthy: {line}");
@@ -55,63 +52,51 @@ fn own() -> Result<String, String> {
     if Network::detect().loopback_only() {
         return Ok("no network but loopback, nothing to filter".into());
     }
-    let chains = Nft::find()
-        .and_then(|nft| nft.list_chains())
+    let table = Nft::find()
+        .and_then(|nft| nft.read_table_terse())
         .map_err(|e| format!("cannot read the firewall: {e}"))?;
-    default_deny(&chains)?;
+    holds(&table, status.rules)?;
     Ok(format!(
-        "the firewall holds: {TABLE}'s output and input chains drop what no rule allows; {} names allowed",
+        "the firewall holds: {TABLE} is active and its output and input chains drop what no rule allows; {} names allowed",
         status.domains.len()
     ))
 }
 
-/// Whether `chains` (`nft -j list chains inet`) hold the table's output and input chains, each
-/// hooked where it belongs with policy drop.
-pub fn default_deny(chains: &serde_json::Value) -> Result<(), String> {
-    let items = chains["nftables"].as_array().ok_or("nft listed no chains")?;
-    for (name, hook) in DEFAULT_DENY {
+/// Whether `table` (`nft -j -t list table inet agent_sandbox`: no set contents) is active, with
+/// its output and input chains hooked where they belong with policy drop, holding `rules`
+/// (output, input) rules where PID 1 recorded them.
+pub fn holds(table: &serde_json::Value, rules: Option<[usize; 2]>) -> Result<(), String> {
+    let items = table["nftables"].as_array().ok_or("nft listed nothing")?;
+    let own = items.iter().map(|item| &item["table"]).find(|t| t["name"] == TABLE);
+    let own = own.ok_or_else(|| format!("there is no table {TABLE}: the firewall is gone"))?;
+    if own["flags"].to_string().contains("dormant") {
+        return Err(format!("{TABLE} is dormant: its chains filter nothing"));
+    }
+    for (n, name) in DEFAULT_DENY.into_iter().enumerate() {
         let chain = items
             .iter()
             .map(|item| &item["chain"])
             .find(|chain| chain["table"] == TABLE && chain["name"] == name)
             .ok_or_else(|| format!("{TABLE} has no {name} chain: the firewall is gone"))?;
-        if chain["hook"] != hook || chain["policy"] != "drop" {
+        if chain["hook"] != name || chain["policy"] != "drop" {
             return Err(format!(
-                "{TABLE}'s {name} chain is not hooked to {hook} with policy drop (hook {}, policy {})",
+                "{TABLE}'s {name} chain is not hooked to {name} with policy drop (hook {}, policy {})",
                 chain["hook"], chain["policy"]
+            ));
+        }
+        let held = items
+            .iter()
+            .filter(|item| item["rule"]["table"] == TABLE && item["rule"]["chain"] == name)
+            .count();
+        if let Some(loaded) = rules.map(|r| r[n])
+            && held != loaded
+        {
+            return Err(format!(
+                "{TABLE}'s {name} chain holds {held} rules, and sandbox-init loaded {loaded}"
             ));
         }
     }
     Ok(())
-}
-
-/// Sidecar mode's agent container: its gateway's last verdict; before the gateway's first
-/// health check, its ready line.
-fn mirrored() -> Result<String, String> {
-    if std::fs::metadata(GATEWAY_READY).is_err() {
-        return Err("the gateway has not said that its firewall holds".into());
-    }
-    match std::fs::read_to_string(GATEWAY_HEALTH) {
-        Ok(text) => match text.trim_end().split_once(": ") {
-            Some(("healthy", line)) => Ok(format!("the gateway says: {line}")),
-            Some((_, line)) => Err(format!("the gateway says: {line}")),
-            None => Err(format!("{GATEWAY_HEALTH} is unreadable")),
-        },
-        Err(_) => Ok("the gateway said its firewall holds, and has run no health check yet".into()),
-    }
-}
-
-/// The gateway's verdict, for its agent's container (the shared folder is read-only there).
-fn publish(verdict: &Result<String, String>) -> std::io::Result<()> {
-    let line = match verdict {
-        Ok(line) => format!("healthy: {line}"),
-        Err(line) => format!("unhealthy: {line}"),
-    };
-    let tmp = format!("{GATEWAY_HEALTH}.tmp");
-    let mut file = std::fs::File::create(&tmp)?;
-    writeln!(file, "{line}")?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    std::fs::rename(&tmp, GATEWAY_HEALTH)
 }
 
 #[cfg(test)]
@@ -120,36 +105,57 @@ mod tests {
 
     use super::*;
 
-    fn chains(output_policy: &str) -> serde_json::Value {
+    /// A table as `nft -j -t` lists it: two output rules, one input rule.
+    fn table(output_policy: &str) -> serde_json::Value {
         json!({"nftables": [
-            {"metainfo": {"version": "1.0.6"}},
+            {"metainfo": {"version": "1.1.3"}},
+            {"table": {"family": "inet", "name": TABLE, "handle": 1}},
             {"chain": {"family": "inet", "table": TABLE, "name": "output", "type": "filter", "hook": "output", "prio": 0, "policy": output_policy}},
             {"chain": {"family": "inet", "table": TABLE, "name": "input", "type": "filter", "hook": "input", "prio": 0, "policy": "drop"}},
             {"chain": {"family": "inet", "table": TABLE, "name": "to_checker", "type": "nat", "hook": "output", "prio": -100, "policy": "accept"}},
+            {"rule": {"family": "inet", "table": TABLE, "chain": "output", "handle": 4, "expr": []}},
+            {"rule": {"family": "inet", "table": TABLE, "chain": "output", "handle": 5, "expr": []}},
+            {"rule": {"family": "inet", "table": TABLE, "chain": "input", "handle": 6, "expr": []}},
+            {"rule": {"family": "inet", "table": TABLE, "chain": "to_checker", "handle": 7, "expr": []}},
         ]})
     }
 
     #[test]
-    fn the_table_holds_when_both_chains_drop_by_default() {
-        assert_eq!(default_deny(&chains("drop")), Ok(()));
+    fn the_table_holds_when_both_chains_drop_by_default_with_the_rules_loaded() {
+        assert_eq!(holds(&table("drop"), Some([2, 1])), Ok(()));
+        assert_eq!(holds(&table("drop"), None), Ok(()), "a status of an older sandbox-init records none");
     }
 
     #[test]
     fn an_output_chain_that_accepts_by_default_is_unhealthy() {
-        let e = default_deny(&chains("accept")).unwrap_err();
+        let e = holds(&table("accept"), Some([2, 1])).unwrap_err();
         assert!(e.contains("output chain is not hooked to output with policy drop"), "{e}");
     }
 
     #[test]
+    fn a_rule_more_or_less_than_loaded_is_unhealthy() {
+        let e = holds(&table("drop"), Some([1, 1])).unwrap_err();
+        assert!(e.contains("output chain holds 2 rules, and sandbox-init loaded 1"), "{e}");
+        assert!(holds(&table("drop"), Some([2, 2])).unwrap_err().contains("input chain holds 1"));
+    }
+
+    #[test]
+    fn a_dormant_table_is_unhealthy() {
+        let mut dormant = table("drop");
+        dormant["nftables"][1]["table"]["flags"] = json!(["dormant"]);
+        assert!(holds(&dormant, Some([2, 1])).unwrap_err().contains("dormant"));
+    }
+
+    #[test]
     fn a_missing_table_or_a_chain_of_another_table_is_unhealthy() {
-        let e = default_deny(&json!({"nftables": [{"metainfo": {}}]})).unwrap_err();
-        assert!(e.contains("no output chain"), "{e}");
-        let mut other = chains("drop");
+        let e = holds(&json!({"nftables": [{"metainfo": {}}]}), None).unwrap_err();
+        assert!(e.contains("there is no table"), "{e}");
+        let mut other = table("drop");
         for item in other["nftables"].as_array_mut().unwrap() {
             if item["chain"].is_object() {
                 item["chain"]["table"] = json!("someone_else");
             }
         }
-        assert!(default_deny(&other).unwrap_err().contains("the firewall is gone"));
+        assert!(holds(&other, None).unwrap_err().contains("the firewall is gone"));
     }
 }

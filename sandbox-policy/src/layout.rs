@@ -31,9 +31,6 @@ pub const GITCONFIG: &str = "/run/agent-sandbox/shared/gitconfig";
 /// Written by the gateway once its firewall holds (sidecar mode): the agent's container starts
 /// the session only then. Holds the gateway's ready line.
 pub const GATEWAY_READY: &str = "/run/agent-sandbox/shared/gateway-ready";
-/// The gateway's last health check (`sandbox-status --health`), which its agent's container's
-/// health check says again: `healthy: …` or `unhealthy: …`.
-pub const GATEWAY_HEALTH: &str = "/run/agent-sandbox/shared/gateway-health";
 /// tmux's socket folder: the agent's alone.
 pub const TMUX_TMPDIR: &str = "/run/agent-sandbox/tmux";
 /// The session's status folder: root's, the pane's status file in it the agent's to write.

@@ -446,36 +446,35 @@ pub fn no_healthcheck() -> bollard::models::HealthConfig {
     bollard::models::HealthConfig { test: Some(vec!["NONE".into()]), ..Default::default() }
 }
 
+/// The container's health as the engine last judged it, and the check's last output: `none`
+/// where it runs no check.
+pub async fn health(id: &str) -> anyhow::Result<(String, String)> {
+    let docker = docker().await?;
+    let health = docker.inspect_container(id, None).await?.state.and_then(|s| s.health);
+    let now = health.as_ref().and_then(|h| h.status).map_or_else(|| "none".to_string(), |s| s.to_string());
+    let said = health
+        .and_then(|h| h.log)
+        .and_then(|log| log.last().and_then(|entry| entry.output.clone()))
+        .unwrap_or_default();
+    Ok((now, said))
+}
+
 /// Waits up to `seconds` for the engine to call the container `status` (`healthy`,
-/// `unhealthy`), by its event stream: the health check's last output once it does.
-pub async fn health_becomes(id: &str, status: &str, seconds: u64) -> anyhow::Result<String> {
+/// `unhealthy`) with a check whose output holds `says`, by its event stream: that output.
+pub async fn health_becomes(id: &str, status: &str, says: &str, seconds: u64) -> anyhow::Result<String> {
     let docker = docker().await?;
     let filters = HashMap::from([("container".to_string(), vec![id.to_string()])]);
     let options = bollard::query_parameters::EventsOptions { filters: Some(filters), ..Default::default() };
     // Subscribed before the state is read, so that no change falls between the two.
     let mut events = Box::pin(docker.events(Some(options)));
-    let state = || async {
-        let health = docker.inspect_container(id, None).await?.state.and_then(|s| s.health);
-        let now = health.as_ref().and_then(|h| h.status).map(|s| s.to_string()).unwrap_or_default();
-        let said = health
-            .and_then(|h| h.log)
-            .and_then(|log| log.last().and_then(|entry| entry.output.clone()))
-            .unwrap_or_default();
-        anyhow::Ok((now, said))
-    };
     let wait = async {
         loop {
-            let (now, said) = state().await?;
-            if now == status {
+            let (now, said) = health(id).await?;
+            if now == status && said.contains(says) {
                 return anyhow::Ok(said);
             }
             match events.next().await {
-                Some(event) => {
-                    let action = event?.action.unwrap_or_default();
-                    if !action.starts_with("health_status") {
-                        continue;
-                    }
-                }
+                Some(event) => drop(event?),
                 None => anyhow::bail!("the engine's event stream ended; {id} was {now}: {said}"),
             }
         }
@@ -483,8 +482,8 @@ pub async fn health_becomes(id: &str, status: &str, seconds: u64) -> anyhow::Res
     match tokio::time::timeout(std::time::Duration::from_secs(seconds), wait).await {
         Ok(result) => result,
         Err(_) => {
-            let (now, said) = state().await?;
-            anyhow::bail!("{id} was not {status} within {seconds} s: {now}: {said}")
+            let (now, said) = health(id).await?;
+            anyhow::bail!("{id} was not {status} saying `{says}` within {seconds} s: {now}: {said}")
         }
     }
 }

@@ -456,7 +456,8 @@ impl SandboxSpec {
             image: Some(self.image.clone()),
             user: Some("1000:1000".into()),
             env: Some(agent_env),
-            healthcheck: self.healthcheck(),
+            // As the launcher makes it: its check would run as the agent's own uid.
+            healthcheck: Some(crate::docker::no_healthcheck()),
             labels: label.clone(),
             host_config: Some(agent_host),
             ..Default::default()

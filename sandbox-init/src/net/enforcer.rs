@@ -148,6 +148,12 @@ impl Enforcement {
         ruleset(policy, &self.upstreams, elements, self.loaded.log, self.settings)
     }
 
+    /// How many rules the output and input chains of `policy`'s table hold, for the health check.
+    pub fn rule_counts(&self, policy: &Policy) -> [usize; 2] {
+        let ruleset = self.ruleset(policy, &[]);
+        [ruleset.rules().len(), ruleset.input_rules().len()]
+    }
+
     /// Loads the table for `policy`, starts the DNS gate and points resolv.conf at it. The name
     /// check's process starts in [`Enforcement::start_name_check`], once the firewall is
     /// verified.

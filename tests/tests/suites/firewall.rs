@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use sandbox_tests::assert::{assert_blocked, assert_reaches};
-use sandbox_tests::docker::{TestNet, health_becomes};
+use sandbox_tests::docker::{TestNet, health, health_becomes};
 use sandbox_tests::peers::{Peer, ResolvedNet};
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::SandboxSpec;
@@ -53,23 +53,25 @@ net_admin! {
             Ok(())
         }
         /// The image's HEALTHCHECK, as the engine runs it: `docker ps` says healthy while the
-        /// table's chains drop what no rule allows, and unhealthy once they do not (root in the
-        /// firewall's container opens the output chain here, which the agent cannot); sidecar
-        /// mode's agent container says what its gateway says.
+        /// table is active, its chains drop what no rule allows and hold the rules PID 1 loaded,
+        /// and unhealthy once a rule is put ahead of them or the table made dormant (as root in
+        /// the firewall's container, which the agent cannot be). Sidecar mode's agent container
+        /// runs no check: there it would run as the agent's own uid.
         #[tokio::test]
         async fn the_engine_calls_it_healthy_only_while_the_firewall_holds() -> anyhow::Result<()> {
             let (_world, spec) = setup(&[ALLOWED]).await?;
             let sb = spec.health_every(Duration::from_millis(500)).start().await?;
-            let said = health_becomes(sb.root_id(), "healthy", 30).await?;
-            assert!(said.starts_with("healthy: the firewall holds"), "{said}");
-            let said = health_becomes(sb.id(), "healthy", 30).await?;
-            assert!(said.contains("firewall holds"), "{said}");
-            let opened = sb.exec(&["nft", "chain inet agent_sandbox output { policy accept ; }"]).await?;
-            assert_eq!(opened.code, 0, "{opened:?}");
-            let said = health_becomes(sb.root_id(), "unhealthy", 30).await?;
-            assert!(said.contains("output chain is not hooked to output with policy drop"), "{said}");
-            let said = health_becomes(sb.id(), "unhealthy", 30).await?;
-            assert!(said.contains("output chain is not hooked"), "{said}");
+            let said = health_becomes(sb.root_id(), "healthy", "the firewall holds", 30).await?;
+            assert!(said.starts_with("healthy: "), "{said}");
+            if sb.is_sidecar() {
+                assert_eq!(health(sb.id()).await?.0, "none", "the agent's container runs a check");
+            }
+            let ahead = sb.exec(&["nft", "insert rule inet agent_sandbox output accept"]).await?;
+            assert_eq!(ahead.code, 0, "{ahead:?}");
+            health_becomes(sb.root_id(), "unhealthy", "output chain holds", 30).await?;
+            let dormant = sb.exec(&["nft", "add table inet agent_sandbox { flags dormant ; }"]).await?;
+            assert_eq!(dormant.code, 0, "{dormant:?}");
+            health_becomes(sb.root_id(), "unhealthy", "is dormant", 30).await?;
             Ok(())
         }
         #[tokio::test]
