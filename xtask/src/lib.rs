@@ -11,6 +11,7 @@ pub mod engine;
 pub mod flags;
 pub mod graph;
 pub mod gvisor;
+pub mod kept;
 pub use sandbox_images::labels;
 pub mod list;
 pub use sandbox_images::lock;

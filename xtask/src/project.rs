@@ -128,18 +128,15 @@ pub fn static_binary_for(
         return Ok(bytes);
     }
     let _dir = sh.push_dir(root);
-    let _flags = sh.push_env("RUSTFLAGS", "-C target-feature=+crt-static");
-    // In target folders of their own (one for the host's, one for other platforms'): they never
-    // wait on the workspace's lock (the lint build, the tests' build) or on each other, so
-    // `cargo xtask ci` builds them beside those from its start.
-    let target_dir = target_dir.join(if platform == Platform::host() {
-        "agent-sandbox/static"
-    } else {
-        "agent-sandbox/cross"
-    });
-    let _target = sh.push_env("CARGO_TARGET_DIR", &target_dir);
+    let install = |bytes: &[u8]| -> anyhow::Result<()> {
+        std::fs::create_dir_all(&cache).with_context(|| format!("cannot create {}", cache.display()))?;
+        let tmp = cache.join(format!("{package}.{}", std::process::id()));
+        std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        std::fs::rename(&tmp, &binary).with_context(|| format!("cannot install {}", binary.display()))?;
+        std::fs::write(&stamp, &hash).with_context(|| format!("cannot write {}", stamp.display()))
+    };
     let cross = platform.cross_linker(Platform::host());
-    let _linker = cross.as_ref().map(|(var, linker)| sh.push_env(var, linker));
     if let Some((_, linker)) = &cross {
         anyhow::ensure!(
             on_path(linker),
@@ -148,19 +145,35 @@ pub fn static_binary_for(
             platform.cross_package()
         );
     }
-    cmd!(sh, "cargo build --quiet --release --package {package} --target {triple}")
+    let linker = cross.as_ref().map_or("cc", |(_, linker)| *linker);
+    let kept = crate::kept::Kept::find(sh, root, package, &hash, linker);
+    if let Some(bytes) = kept.as_ref().and_then(crate::kept::Kept::read) {
+        install(&bytes)?;
+        return Ok(bytes);
+    }
+    let _flags = sh.push_env("RUSTFLAGS", "-C target-feature=+crt-static");
+    // In target folders of their own (one for the host's, one for other platforms'): they never
+    // wait on the workspace's lock (the lint build, the tests' build) or on each other, so
+    // `cargo xtask ci` builds them beside those from its start. The cache's where there is one
+    // (kept.rs), so that what is kept was never in the checkout.
+    let target_dir = kept.as_ref().map_or_else(|| target_dir.join("agent-sandbox"), |k| k.target_dir());
+    let target_dir = target_dir.join(if platform == Platform::host() { "static" } else { "cross" });
+    let _target = sh.push_env("CARGO_TARGET_DIR", &target_dir);
+    let _linker = cross.as_ref().map(|(var, linker)| sh.push_env(var, linker));
+    cmd!(sh, "cargo build --quiet --locked --release --package {package} --target {triple}")
         .quiet()
         .run()
         .with_context(|| {
             format!("cannot build {package} for {platform} (is `rustup target add {triple}` done?)")
         })?;
     let built = target_dir.join(triple).join("release").join(package);
-    std::fs::create_dir_all(&cache).with_context(|| format!("cannot create {}", cache.display()))?;
-    let tmp = cache.join(format!("{package}.{}", std::process::id()));
-    std::fs::copy(&built, &tmp).with_context(|| format!("cannot copy {}", built.display()))?;
-    std::fs::rename(&tmp, &binary).with_context(|| format!("cannot install {}", binary.display()))?;
-    std::fs::write(&stamp, hash).with_context(|| format!("cannot write {}", stamp.display()))?;
-    std::fs::read(&binary).with_context(|| format!("cannot read {}", binary.display()))
+    let bytes = std::fs::read(&built).with_context(|| format!("cannot read {}", built.display()))?;
+    install(&bytes)?;
+    if let Some(kept) = kept {
+        // Best effort: without it the next clone builds again.
+        let _ = kept.keep(&bytes);
+    }
+    Ok(bytes)
 }
 
 /// Where [`static_binary`] keeps `package`'s binary.
