@@ -110,15 +110,6 @@ impl Facts {
     }
 }
 
-/// trivy's secret and misconfiguration scans of the image, as users run them on what they pull
-/// (docs/scanners.md): nothing but what .trivyignore explains.
-pub async fn trivy_finds_no_secret_or_misconfiguration(subject: &Subject) -> anyhow::Result<()> {
-    let tag = subject.tag.clone();
-    let found = tokio::task::spawn_blocking(move || crate::scan::trivy_image(&tag)).await??;
-    assert!(found.is_empty(), "trivy image {}: {found:#?}", subject.tag);
-    Ok(())
-}
-
 pub async fn labels_and_lock_entry(subject: &Subject) -> anyhow::Result<()> {
     let name = subject.name.as_str();
     let facts = facts(subject).await?;

@@ -1,6 +1,6 @@
 //! The scanners users run on images and pods (hadolint, trivy, Cepheus), as `cargo xtask setup
 //! --tests` installs them: the scanners:: suite runs them on the repository, the pod and a
-//! sandbox of each shape, and contract:: runs trivy on each image (docs/scanners.md).
+//! sandbox of each shape, and trivy on every image (docs/scanners.md).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -26,14 +26,14 @@ pub fn run(command: &mut Command) -> anyhow::Result<(bool, String)> {
 
 /// trivy's secret and misconfiguration scans of an image in the local engine (no vulnerability
 /// database: nothing is downloaded), with the root's .trivyignore: what it finds, as
-/// `ID: title (where)`.
-pub fn trivy_image(tag: &str) -> anyhow::Result<Vec<String>> {
-    let cache = tempfile::tempdir()?;
+/// `ID: title (where)`. `cache`: trivy's, where the layers it read are kept, so that the layers
+/// images share are read once.
+pub fn trivy_image(tag: &str, cache: &std::path::Path) -> anyhow::Result<Vec<String>> {
     let (ok, said) = run(Command::new(scanner("trivy")?)
         .args(["image", "--scanners", "secret,misconfig", "--image-src", "docker"])
         .args(["--skip-check-update", "--skip-version-check", "--quiet", "--format", "json"])
         .arg("--cache-dir")
-        .arg(cache.path())
+        .arg(cache)
         .arg(tag))?;
     anyhow::ensure!(ok, "trivy image {tag} failed: {said}");
     let report: serde_json::Value = serde_json::from_str(&said)?;

@@ -28,14 +28,6 @@ macro_rules! contract_tests {
         }
 
         #[tokio::test]
-        async fn trivy_finds_no_secret_or_misconfiguration() -> anyhow::Result<()> {
-            super::contract::trivy_finds_no_secret_or_misconfiguration(
-                &super::Subject::of_repository($name).await?,
-            )
-            .await
-        }
-
-        #[tokio::test]
         async fn no_large_file_is_stored_twice() -> anyhow::Result<()> {
             super::contract::no_large_file_is_stored_twice(&super::Subject::of_repository($name).await?).await
         }

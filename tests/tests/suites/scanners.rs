@@ -132,6 +132,32 @@ fn every_trivyignore_entry_gives_its_reason_and_a_test_that_exists() -> anyhow::
     Ok(())
 }
 
+/// trivy's secret and misconfiguration scans of every image, as users run them on what they
+/// pull, one after another with one cache, so that the layers they share are read once.
+#[tokio::test]
+async fn trivy_finds_no_secret_or_misconfiguration_in_any_image() -> anyhow::Result<()> {
+    let mut tags = Vec::new();
+    for file in dockerfiles()? {
+        let name = file.trim_start_matches("images/").trim_end_matches("/Dockerfile");
+        tags.push(sandbox_tests::images::image(name).await?);
+    }
+    let found = tokio::task::spawn_blocking(move || {
+        let cache = tempfile::tempdir()?;
+        let mut found = Vec::new();
+        for tag in tags {
+            found.extend(
+                sandbox_tests::scan::trivy_image(&tag, cache.path())?
+                    .into_iter()
+                    .map(|f| format!("{tag}: {f}")),
+            );
+        }
+        anyhow::Ok(found)
+    })
+    .await??;
+    assert!(found.is_empty(), "{found:#?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn trivy_finds_in_the_pod_only_what_trivyignore_explains() -> anyhow::Result<()> {
     sandbox_tests::images::image("shell").await?;
