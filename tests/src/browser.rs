@@ -140,6 +140,23 @@ impl Browser {
             .with_context(|| format!("no element matched {css:?} within {timeout:?}"))
     }
 
+    /// Clicks the first element `css` matches, found again where the page replaced it between
+    /// the finding and the click (a live list re-renders its rows).
+    pub async fn click(&self, css: &str, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let clicked = match self.client().find(Locator::Css(css)).await {
+                Ok(element) => element.click().await.map_err(anyhow::Error::from),
+                Err(e) => Err(e.into()),
+            };
+            match clicked {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() > deadline => return Err(e.context(format!("clicking {css:?}"))),
+                Err(_) => tokio::time::sleep(POLL).await,
+            }
+        }
+    }
+
     /// The rendered text of the first element `css` matches, now.
     pub async fn text_of(&self, css: &str) -> anyhow::Result<String> {
         let element = self

@@ -165,7 +165,7 @@ async fn the_page_lists_sandboxes_live_and_shows_the_agents_screen_as_text() -> 
         "e=$(printf '\\033'); printf '%s]5%s;c;%s\\007' \"$e\" 2 \"$(printf %s c2Vj cmV0)\"; echo after-osc",
     )
     .await?;
-    browser.find(Locator::Css(&format!("{} a.open", named("tr.sandbox", &name)))).await?.click().await?;
+    browser.click(&format!("{} a.open", named("tr.sandbox", &name)), SHOWN).await?;
     let screen = browser
         .eventually_text("#screen", |t| t.contains("visible-42") && t.contains("after-osc"), SHOWN)
         .await?;
@@ -221,7 +221,7 @@ net_admin! {
             let listed =
                 browser.eventually_text("#confirm-approve-list", |t| t.contains("late.ui.test"), SHOWN).await?;
             assert!(listed.contains("docs.ui.test") && listed.contains("new site"), "{listed}");
-            browser.find(Locator::Css("#confirm-approve-yes")).await?.click().await?;
+            browser.click("#confirm-approve-yes", SHOWN).await?;
             browser
                 .eventually_text("#runtime", |t| t.contains("docs.ui.test") && t.contains("late.ui.test"), SHOWN)
                 .await?;
@@ -257,16 +257,16 @@ net_admin! {
 
             // Deny cuts it; a bad name gets the CLI's message.
             let deny = format!("{} button.deny", named("li.runtime", "docs.ui.test"));
-            browser.find(Locator::Css(&deny)).await?.click().await?;
+            browser.click(&deny, SHOWN).await?;
             gone(&browser, &named("li.runtime", "docs.ui.test"), SHOWN).await?;
             assert_blocked(&sb, "docs.ui.test:443").await?;
             assert_reaches(&sb, "late.ui.test:443").await?;
             browser.find(Locator::Css("#allow-input")).await?.send_keys("https://docs.rs").await?;
-            browser.find(Locator::Css("#allow-button")).await?.click().await?;
+            browser.click("#allow-button", SHOWN).await?;
             browser.eventually_text("#message", |t| t.contains("`https://docs.rs`, character 7"), SHOWN).await?;
 
             // Stop, confirmed.
-            browser.find(Locator::Css("#stop")).await?.click().await?;
+            browser.click("#stop", SHOWN).await?;
             browser.wait_for("#confirm-stop-yes", SHOWN).await?.click().await?;
             browser.eventually_text("#message", |t| t.contains("stopped"), Duration::from_secs(30)).await?;
             assert!(project.containers().await?.is_empty(), "the page's stop left the sandbox");
