@@ -60,23 +60,7 @@ impl Kept {
         if !private(&dir) {
             return None;
         }
-        let mut key = Sha256::new();
-        key.update(format!("{stamp}\n"));
-        key.update(cmd!(sh, "rustc -vV").quiet().read().ok()?);
-        key.update(cmd!(sh, "{linker} --version").quiet().read().ok()?);
-        let libc = cmd!(sh, "{linker} -print-file-name=libc.a").quiet().read().ok()?;
-        key.update(std::fs::read(libc.trim()).unwrap_or_default());
-        let mut vars: Vec<(String, String)> =
-            std::env::vars().filter(|(name, _)| shapes_the_build(name)).collect();
-        vars.sort();
-        for (name, value) in vars {
-            key.update(format!("{name}={value}\n"));
-        }
-        for config in cargo_configs(root) {
-            key.update(config.to_string_lossy().as_bytes());
-            key.update(std::fs::read(&config).unwrap_or_default());
-        }
-        let key: String = key.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+        let key = key(sh, root, stamp, linker)?;
         let triple = stamp.rsplit(' ').next().unwrap_or_default();
         Some(Kept { dir, family: format!("{package}-{triple}-"), key })
     }
@@ -122,6 +106,31 @@ impl Kept {
         }
         Ok(())
     }
+}
+
+/// The name of a build of `stamp` (sources hash and triple) in `root` linked by `linker`: what
+/// decides its bytes, hashed. The same for every clone of the same sources on the machine.
+fn key(sh: &Shell, root: &Path, stamp: &str, linker: &str) -> Option<String> {
+    let mut key = Sha256::new();
+    key.update(format!("{stamp}\n"));
+    key.update(cmd!(sh, "rustc -vV").quiet().read().ok()?);
+    key.update(cmd!(sh, "{linker} --version").quiet().read().ok()?);
+    let libc = cmd!(sh, "{linker} -print-file-name=libc.a").quiet().read().ok()?;
+    key.update(std::fs::read(libc.trim()).unwrap_or_default());
+    // CARGO_INCREMENTAL=0 is a release build's default (CI sets it): the same key as unset.
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(name, value)| shapes_the_build(name) && !(name == "CARGO_INCREMENTAL" && value == "0"))
+        .collect();
+    vars.sort();
+    for (name, value) in vars {
+        key.update(format!("{name}={value}\n"));
+    }
+    // Their contents, not where they are: every clone has its own .cargo/config.toml.
+    for config in cargo_configs(root) {
+        key.update(Sha256::digest(std::fs::read(&config).unwrap_or_default()));
+    }
+    let key: String = key.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+    Some(key)
 }
 
 /// The user's, and writable by no one else.
@@ -189,6 +198,33 @@ mod tests {
         std::os::unix::fs::symlink(kept(dir.path(), 3).path(), kept(dir.path(), 7).path()).unwrap();
         assert_eq!(kept(dir.path(), 7).read(), None);
         assert_eq!(kept(dir.path(), 9).read(), None, "nothing kept");
+    }
+
+    /// Two clones of the same sources name the same build, whatever their paths; a flag that
+    /// changes the code names another.
+    #[test]
+    fn two_clones_share_a_key_and_a_changed_flag_does_not() {
+        let clones = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        for clone in &clones {
+            std::fs::create_dir(clone.path().join(".cargo")).unwrap();
+            std::fs::write(clone.path().join(".cargo/config.toml"), "[alias]\nxtask = \"run\"\n").unwrap();
+        }
+        let sh = Shell::new().unwrap();
+        let stamp = "0123 x86_64-unknown-linux-gnu";
+        let [a, b] = clones.each_ref().map(|c| key(&sh, c.path(), stamp, "cc").expect("rustc and cc answer"));
+        assert_eq!(a, b);
+        std::fs::write(clones[1].path().join(".cargo/config.toml"), "[profile.release]\nlto = false\n")
+            .unwrap();
+        assert_ne!(
+            key(&sh, clones[1].path(), stamp, "cc"),
+            Some(a.clone()),
+            "a config that changes the build"
+        );
+        assert_ne!(
+            key(&sh, clones[0].path(), "4567 x86_64-unknown-linux-gnu", "cc"),
+            Some(a),
+            "other sources"
+        );
     }
 
     #[test]
