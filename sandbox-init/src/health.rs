@@ -4,15 +4,17 @@
 //!
 //! Where the firewall is this container's (one container, or sidecar mode's gateway: both run
 //! it as root), it asks the kernel for the table, without its sets' contents: the table must be
-//! active (not dormant), its output and input chains hooked with policy drop, and each chain
-//! must hold as many rules as PID 1 loaded into it (status.json records the counts at every load
-//! and reload), so that a rule inserted ahead of the others shows. What it reads is root's; the
-//! agent (uid 1000, no capability) can change none of it. Sidecar mode's agent container runs
+//! active (not dormant), its output and input chains hooked with policy drop, and its shape
+//! (every chain, rule and set declaration: net/firewall/shape.rs) the one PID 1 recorded when
+//! it read the table back after its last load or reload, so that a rule added, replaced or
+//! removed shows. The sets' contents are not compared: the DNS gate changes them all the time,
+//! and an element root added by hand looks like one the gate added. What it reads is root's;
+//! the agent (uid 1000, no capability) can change none of it. Sidecar mode's agent container runs
 //! the check as the agent's own uid, which could answer for it: it says so and is unhealthy, and
 //! the launcher turns the check off there; the gateway's column is the sandbox's.
 
 use crate::init::Role;
-use crate::net::firewall::{Nft, TABLE};
+use crate::net::firewall::{Nft, TABLE, shape};
 use crate::net::interfaces::Network;
 use crate::policy::layout::STATUS_FILE;
 use crate::status::Status;
@@ -55,7 +57,7 @@ fn own() -> Result<String, String> {
     let table = Nft::find()
         .and_then(|nft| nft.read_table_terse())
         .map_err(|e| format!("cannot read the firewall: {e}"))?;
-    holds(&table, status.rules)?;
+    holds(&table, shape::recorded().as_deref())?;
     Ok(format!(
         "the firewall holds: {TABLE} is active and its output and input chains drop what no rule allows; {} names allowed",
         status.domains.len()
@@ -63,16 +65,16 @@ fn own() -> Result<String, String> {
 }
 
 /// Whether `table` (`nft -j -t list table inet agent_sandbox`: no set contents) is active, with
-/// its output and input chains hooked where they belong with policy drop, holding `rules`
-/// (output, input) rules where PID 1 recorded them.
-pub fn holds(table: &serde_json::Value, rules: Option<[usize; 2]>) -> Result<(), String> {
+/// its output and input chains hooked where they belong with policy drop, and of the shape PID 1
+/// `recorded`.
+pub fn holds(table: &serde_json::Value, recorded: Option<&str>) -> Result<(), String> {
     let items = table["nftables"].as_array().ok_or("nft listed nothing")?;
     let own = items.iter().map(|item| &item["table"]).find(|t| t["name"] == TABLE);
     let own = own.ok_or_else(|| format!("there is no table {TABLE}: the firewall is gone"))?;
     if own["flags"].to_string().contains("dormant") {
         return Err(format!("{TABLE} is dormant: its chains filter nothing"));
     }
-    for (n, name) in DEFAULT_DENY.into_iter().enumerate() {
+    for name in DEFAULT_DENY {
         let chain = items
             .iter()
             .map(|item| &item["chain"])
@@ -84,19 +86,14 @@ pub fn holds(table: &serde_json::Value, rules: Option<[usize; 2]>) -> Result<(),
                 chain["hook"], chain["policy"]
             ));
         }
-        let held = items
-            .iter()
-            .filter(|item| item["rule"]["table"] == TABLE && item["rule"]["chain"] == name)
-            .count();
-        if let Some(loaded) = rules.map(|r| r[n])
-            && held != loaded
-        {
-            return Err(format!(
-                "{TABLE}'s {name} chain holds {held} rules, and sandbox-init loaded {loaded}"
-            ));
-        }
     }
-    Ok(())
+    match recorded {
+        Some(recorded) if shape::of(table) == recorded => Ok(()),
+        Some(_) => Err(format!(
+            "{TABLE} is not the table sandbox-init loaded: a rule, a chain or a set was changed since"
+        )),
+        None => Err("sandbox-init recorded no shape of its table to compare with".into()),
+    }
 }
 
 #[cfg(test)]
@@ -121,29 +118,37 @@ mod tests {
     }
 
     #[test]
-    fn the_table_holds_when_both_chains_drop_by_default_with_the_rules_loaded() {
-        assert_eq!(holds(&table("drop"), Some([2, 1])), Ok(()));
-        assert_eq!(holds(&table("drop"), None), Ok(()), "a status of an older sandbox-init records none");
+    fn the_table_holds_when_both_chains_drop_by_default_in_the_shape_loaded() {
+        let loaded = shape::of(&table("drop"));
+        assert_eq!(holds(&table("drop"), Some(&loaded)), Ok(()));
+        let e = holds(&table("drop"), None).unwrap_err();
+        assert!(e.contains("recorded no shape"), "{e}");
     }
 
     #[test]
     fn an_output_chain_that_accepts_by_default_is_unhealthy() {
-        let e = holds(&table("accept"), Some([2, 1])).unwrap_err();
+        let loaded = shape::of(&table("drop"));
+        let e = holds(&table("accept"), Some(&loaded)).unwrap_err();
         assert!(e.contains("output chain is not hooked to output with policy drop"), "{e}");
     }
 
     #[test]
-    fn a_rule_more_or_less_than_loaded_is_unhealthy() {
-        let e = holds(&table("drop"), Some([1, 1])).unwrap_err();
-        assert!(e.contains("output chain holds 2 rules, and sandbox-init loaded 1"), "{e}");
-        assert!(holds(&table("drop"), Some([2, 2])).unwrap_err().contains("input chain holds 1"));
+    fn a_rule_added_or_replaced_is_unhealthy() {
+        let loaded = shape::of(&table("drop"));
+        let mut replaced = table("drop");
+        replaced["nftables"][5]["rule"]["expr"] = json!([{"accept": null}]);
+        assert!(holds(&replaced, Some(&loaded)).unwrap_err().contains("not the table sandbox-init loaded"));
+        let mut added = table("drop");
+        added["nftables"].as_array_mut().unwrap().push(json!({"rule": {"family": "inet", "table": TABLE, "chain": "output", "handle": 9, "expr": [{"accept": null}]}}));
+        assert!(holds(&added, Some(&loaded)).is_err());
     }
 
     #[test]
     fn a_dormant_table_is_unhealthy() {
+        let loaded = shape::of(&table("drop"));
         let mut dormant = table("drop");
         dormant["nftables"][1]["table"]["flags"] = json!(["dormant"]);
-        assert!(holds(&dormant, Some([2, 1])).unwrap_err().contains("dormant"));
+        assert!(holds(&dormant, Some(&loaded)).unwrap_err().contains("dormant"));
     }
 
     #[test]

@@ -198,8 +198,7 @@ pub fn run() -> Result<u8, Fatal> {
     let forwarder = hold_keys(&agent, &policy, verdicts, gate)?;
     timeline::mark("key forwarder");
     let upstreams = enforcement.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
-    let rules = enforcement.as_ref().map(|e| e.rule_counts(&policy));
-    status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6).with_rules(rules));
+    status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));
 
     if enforcement.as_ref().is_some_and(|e| e.loaded.log) {
         nflog::spawn(denials.clone(), connections.clone());
@@ -372,8 +371,7 @@ async fn reload((mode, ipv6): (FirewallMode, bool), enforcement: Option<&Enforce
     };
     match e.reload(&policy).await {
         Ok(reloaded) => {
-            let status = status::Status::new(mode, &policy, &e.upstreams, e.settings.ipv6);
-            status::write(&status.with_rules(Some(e.rule_counts(&policy))));
+            status::write(&status::Status::new(mode, &policy, &e.upstreams, e.settings.ipv6));
             console::out(format!(
                 "{}: {}, {} addresses kept, {} connections cut, {} ms",
                 crate::policy::layout::RELOADED,

@@ -33,10 +33,6 @@ pub struct Status {
     /// and what the policy lets the agent write there.
     #[serde(default)]
     pub forwarded: Vec<String>,
-    /// The rules PID 1 loaded into the table's output and input chains, which the health check
-    /// counts in the kernel's table; None without a firewall.
-    #[serde(default)]
-    pub rules: Option<[usize; 2]>,
 }
 
 impl Status {
@@ -53,13 +49,7 @@ impl Status {
             upstreams: upstreams.iter().map(IpAddr::to_string).collect(),
             inbound: policy.inbound.iter().copied().collect(),
             forwarded: FORWARDED.get().cloned().unwrap_or_default(),
-            rules: None,
         }
-    }
-
-    /// With the rules PID 1 loaded into the output and input chains.
-    pub fn with_rules(self, rules: Option<[usize; 2]>) -> Status {
-        Status { rules, ..self }
     }
 }
 

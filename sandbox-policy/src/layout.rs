@@ -31,6 +31,9 @@ pub const GITCONFIG: &str = "/run/agent-sandbox/shared/gitconfig";
 /// Written by the gateway once its firewall holds (sidecar mode): the agent's container starts
 /// the session only then. Holds the gateway's ready line.
 pub const GATEWAY_READY: &str = "/run/agent-sandbox/shared/gateway-ready";
+/// The shape of the firewall's table as PID 1 last loaded and read it back, root's alone: the
+/// health check compares the kernel's table with it.
+pub const FIREWALL_SHAPE: &str = "/run/agent-sandbox/firewall-shape.json";
 /// tmux's socket folder: the agent's alone.
 pub const TMUX_TMPDIR: &str = "/run/agent-sandbox/tmux";
 /// The session's status folder: root's, the pane's status file in it the agent's to write.

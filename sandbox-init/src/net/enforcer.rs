@@ -148,12 +148,6 @@ impl Enforcement {
         ruleset(policy, &self.upstreams, elements, self.loaded.log, self.settings)
     }
 
-    /// How many rules the output and input chains of `policy`'s table hold, for the health check.
-    pub fn rule_counts(&self, policy: &Policy) -> [usize; 2] {
-        let ruleset = self.ruleset(policy, &[]);
-        [ruleset.rules().len(), ruleset.input_rules().len()]
-    }
-
     /// Loads the table for `policy`, starts the DNS gate and points resolv.conf at it. The name
     /// check's process starts in [`Enforcement::start_name_check`], once the firewall is
     /// verified.
@@ -175,6 +169,7 @@ impl Enforcement {
         let table = nft.read_table().map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
         verify_table(&table, &ruleset(policy, &upstreams, &[], loaded.log, settings))
             .map_err(|e| Fatal::new(Refusal::VerificationFailed, e))?;
+        record_shape(&table);
         timeline::mark("nft table read back");
         if settings.shape == Shape::Sidecar {
             // The namespace outlives the gateway: what its last run let out (a UDP flow kept
@@ -248,6 +243,14 @@ impl Enforcement {
         let kept = self
             .sink
             .reload(Allowlist::new(policy), |kept| self.nft.apply(&self.ruleset(policy, kept).render()))?;
+        // The health check's reference: the table as loaded now, or none (unhealthy) if unread.
+        match self.nft.read_table_terse() {
+            Ok(table) => record_shape(&table),
+            Err(e) => {
+                let _ = std::fs::remove_file(crate::policy::layout::FIREWALL_SHAPE);
+                console::err(format!("sandbox-init: cannot read the reloaded table back: {e}"));
+            }
+        }
         let open: HashSet<_> = kept.iter().map(|k| (k.addr, k.opening.protocol(), k.port)).collect();
         let cut = match conntrack::revoke(|flow| revokes(policy, &open, Tracked::from(flow))) {
             Ok(cut) => cut,
@@ -263,6 +266,14 @@ impl Enforcement {
             verdicts.recheck(policy.cidrs.clone()).await;
         }
         Ok(Reloaded { kept: kept.len(), cut })
+    }
+}
+
+/// Records the table's shape for the health check (net/firewall/shape.rs); without it the check
+/// says unhealthy, which is what the log line explains.
+fn record_shape(table: &serde_json::Value) {
+    if let Err(e) = crate::net::firewall::shape::record(table) {
+        console::err(format!("sandbox-init: cannot record the table's shape for the health check: {e}"));
     }
 }
 

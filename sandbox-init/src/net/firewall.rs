@@ -4,12 +4,14 @@
 //!
 //! Below it, what else speaks to the kernel's netfilter: the gate's set elements written over
 //! netlink (`setelems`), the connections a reload revokes cut (`conntrack`), rejected packets read
-//! for the denial log (`nflog`), and the netlink framing the three share (`netlink`).
+//! for the denial log (`nflog`), and the netlink framing the three share (`netlink`); and the
+//! table's shape, which the health check compares with the kernel's (`shape`).
 
 pub mod conntrack;
 pub mod netlink;
 pub mod nflog;
 pub mod setelems;
+pub mod shape;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -53,8 +53,8 @@ net_admin! {
             Ok(())
         }
         /// The image's HEALTHCHECK, as the engine runs it: `docker ps` says healthy while the
-        /// table is active, its chains drop what no rule allows and hold the rules PID 1 loaded,
-        /// and unhealthy once a rule is put ahead of them or the table made dormant (as root in
+        /// table is active, its chains drop what no rule allows and it is the table PID 1 loaded,
+        /// and unhealthy once a rule is put ahead of the others or the table made dormant (as root in
         /// the firewall's container, which the agent cannot be). Sidecar mode's agent container
         /// runs no check: there it would run as the agent's own uid.
         #[tokio::test]
@@ -68,7 +68,7 @@ net_admin! {
             }
             let ahead = sb.exec(&["nft", "insert rule inet agent_sandbox output accept"]).await?;
             assert_eq!(ahead.code, 0, "{ahead:?}");
-            health_becomes(sb.root_id(), "unhealthy", "output chain holds", 30).await?;
+            health_becomes(sb.root_id(), "unhealthy", "is not the table sandbox-init loaded", 30).await?;
             let dormant = sb.exec(&["nft", "add table inet agent_sandbox { flags dormant ; }"]).await?;
             assert_eq!(dormant.code, 0, "{dormant:?}");
             health_becomes(sb.root_id(), "unhealthy", "is dormant", 30).await?;
