@@ -7,7 +7,8 @@
 //! statically, the build's environment variables and cargo's configuration files. It is built
 //! in a target folder inside the cache, never the checkout's (which whatever writes the project
 //! could fill with a binary cargo takes as fresh), and taken only if the folder and the file are
-//! the user's and no one else may write them, never through a link.
+//! the user's and no one else may write them, never through a link. A checkout's own copy is
+//! taken only if it is the kept one.
 
 use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
@@ -31,7 +32,17 @@ fn shapes_the_build(name: &str) -> bool {
         "CARGO_INCREMENTAL",
     ];
     const PREFIXES: &[&str] = &["CARGO_BUILD_", "CARGO_PROFILE_", "CARGO_UNSTABLE_"];
+    // The C compiler the cc crate runs for dependencies with C in them (ring): CC, CFLAGS, AR,
+    // their CC_<triple> and TARGET_ forms.
+    const C: &[&str] =
+        &["CC", "CXX", "AR", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "ARFLAGS", "CRATE_CC_NO_DEFAULTS"];
+    let c_tool = |name: &str| {
+        C.iter().any(|c| name == *c || name.starts_with(&format!("{c}_")))
+            || name.starts_with("TARGET_")
+            || name.starts_with("HOST_")
+    };
     EXACT.contains(&name)
+        || c_tool(name)
         || PREFIXES.iter().any(|p| name.starts_with(p))
         // CARGO_TARGET_<TRIPLE>_LINKER, _RUSTFLAGS, …; not the folder.
         || (name.starts_with("CARGO_TARGET_") && !matches!(name, "CARGO_TARGET_DIR" | "CARGO_TARGET_TMPDIR"))
@@ -69,9 +80,13 @@ impl Kept {
         self.dir.join(format!("{}{}", self.family, self.key))
     }
 
-    /// The target folder cargo builds the binaries in: the cache's, not the checkout's.
-    pub fn target_dir(&self) -> PathBuf {
-        self.dir.join("target")
+    /// The target folder cargo builds `root`'s binaries in: the cache's, not the checkout's, and
+    /// one per checkout, since cargo takes a build as fresh by its files' times and paths, and
+    /// one clone's build must never be taken for another's.
+    pub fn target_dir(&self, root: &Path) -> PathBuf {
+        let checkout = Sha256::digest(root.as_os_str().as_encoded_bytes());
+        let checkout: String = checkout.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        self.dir.join("target").join(checkout)
     }
 
     /// The kept binary, if there is one: a file of the user's that no one else may write, opened
@@ -250,7 +265,14 @@ mod tests {
         ] {
             assert!(shapes_the_build(name), "{name}");
         }
-        for name in ["CARGO_TARGET_DIR", "CARGO_MANIFEST_DIR", "CARGO_PKG_VERSION", "CARGO_HOME", "HOME"] {
+        for name in [
+            "CARGO_TARGET_DIR",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_VERSION",
+            "CARGO_HOME",
+            "HOME",
+            "CCACHE_DIR",
+        ] {
             assert!(!shapes_the_build(name), "{name}");
         }
     }

@@ -122,11 +122,10 @@ pub fn static_binary_for(
     let stamp = cache.join(format!("{package}.sources"));
     let triple = platform.triple();
     let hash = format!("{} {triple}", sources_hash(root, sources)?);
-    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == hash)
-        && let Ok(bytes) = std::fs::read(&binary)
-    {
-        return Ok(bytes);
-    }
+    let checkout_copy = std::fs::read_to_string(&stamp)
+        .is_ok_and(|s| s == hash)
+        .then(|| std::fs::read(&binary).ok())
+        .flatten();
     let _dir = sh.push_dir(root);
     let install = |bytes: &[u8]| -> anyhow::Result<()> {
         std::fs::create_dir_all(&cache).with_context(|| format!("cannot create {}", cache.display()))?;
@@ -147,16 +146,23 @@ pub fn static_binary_for(
     }
     let linker = cross.as_ref().map_or("cc", |(_, linker)| *linker);
     let kept = crate::kept::Kept::find(sh, root, package, &hash, linker);
-    if let Some(bytes) = kept.as_ref().and_then(crate::kept::Kept::read) {
-        install(&bytes)?;
-        return Ok(bytes);
+    match (kept.as_ref().and_then(crate::kept::Kept::read), checkout_copy) {
+        // The checkout's copy is taken only if it is the kept one (whatever writes the project
+        // could put both a binary and its stamp there); without a cache, as before.
+        (Some(kept), Some(copy)) if kept == copy => return Ok(copy),
+        (None, Some(copy)) if kept.is_none() => return Ok(copy),
+        (Some(kept), _) => {
+            install(&kept)?;
+            return Ok(kept);
+        }
+        _ => {}
     }
     let _flags = sh.push_env("RUSTFLAGS", "-C target-feature=+crt-static");
     // In target folders of their own (one for the host's, one for other platforms'): they never
     // wait on the workspace's lock (the lint build, the tests' build) or on each other, so
     // `cargo xtask ci` builds them beside those from its start. The cache's where there is one
     // (kept.rs), so that what is kept was never in the checkout.
-    let target_dir = kept.as_ref().map_or_else(|| target_dir.join("agent-sandbox"), |k| k.target_dir());
+    let target_dir = kept.as_ref().map_or_else(|| target_dir.join("agent-sandbox"), |k| k.target_dir(root));
     let target_dir = target_dir.join(if platform == Platform::host() { "static" } else { "cross" });
     let _target = sh.push_env("CARGO_TARGET_DIR", &target_dir);
     let _linker = cross.as_ref().map(|(var, linker)| sh.push_env(var, linker));
@@ -169,8 +175,11 @@ pub fn static_binary_for(
     let built = target_dir.join(triple).join("release").join(package);
     let bytes = std::fs::read(&built).with_context(|| format!("cannot read {}", built.display()))?;
     install(&bytes)?;
-    if let Some(kept) = kept {
-        // Best effort: without it the next clone builds again.
+    // Kept only if the sources did not change while cargo built (best effort: without it the
+    // next clone builds again).
+    if let Some(kept) = kept
+        && sources_hash(root, sources).is_ok_and(|now| hash.starts_with(&now))
+    {
         let _ = kept.keep(&bytes);
     }
     Ok(bytes)
