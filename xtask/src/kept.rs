@@ -11,6 +11,7 @@
 //! taken only if it is the kept one.
 
 use std::io::Write as _;
+use std::os::unix::ffi::OsStringExt as _;
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
@@ -63,11 +64,7 @@ impl Kept {
     /// (`cc` for the host's target); None where there is no cache folder of the user's alone,
     /// or the compiler or linker does not answer.
     pub fn find(sh: &Shell, root: &Path, package: &str, stamp: &str, linker: &str) -> Option<Kept> {
-        let home =
-            std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache"));
-        let cache =
-            std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()).map(PathBuf::from).or(home)?;
-        let dir = cache.join("agent-sandbox/static");
+        let dir = cache_dir()?;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).ok()?;
         if !private(&dir) {
             return None;
@@ -84,10 +81,16 @@ impl Kept {
     /// The target folder cargo builds `root`'s binaries in: the cache's, not the checkout's, and
     /// one per checkout, since cargo takes a build as fresh by its files' times and paths, and
     /// one clone's build must never be taken for another's.
+    /// It names its checkout in a file `checkout`, so that [`prune_targets`] can remove it once
+    /// the checkout is gone.
     pub fn target_dir(&self, root: &Path) -> PathBuf {
         let checkout = Sha256::digest(root.as_os_str().as_encoded_bytes());
         let checkout: String = checkout.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        self.dir.join("target").join(checkout)
+        let dir = self.dir.join("target").join(checkout);
+        // Best effort: without the file the folder is only never pruned.
+        let _ = std::fs::create_dir_all(&dir)
+            .and_then(|_| std::fs::write(dir.join(CHECKOUT), root.as_os_str().as_encoded_bytes()));
+        dir
     }
 
     /// The kept binary, if there is one: a file of the user's that no one else may write, opened
@@ -147,6 +150,53 @@ fn key(sh: &Shell, root: &Path, stamp: &str, linker: &str) -> Option<String> {
     }
     let key: String = key.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
     Some(key)
+}
+
+/// The file naming the checkout a target folder builds.
+const CHECKOUT: &str = "checkout";
+
+/// `$XDG_CACHE_HOME/agent-sandbox/static`, else `~/.cache/…`.
+fn cache_dir() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache"));
+    let cache = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()).map(PathBuf::from).or(home)?;
+    Some(cache.join("agent-sandbox/static"))
+}
+
+/// Removes the cache's target folders whose checkout is gone (`cargo xtask prune`), or, with
+/// `dry_run`, only names them: each with its size in bytes.
+pub fn prune_targets(dry_run: bool) -> Vec<(PathBuf, u64)> {
+    cache_dir().map(|dir| prune_targets_in(&dir.join("target"), dry_run)).unwrap_or_default()
+}
+
+fn prune_targets_in(targets: &Path, dry_run: bool) -> Vec<(PathBuf, u64)> {
+    let mut gone = Vec::new();
+    for entry in std::fs::read_dir(targets).into_iter().flatten().flatten() {
+        let dir = entry.path();
+        let Ok(checkout) = std::fs::read(dir.join(CHECKOUT)) else { continue };
+        let checkout = PathBuf::from(std::ffi::OsString::from_vec(checkout));
+        if checkout.join("Cargo.toml").is_file() {
+            continue;
+        }
+        let size = walkdir_size(&dir);
+        if dry_run || std::fs::remove_dir_all(&dir).is_ok() {
+            gone.push((dir, size));
+        }
+    }
+    gone
+}
+
+/// The bytes of the files under `dir`, links not followed.
+fn walkdir_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => walkdir_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// The user's, and writable by no one else.
@@ -241,6 +291,28 @@ mod tests {
             Some(a),
             "other sources"
         );
+    }
+
+    #[test]
+    fn a_target_folder_goes_with_its_checkout() {
+        let cache = tempfile::tempdir().unwrap();
+        let kept = kept(cache.path(), 0);
+        let (here, gone) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for checkout in [&here, &gone] {
+            std::fs::write(checkout.path().join("Cargo.toml"), "[workspace]\n").unwrap();
+        }
+        let (kept_dir, pruned_dir) = (kept.target_dir(here.path()), kept.target_dir(gone.path()));
+        std::fs::write(pruned_dir.join("built"), [0u8; 100]).unwrap();
+        assert_ne!(kept_dir, pruned_dir);
+        let gone_path = gone.path().to_path_buf();
+        drop(gone);
+        let targets = cache.path().join("target");
+        assert_eq!(prune_targets_in(&targets, true).len(), 1, "named, not removed");
+        assert!(pruned_dir.exists());
+        let pruned = prune_targets_in(&targets, false);
+        assert_eq!(pruned.len(), 1, "{pruned:?} ({} is gone)", gone_path.display());
+        assert!(pruned[0].1 >= 100);
+        assert!(!pruned_dir.exists() && kept_dir.exists());
     }
 
     #[test]

@@ -27,6 +27,11 @@ impl crate::flags::PruneFlags {
         };
         let report = prune(&opts, |image, outcome| eprintln!("{}", describe(image, outcome))).await?;
         eprintln!("{}", report.summary(opts.dry_run));
+        // The static builds' target folders in the user's cache (kept.rs) of checkouts that are gone.
+        for (dir, bytes) in crate::kept::prune_targets(opts.dry_run) {
+            let verb = if opts.dry_run { "would remove" } else { "removed" };
+            eprintln!("{verb} {} ({} MB): its checkout is gone", dir.display(), bytes / 1_000_000);
+        }
         Ok(())
     }
 }
