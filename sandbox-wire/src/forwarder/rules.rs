@@ -7,6 +7,9 @@
 use graphql_parser::query::{Definition, OperationDefinition as Operation, Selection};
 use serde::{Deserialize, Serialize};
 
+use sandbox_policy::ForwardedHost;
+use sandbox_policy::forward::Part;
+
 use crate::forwarder::Refused;
 
 /// What one forwarded host allows. Travels as JSON from PID 1 to the forwarder process.
@@ -81,6 +84,37 @@ pub enum Verdict {
 }
 
 impl Rules {
+    /// The rules of one forwarded host, from its service's policy settings: GitHub's read and
+    /// write lists and mutations, npm's publish list, a declared API's `allow` rules. The
+    /// forwarder keeps to them, and `agent-sandbox policy check` judges by them.
+    pub fn for_host(host: &ForwardedHost) -> Rules {
+        let s = &host.settings;
+        let github = |part| Rules::Github {
+            part,
+            access: GithubAccess {
+                read: s.read.clone().map_or_else(|| vec!["*/*".into()], |r| r.into_iter().collect()),
+                write: s.write.iter().cloned().collect(),
+                mutations: s.mutations.iter().cloned().collect(),
+            },
+        };
+        match host.part {
+            Some(Part::Git) => github(GithubPart::Git),
+            Some(Part::Api) => github(GithubPart::Api),
+            Some(Part::Uploads) => github(GithubPart::Uploads),
+            Some(Part::Raw) => github(GithubPart::Raw),
+            Some(Part::Objects) => github(GithubPart::Objects),
+            Some(Part::Npm) => Rules::Npm { publish: s.publish.iter().cloned().collect() },
+            Some(Part::Model) => Rules::Any,
+            None => Rules::Http {
+                allow: s
+                    .allow
+                    .iter()
+                    .map(|r| HttpRule { methods: r.methods.clone(), path: r.path.clone() })
+                    .collect(),
+            },
+        }
+    }
+
     /// The verdict on a request's method, path and query, before its body is read.
     pub fn judge_head(&self, req: &Request) -> Result<Verdict, Refused> {
         match self {

@@ -14,7 +14,7 @@ use crate::policy::forward::{Auth, Part, builtin};
 use crate::policy::{ForwardedHost, Policy};
 use crate::privileges::AgentPrivileges;
 use sandbox_wire::forwarder::request::Route;
-use sandbox_wire::forwarder::rules::{GithubAccess, GithubPart, HttpRule, Rules};
+use sandbox_wire::forwarder::rules::{HttpRule, Rules};
 
 use crate::secrets::read_secret;
 
@@ -115,40 +115,12 @@ pub fn routes(policy: &Policy, agent: &AgentPrivileges, secrets: &Path) -> Resul
             (Auth::None, None) => None,
         });
         let strip = strip_list(auth.as_ref().map(|(header, _)| header.as_str()));
-        let rules = rules_for(&host);
+        let rules = Rules::for_host(&host);
         let env = host_env(&host);
         let from = token.map(|(_, from)| from);
         out.push(ServiceRoute { auth, from, strip, path: None, inspect: None, rules, env, host });
     }
     Ok(out)
-}
-
-fn rules_for(host: &ForwardedHost) -> Rules {
-    let s = &host.settings;
-    let github = |part| Rules::Github {
-        part,
-        access: GithubAccess {
-            read: s.read.clone().map_or_else(|| vec!["*/*".into()], |r| r.into_iter().collect()),
-            write: s.write.iter().cloned().collect(),
-            mutations: s.mutations.iter().cloned().collect(),
-        },
-    };
-    match host.part {
-        Some(Part::Git) => github(GithubPart::Git),
-        Some(Part::Api) => github(GithubPart::Api),
-        Some(Part::Uploads) => github(GithubPart::Uploads),
-        Some(Part::Raw) => github(GithubPart::Raw),
-        Some(Part::Objects) => github(GithubPart::Objects),
-        Some(Part::Npm) => Rules::Npm { publish: s.publish.iter().cloned().collect() },
-        Some(Part::Model) => Rules::Any,
-        None => Rules::Http {
-            allow: s
-                .allow
-                .iter()
-                .map(|r| HttpRule { methods: r.methods.clone(), path: r.path.clone() })
-                .collect(),
-        },
-    }
 }
 
 /// The tokens of the built-in services a policy keeps direct (`forward: {github: {direct:
