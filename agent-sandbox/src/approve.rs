@@ -161,7 +161,7 @@ async fn read_text(sandbox: &Sandbox, path: &str) -> Result<Option<String>> {
 
 /// The policy in the sandbox: its baked policy and drop-ins, read out and loaded as sandbox-init
 /// loads them; with `runtime`, as it will be once the runtime drop-in holds those entries.
-async fn policy_in(sandbox: &Sandbox, runtime: Option<&[String]>) -> Result<Policy> {
+pub async fn policy_in(sandbox: &Sandbox, runtime: Option<&[String]>) -> Result<Policy> {
     let dir = tempfile::tempdir()
         .map_err(|e| Failure::new(Code::Engine, format!("cannot make a temporary folder: {e}")))?;
     let baked = dir.path().join("policy.yaml");

@@ -25,7 +25,7 @@ const ROOT_AFTER_HELP: &str = "Examples:\n  \
     73  verify: a check failed (the scorecard says which, and what it means)\n  \
     74  ui: an approval the page sent no longer matches the queue (the page looks again)\n\n\
     exec exits with its command's status instead, and with these codes only where it cannot run \
-    the command at all.";
+    the command at all. policy check exits 1 when it refuses a target.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -186,6 +186,9 @@ pub enum Command {
             The JSON's schema: docs/verify.schema.json."
     )]
     Verify(VerifyFlags),
+    /// Say whether a policy lets the agent reach URLs, and why, without sending anything
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Serve a local web page to watch every sandbox, approve what agents ask for, and see what they connect to
     #[command(
         long_about = "Serve a local web page to watch every sandbox: which run, what each agent's \
@@ -202,6 +205,49 @@ pub enum Command {
             agent-sandbox ui --port 8750 --no-open"
     )]
     Ui(UiFlags),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Say whether a policy lets the agent reach each URL or HOST:PORT, and why
+    #[command(
+        long_about = "Say whether a policy lets the agent reach each target, and why, without sending \
+            anything: the entry or range that opens it, or what refuses it (a name not in the policy, \
+            a port it does not open, the forwarder's rule for GitHub, npm or a declared API) and what \
+            would allow it. The policy is a running sandbox's, as in force now (its image's, its \
+            drop-ins, what `allow` gave), with --policy files added; or the --policy files alone.\n\n\
+            A target is a URL (GET unless a method comes before it: 'POST https://api.github.com/gists'), \
+            or HOST:PORT for a connection that is not HTTP. Names are judged as the DNS gate judges \
+            them, before any answer: a name allowed here is still refused an answer that points at \
+            the user's network (unless its entry says private), this host, or a cloud metadata \
+            service. A model API whose key the sandbox holds is reached through the forwarder too, \
+            which this does not judge.\n\n\
+            Exit status: 0 when every target is allowed, 1 when one is refused.",
+        after_help = "Examples:\n  \
+            agent-sandbox policy check claude https://docs.rs/ pypi.org:443\n  \
+            agent-sandbox policy check claude 'POST https://api.github.com/gists'\n  \
+            agent-sandbox policy check --policy team.yaml https://registry.npmjs.org/ --json\n  \
+            agent-sandbox policy check claude --policy more.yaml POST https://api.github.com/graphql --body query.json"
+    )]
+    Check(PolicyCheckFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct PolicyCheckFlags {
+    /// A running sandbox (its agent, project or container name), then the targets: URLs, `METHOD
+    /// URL`, HOST:PORT. Without a sandbox, --policy gives the policy
+    #[arg(value_name = "SANDBOX|TARGET", required = true)]
+    pub targets: Vec<String>,
+    /// Judge with this policy file too (YAML, or a .txt list of domains; repeatable)
+    #[arg(long, value_name = "FILE")]
+    pub policy: Vec<PathBuf>,
+    /// The body of the requests, for the forwarder rules that read one (GitHub's GraphQL
+    /// mutations, git LFS batches)
+    #[arg(long, value_name = "FILE")]
+    pub body: Option<PathBuf>,
+    /// The answers as one JSON array: target, allowed, reason, change
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

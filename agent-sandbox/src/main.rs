@@ -19,6 +19,7 @@ mod k8s;
 mod logs;
 mod ls;
 mod pending;
+mod policy;
 mod queue;
 mod run;
 mod say;
@@ -32,7 +33,7 @@ mod verify;
 use clap::Parser as _;
 
 use crate::exit::{Code, Result};
-use crate::flags::{Cli, Command};
+use crate::flags::{Cli, Command, PolicyCommand};
 
 fn main() {
     let cli = Cli::parse();
@@ -69,6 +70,7 @@ async fn dispatch(command: Command) -> Result<i32> {
         Command::Pending(flags) => pending::run(&flags).await,
         Command::K8s(flags) => k8s::run(&flags).await,
         Command::Verify(flags) => verify::run(&flags).await,
+        Command::Policy(PolicyCommand::Check(flags)) => policy::run(&flags).await,
         Command::Ui(flags) => ui::run(&flags).await,
     }
 }
@@ -89,6 +91,12 @@ mod tests {
         for sub in cli.get_subcommands_mut() {
             text.push_str(&format!("\n===== {} --help =====\n", sub.get_name()));
             text.push_str(&sub.render_long_help().to_string());
+            let parent = sub.get_name().to_string();
+            let nested = sub.get_subcommands_mut().filter(|n| n.get_name() != "help" && parent != "help");
+            for nested in nested {
+                text.push_str(&format!("\n===== {parent} {} --help =====\n", nested.get_name()));
+                text.push_str(&nested.render_long_help().to_string());
+            }
         }
         insta::assert_snapshot!(text);
     }

@@ -6,6 +6,7 @@
 //! received and what its repositories hold. NET_ADMIN, private networks.
 
 use sandbox_tests::docker::{TestNet, exec};
+use sandbox_tests::launcher::Launcher;
 use sandbox_tests::peers::Peer;
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::{SandboxSpec, ca_secret_file, secret_file};
@@ -78,6 +79,23 @@ async fn ask(sb: &Sandbox, port: u16, request: &str) -> anyhow::Result<(String, 
     let mut lines = answer.split("\\n").filter(|l| !l.trim().is_empty());
     let status = lines.next().unwrap_or_default().to_string();
     Ok((status, lines.last().unwrap_or_default().to_string()))
+}
+
+/// `agent-sandbox policy check --policy FILE` of a raw request as `ask` sends it (its method,
+/// path and body) to `host`: whether it says allowed (by its exit status), and what it printed.
+async fn check(policy: &std::path::Path, host: &str, request: &str) -> anyhow::Result<(bool, String)> {
+    let (head, body) = request.split_once("\\r\\n\\r\\n").unwrap_or((request, ""));
+    let mut words = head.split(' ');
+    let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let dir = tempfile::tempdir()?;
+    let body_file = dir.path().join("body");
+    std::fs::write(&body_file, body)?;
+    let policy = policy.to_string_lossy().into_owned();
+    let target = format!("{method} https://{host}{path}");
+    let args = ["policy", "check", "--policy", &policy, "--body", &body_file.to_string_lossy(), &target];
+    let out = Launcher::new()?.run(&args).await?;
+    anyhow::ensure!(matches!(out.code, 0 | 1), "policy check {target}: {out:?}");
+    Ok((out.code == 0, out.stdout))
 }
 
 fn post(path: &str, body: &str, extra: &str) -> String {
@@ -155,7 +173,9 @@ net_admin! {
         #[tokio::test]
         async fn the_api_keeps_to_the_rules_and_the_agents_own_connections_are_refused() -> anyhow::Result<()> {
             let policy = "version: 1\nforward:\n  github:\n    write: [octo/hello]\n";
-            let (_net, peer, sb, _dir) = forge("fwd-api", SandboxSpec::smallest().await?, policy).await?;
+            let (_net, peer, sb, dir) = forge("fwd-api", SandboxSpec::smallest().await?, policy).await?;
+            let policy_file = dir.path().join("forward.yaml");
+            std::fs::write(&policy_file, policy)?;
             let api = 15111;
             // Each refusal names the rule, and the policy key that would allow it where one does.
             let key = "forward: {github:";
@@ -185,6 +205,13 @@ net_admin! {
                 ),
             ] {
                 let (status, line) = ask(&sb, api, &request).await?;
+                // `policy check` of the same request, with the same policy, says what the
+                // forwarder did.
+                let checked = check(&policy_file, "api.github.com", &request).await?;
+                assert_eq!(checked.0, refusal.is_none(), "policy check of {request}: {}", checked.1);
+                if let Some(why) = refusal {
+                    assert!(checked.1.contains(why), "policy check of {request}: {}", checked.1);
+                }
                 match refusal {
                     None => assert!(status.starts_with("HTTP/1.1 200"), "{request}: {status} {line}"),
                     Some(why) => {

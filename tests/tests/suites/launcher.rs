@@ -581,6 +581,16 @@ net_admin! {
 
             let refused = connect(&sb, "docs.launcher.test").await?;
             assert!(refused.outcome().starts_with("dns:"), "the name was not refused at first: {:?}", refused.fields);
+            // `policy check` of the running sandbox says what it did, and what would change it.
+            let check = ["policy", "check", name.as_str(), "https://docs.launcher.test/", "docs.launcher.test:443"];
+            let said = launcher.run(&check).await?;
+            assert_eq!(said.code, 1, "{said:?}");
+            assert!(
+                said.stdout.contains("refused  https://docs.launcher.test/")
+                    && said.stdout.contains("docs.launcher.test is not in the policy")
+                    && said.stdout.contains(&format!("to allow it: agent-sandbox allow {name} docs.launcher.test\n")),
+                "{said:?}"
+            );
             let pending = launcher.ok(&["pending", &name, "--json"]).await?;
             let queue: Vec<serde_json::Value> = serde_json::from_str(&pending.stdout)?;
             let entry =
@@ -598,6 +608,13 @@ net_admin! {
             launcher.ok(&["allow", &name, "--pending", "--yes", "1"]).await?;
             let allowed = connect(&sb, "docs.launcher.test").await?;
             assert_eq!(allowed.outcome(), "connected", "allow did not open the name: {:?}", allowed.fields);
+            let said = launcher.run(&check).await?;
+            assert_eq!(said.code, 0, "{said:?}");
+            assert!(said.stdout.contains("the entry docs.launcher.test opens it ("), "{said:?}");
+            let json = launcher.ok(&[&check[..], &["--json"]].concat()).await?;
+            let answers: Vec<serde_json::Value> = serde_json::from_str(&json.stdout)?;
+            assert_eq!(answers.len(), 2, "{answers:?}");
+            assert!(answers.iter().all(|a| a["allowed"] == true && a["reason"].is_string()), "{answers:?}");
             assert_eq!(pane_pid(&id).await?, pid, "the session was restarted");
             let empty = launcher.ok(&["pending", &name, "--json"]).await?;
             assert_eq!(
@@ -612,6 +629,7 @@ net_admin! {
                 "deny left it open: {:?}",
                 closed.fields
             );
+            assert_eq!(launcher.run(&check).await?.code, 1, "policy check still allows a denied name");
             assert_eq!(pane_pid(&id).await?, pid, "the session was restarted");
             // A name refused after the approval is queued, until dismissed. (Another name: the denial
             // log folds a name refused again within 10 s into its next line.)
