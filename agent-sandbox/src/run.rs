@@ -255,7 +255,7 @@ fn runsc_network(args: &[String]) -> Option<&str> {
 /// image's configuration, which names its layers' contents: one id, one file. A copy that does
 /// not parse is read again from the container.
 async fn baked_policy(sandbox: &Sandbox, image_id: &str) -> Result<Policy> {
-    let kept = cache_home().and_then(|home| policy_copy(&home, image_id));
+    let kept = sandbox_images::cache_home().and_then(|home| policy_copy(&home, image_id));
     if let Some(policy) = kept.as_deref().and_then(read_own).and_then(|b| parse_baked_policy(&b).ok()) {
         return Ok(policy);
     }
@@ -267,12 +267,6 @@ async fn baked_policy(sandbox: &Sandbox, image_id: &str) -> Result<Policy> {
         let _ = keep(&path, &bytes);
     }
     Ok(policy)
-}
-
-/// `$XDG_CACHE_HOME`, else `~/.cache`.
-fn cache_home() -> Option<std::path::PathBuf> {
-    let xdg = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
-    xdg.or_else(|| std::env::var_os("HOME").map(|home| std::path::PathBuf::from(home).join(".cache")))
 }
 
 /// Where the policy of the image `id` is kept under `cache`; None for an id that is no

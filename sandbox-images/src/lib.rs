@@ -8,3 +8,10 @@ pub mod labels;
 pub mod lock;
 pub mod naming;
 pub mod platform;
+
+/// Where this user's caches live: `$XDG_CACHE_HOME`, else `~/.cache`. The launcher keeps the
+/// images' baked policies under it, the build the static binaries, the suites trivy's layers.
+pub fn cache_home() -> Option<std::path::PathBuf> {
+    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|home| home.join(".cache")))
+}

@@ -24,6 +24,21 @@ pub fn run(command: &mut Command) -> anyhow::Result<(bool, String)> {
     Ok((out.status.success(), said))
 }
 
+/// trivy's cache for image scans, kept between runs and checkouts in the user's cache
+/// (`$XDG_CACHE_HOME/agent-sandbox/trivy`): trivy keys what it found in a layer by the layer's
+/// digest and its analysers' versions, so only what changed is read again. A temporary folder
+/// where the user has no cache folder.
+pub fn trivy_cache() -> anyhow::Result<std::path::PathBuf> {
+    match sandbox_images::cache_home() {
+        Some(home) => {
+            let dir = home.join("agent-sandbox/trivy");
+            std::fs::create_dir_all(&dir)?;
+            Ok(dir)
+        }
+        None => Ok(tempfile::tempdir()?.keep()),
+    }
+}
+
 /// trivy's secret and misconfiguration scans of an image in the local engine (no vulnerability
 /// database: nothing is downloaded), with the root's .trivyignore: what it finds, as
 /// `ID: title (where)`. `cache`: trivy's, where the layers it read are kept, so that the layers

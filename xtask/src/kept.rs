@@ -157,9 +157,7 @@ const CHECKOUT: &str = "checkout";
 
 /// `$XDG_CACHE_HOME/agent-sandbox/static`, else `~/.cache/…`.
 fn cache_dir() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache"));
-    let cache = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()).map(PathBuf::from).or(home)?;
-    Some(cache.join("agent-sandbox/static"))
+    Some(sandbox_images::cache_home()?.join("agent-sandbox/static"))
 }
 
 /// Removes the cache's target folders whose checkout is gone (`cargo xtask prune`), or, with

@@ -133,7 +133,10 @@ fn every_trivyignore_entry_gives_its_reason_and_a_test_that_exists() -> anyhow::
 }
 
 /// trivy's secret and misconfiguration scans of every image, as users run them on what they
-/// pull, one after another with one cache, so that the layers they share are read once.
+/// pull, one after another with one cache, so that the layers they share are read once: trivy's
+/// own, kept in the user's cache between runs (`scan::trivy_cache`), where what it found in a
+/// layer is kept by the layer's digest and trivy's analysers' versions, so a layer unchanged
+/// since the last run is not read again; the findings are filtered by .trivyignore after.
 #[tokio::test]
 async fn trivy_finds_no_secret_or_misconfiguration_in_any_image() -> anyhow::Result<()> {
     let mut tags = Vec::new();
@@ -142,13 +145,11 @@ async fn trivy_finds_no_secret_or_misconfiguration_in_any_image() -> anyhow::Res
         tags.push(sandbox_tests::images::image(name).await?);
     }
     let found = tokio::task::spawn_blocking(move || {
-        let cache = tempfile::tempdir()?;
+        let cache = sandbox_tests::scan::trivy_cache()?;
         let mut found = Vec::new();
         for tag in tags {
             found.extend(
-                sandbox_tests::scan::trivy_image(&tag, cache.path())?
-                    .into_iter()
-                    .map(|f| format!("{tag}: {f}")),
+                sandbox_tests::scan::trivy_image(&tag, &cache)?.into_iter().map(|f| format!("{tag}: {f}")),
             );
         }
         anyhow::Ok(found)
