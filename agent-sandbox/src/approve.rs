@@ -376,6 +376,15 @@ async fn denial_lines(sandbox: &Sandbox) -> Result<String> {
     ))
 }
 
+/// The sandbox's policy in force and everything its denial log holds, read as the queue reads
+/// it but from the start (`why`).
+pub async fn record(sandbox: &Sandbox) -> Result<(Policy, Queue)> {
+    let lines = denial_lines(sandbox).await?;
+    let policy = policy_in(sandbox, None).await?;
+    let record = queue(&lines, "", &policy);
+    Ok((policy, record))
+}
+
 /// The sandbox's approval queue: refused names after the mark, not allowed now.
 async fn read_queue(sandbox: &Sandbox) -> Result<Queue> {
     let lines = denial_lines(sandbox).await?;

@@ -25,7 +25,7 @@ const ROOT_AFTER_HELP: &str = "Examples:\n  \
     73  verify: a check failed (the scorecard says which, and what it means)\n  \
     74  ui: an approval the page sent no longer matches the queue (the page looks again)\n\n\
     exec exits with its command's status instead, and with these codes only where it cannot run \
-    the command at all. policy check exits 1 when it refuses a target.";
+    the command at all. policy check and why exit 1 when they refuse a target.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -186,6 +186,20 @@ pub enum Command {
             The JSON's schema: docs/verify.schema.json."
     )]
     Verify(VerifyFlags),
+    /// Say whether a running sandbox's agent reaches a name or URL, and why not
+    #[command(
+        long_about = "Say whether a running sandbox's agent reaches each name or URL, and why not: \
+            what its policy in force says (as `policy check` judges: the entry, the port, the \
+            forwarder's rule), and what the sandbox recorded that the policy alone does not say: an \
+            upload budget spent this hour, a DNS answer that pointed into your network or at a \
+            metadata service, how often and when the name was refused. A refusal ends with the \
+            command that would allow it, where one would.\n\n\
+            Exit status: 0 when the agent reaches every target, 1 when one is refused.",
+        after_help = "Examples:\n  \
+            agent-sandbox why claude docs.rs\n  \
+            agent-sandbox why claude https://uploads.example.com/ 'POST https://api.github.com/gists'"
+    )]
+    Why(WhyFlags),
     /// Say whether a policy lets the agent reach URLs, and why, without sending anything
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -205,6 +219,18 @@ pub enum Command {
             agent-sandbox ui --port 8750 --no-open"
     )]
     Ui(UiFlags),
+}
+
+#[derive(Debug, Args)]
+pub struct WhyFlags {
+    #[command(flatten)]
+    pub which: SandboxFlag,
+    /// Names (port 443), HOST:PORT, URLs, `METHOD URL`
+    #[arg(value_name = "TARGET", required = true)]
+    pub targets: Vec<String>,
+    /// The answers as one JSON array: target, allowed, reason, change
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -29,6 +29,7 @@ mod stop;
 mod terminal;
 mod ui;
 mod verify;
+mod why;
 
 use clap::Parser as _;
 
@@ -71,6 +72,7 @@ async fn dispatch(command: Command) -> Result<i32> {
         Command::K8s(flags) => k8s::run(&flags).await,
         Command::Verify(flags) => verify::run(&flags).await,
         Command::Policy(PolicyCommand::Check(flags)) => policy::run(&flags).await,
+        Command::Why(flags) => why::run(&flags).await,
         Command::Ui(flags) => ui::run(&flags).await,
     }
 }

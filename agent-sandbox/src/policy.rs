@@ -61,7 +61,7 @@ pub struct Answer {
 }
 
 /// The targets of the command line: `URL`, `METHOD URL` (as one argument or two) or `HOST:PORT`.
-pub fn targets(words: &[String]) -> std::result::Result<Vec<Target>, String> {
+pub fn targets(words: &[String], bare: bool) -> std::result::Result<Vec<Target>, String> {
     let mut out = Vec::new();
     let mut method: Option<String> = None;
     for word in words {
@@ -76,7 +76,7 @@ pub fn targets(words: &[String]) -> std::result::Result<Vec<Target>, String> {
             continue;
         }
         let method = m.or_else(|| method.take());
-        let mut target = parse(rest, method)?;
+        let mut target = parse(rest, method, bare)?;
         target.text = word.clone();
         out.push(target);
     }
@@ -91,8 +91,9 @@ fn is_method(word: &str) -> bool {
     !word.is_empty() && word.len() <= 16 && word.bytes().all(|b| b.is_ascii_uppercase())
 }
 
-/// One target: `http(s)://HOST[:PORT]/PATH?QUERY` (GET unless `method`), or `HOST:PORT`.
-pub fn parse(text: &str, method: Option<String>) -> std::result::Result<Target, String> {
+/// One target: `http(s)://HOST[:PORT]/PATH?QUERY` (GET unless `method`), or `HOST:PORT`; with
+/// `bare`, a name alone too, as `NAME:443`.
+pub fn parse(text: &str, method: Option<String>, bare: bool) -> std::result::Result<Target, String> {
     let bad =
         |why: &str| format!("{text}: {why}: a target is a URL (https://docs.rs/), `POST URL`, or HOST:PORT");
     if text.contains("://") {
@@ -126,7 +127,11 @@ pub fn parse(text: &str, method: Option<String>) -> std::result::Result<Target, 
     if method.is_some() {
         return Err(bad("a method needs a URL"));
     }
-    let (host, port) = text.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+    let (host, port) = match text.rsplit_once(':') {
+        Some(split) => split,
+        None if bare => (text, "443"),
+        None => return Err(bad("no port")),
+    };
     let port: u16 = port.parse().ok().filter(|p| *p != 0).ok_or_else(|| bad("the port is not 1 to 65535"))?;
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     let host = match host.parse::<IpAddr>() {
@@ -340,7 +345,7 @@ pub async fn run(flags: &PolicyCheckFlags) -> Result<i32> {
         }
         _ => (None, &words[..]),
     };
-    let targets = targets(words).map_err(|e| Failure::new(Code::BadArgument, e))?;
+    let targets = targets(words, false).map_err(|e| Failure::new(Code::BadArgument, e))?;
     if targets.is_empty() {
         return Err(Failure::new(
             Code::BadArgument,
@@ -365,23 +370,25 @@ pub async fn run(flags: &PolicyCheckFlags) -> Result<i32> {
         None => None,
     };
     let answers: Vec<Answer> = targets.iter().map(|t| judge(&policy, t, sandbox, body.as_deref())).collect();
-    if flags.json {
-        crate::say::json(&answers);
-    } else {
-        for a in &answers {
-            let mut text = format!(
-                "{}  {}\n         {}\n",
-                if a.allowed { "allowed" } else { "refused" },
-                a.target,
-                a.reason
-            );
-            if let Some(change) = &a.change {
-                text.push_str(&format!("         to allow it: {change}\n"));
-            }
-            crate::say::out(&text);
-        }
-    }
+    show(&answers, flags.json);
     Ok(if answers.iter().all(|a| a.allowed) { 0 } else { 1 })
+}
+
+/// The answers as `policy check` and `why` print them (escaped: names and reasons may be the
+/// agent's), or as JSON.
+pub fn show(answers: &[Answer], json: bool) {
+    if json {
+        crate::say::json(&answers);
+        return;
+    }
+    for a in answers {
+        let verdict = if a.allowed { "allowed" } else { "refused" };
+        let mut text = format!("{verdict}  {}\n         {}\n", a.target, a.reason);
+        if let Some(change) = &a.change {
+            text.push_str(&format!("         to allow it: {change}\n"));
+        }
+        crate::say::out(&text);
+    }
 }
 
 fn read(file: &Path) -> Result<Policy> {

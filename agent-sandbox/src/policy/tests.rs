@@ -31,7 +31,7 @@ fn policy() -> Policy {
 }
 
 fn one(text: &str) -> Answer {
-    let targets = targets(&[text.to_string()]).unwrap_or_else(|e| panic!("{text}: {e}"));
+    let targets = targets(&[text.to_string()], false).unwrap_or_else(|e| panic!("{text}: {e}"));
     judge(&policy(), &targets[0], Some("claude"), None)
 }
 
@@ -75,7 +75,7 @@ fn names_are_judged_by_their_entries_and_ports() {
 
 #[test]
 fn unicode_names_are_judged_as_the_punycode_dns_carries() {
-    let target = &targets(&["https://bücher.example/".into()]).unwrap()[0];
+    let target = &targets(&["https://bücher.example/".into()], false).unwrap()[0];
     assert_eq!(target.host, Host::Name("xn--bcher-kva.example".into()));
     refused(
         "https://bücher.example/",
@@ -142,7 +142,7 @@ fn github_is_judged_by_the_forwarders_rules() {
 #[test]
 fn a_body_the_forwarder_reads_is_judged_when_given() {
     let policy = policy();
-    let target = &targets(&["POST".into(), "https://api.github.com/graphql".into()]).unwrap()[0];
+    let target = &targets(&["POST".into(), "https://api.github.com/graphql".into()], false).unwrap()[0];
     let answer = judge(&policy, target, None, None);
     assert!(!answer.allowed && answer.reason.contains("give it with --body FILE"), "{answer:?}");
     let query = br#"{"query": "query { viewer { login } }"}"#;
@@ -165,14 +165,14 @@ fn a_declared_api_is_judged_by_its_allow_rules() {
 
 #[test]
 fn without_a_sandbox_the_change_is_a_policy_files_entry() {
-    let target = &targets(&["https://example.com/".into()]).unwrap()[0];
+    let target = &targets(&["https://example.com/".into()], false).unwrap()[0];
     let answer = judge(&policy(), target, None, None);
     assert_eq!(answer.change.as_deref(), Some("example.com in a policy file's `domains:`"));
 }
 
 #[test]
 fn targets_are_urls_methods_and_host_ports_and_nothing_else() {
-    let words = |w: &[&str]| targets(&w.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let words = |w: &[&str]| targets(&w.iter().map(|s| s.to_string()).collect::<Vec<_>>(), false);
     let both = words(&["POST https://a.example/x?y=1", "PUT", "https://b.example/", "c.example:22"]).unwrap();
     let shown: Vec<_> =
         both.iter().map(|t| (t.method.as_deref(), t.host.to_string(), t.port, t.path.as_str())).collect();
@@ -196,4 +196,14 @@ fn targets_are_urls_methods_and_host_ports_and_nothing_else() {
         let error = words(bad).expect_err(&format!("{bad:?} is taken"));
         assert!(error.contains("a target is a URL") || error.contains("method"), "{bad:?}: {error}");
     }
+}
+
+#[test]
+fn a_bare_name_is_a_connection_on_443_where_it_is_taken() {
+    let bare = targets(&["docs.rs".into()], true).unwrap();
+    assert_eq!(
+        (bare[0].host.to_string(), bare[0].port, bare[0].method.clone()),
+        ("docs.rs".into(), 443, None)
+    );
+    assert!(targets(&["docs.rs".into()], false).is_err());
 }

@@ -544,6 +544,16 @@ net_admin! {
                 text.stdout.contains("UPLOAD BUDGET SPENT") && text.stdout.contains("up.launcher.test"),
                 "{text:?}"
             );
+            // `why` says what the policy alone does not: allowed, but its budget is spent.
+            let why = launcher.run(&["why", &name, "up.launcher.test:80"]).await?;
+            assert_eq!(why.code, 1, "{why:?}");
+            assert!(
+                why.stdout.contains("upload budget of 1000000 bytes an hour (up.launcher.test) was spent")
+                    && why.stdout.contains(&format!(
+                        "to allow it: agent-sandbox allow {name} up.launcher.test --upload SIZE (above 1000000)"
+                    )),
+                "{why:?}"
+            );
 
             let bad = launcher.run(&["allow", &name, "up.launcher.test", "--upload", "lots"]).await?;
             assert_eq!(bad.code, 64, "{bad:?}");
@@ -551,6 +561,8 @@ net_admin! {
             launcher.ok(&["allow", &name, "up.launcher.test", "--upload", "64MB"]).await?;
             let (outcome, sent) = upload(&sb, "up.launcher.test", 3_000_000).await?;
             assert_eq!((outcome.as_str(), sent), ("sent", 3_000_000), "the raised budget");
+            let why = launcher.run(&["why", &name, "up.launcher.test:80"]).await?;
+            assert_eq!(why.code, 0, "a raised budget is still spent to `why`: {why:?}");
             let log = peer.log().await?;
             let last: u64 = log
                 .iter()
@@ -585,6 +597,9 @@ net_admin! {
             let check = ["policy", "check", name.as_str(), "https://docs.launcher.test/", "docs.launcher.test:443"];
             let said = launcher.run(&check).await?;
             assert_eq!(said.code, 1, "{said:?}");
+            let why = launcher.run(&["why", &name, "docs.launcher.test"]).await?;
+            assert_eq!(why.code, 1, "{why:?}");
+            assert!(why.stdout.contains("; the DNS gate refused it "), "{why:?}");
             assert!(
                 said.stdout.contains("refused  https://docs.launcher.test/")
                     && said.stdout.contains("docs.launcher.test is not in the policy")
