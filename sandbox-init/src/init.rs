@@ -16,7 +16,7 @@ use crate::net::firewall::{FirewallMode, Shape, max_addresses, nflog};
 use crate::net::forwarder::service::{Forwarder, hold_keys};
 use crate::net::interfaces::Network;
 use crate::net::namecheck::{self, NAME_CHECK_ENV};
-use crate::policy::layout::{GATEWAY_READY, ROLE_ENV};
+use crate::policy::layout::{GATEWAY_READY, READY_MARK, ROLE_ENV};
 use crate::policy::{BAKED_POLICY, DROP_IN_DIR, Policy};
 use crate::privileges::{AGENT_USER, AgentPrivileges, CAP_NET_ADMIN, Capabilities};
 use crate::process::{self, restart_if_reaped};
@@ -227,6 +227,9 @@ pub fn run() -> Result<u8, Fatal> {
     let gateway = if role == Role::Gateway { "gateway: " } else { "" };
     let ready =
         format!("{}: {gateway}{summary}, {} ms", crate::policy::layout::READY, started.elapsed().as_millis());
+    // sandbox-exec runs commands from here on, and not before (ready.rs).
+    crate::ready::mark()
+        .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot write {READY_MARK}: {e}")))?;
     if role == Role::Gateway {
         // The agent's container starts its session once this is there (sidecar.rs).
         crate::sidecar::write_ready(&ready)

@@ -16,6 +16,7 @@ pub use sandbox_policy as policy;
 pub mod privileges;
 pub mod process;
 pub mod procfs;
+pub mod ready;
 pub mod secrets;
 pub mod session;
 pub mod sidecar;

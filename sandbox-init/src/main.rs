@@ -4,6 +4,7 @@
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use sandbox_init::exit::{self, Refusal};
 use sandbox_init::policy::{BAKED_POLICY, DROP_IN_DIR, Policy, PolicyError};
@@ -22,7 +23,8 @@ Usage:
                                as `agent` in tmux session $TMUX_SESSION and stay as init
   sandbox-init check [FILE…]   validate policy files offline (.yaml, .yml, or .txt lists);
                                without FILE, the container's own policy and drop-ins
-  sandbox-exec [--] CMD [ARG…] run CMD as the agent, without capabilities (docker exec C …)
+  sandbox-exec [--] CMD [ARG…] run CMD as the agent, without capabilities (docker exec C …),
+                               once this start's PID 1 has said `sandbox ready`
   sandbox-attach [SESSION]     attach to the agent's tmux session (docker exec -it C …)
   sandbox-init hold            sidecar mode's network holder: do nothing until SIGTERM or
                                SIGINT, owning the network namespace the gateway and the
@@ -44,10 +46,13 @@ Environment:
                                 SANDBOX_UNATTENDED_ARGS and _ENV: it acts without asking
   ASSISTANT_CMD                 the agent command (set by each image)
   TMUX_SESSION                  the session name (default: agent)
+  SANDBOX_EXEC_WAIT=S           how long sandbox-exec waits for `sandbox ready` (at most and
+                                by default 60 s)
 
 Exit codes of sandbox-init (the agent is not started on any of 64-78):
 {table}
-sandbox-exec exits with the command's status, 126 if it cannot drop privileges or run it.
+sandbox-exec exits with the command's status, 126 if it cannot drop privileges or run it, or
+the sandbox did not become ready within its wait.
 ",
         version = env!("CARGO_PKG_VERSION"),
         table = exit::table()
@@ -186,6 +191,11 @@ fn check(files: &[String]) -> u8 {
     code
 }
 
+/// How long sandbox-exec waits for this start's ready mark, at most; `SANDBOX_EXEC_WAIT`
+/// (seconds) may make it shorter.
+const EXEC_WAIT_SECS: u64 = 60;
+const EXEC_WAIT_ENV: &str = "SANDBOX_EXEC_WAIT";
+
 fn exec(args: &[String]) -> u8 {
     let args = match args.first().map(String::as_str) {
         Some("--") => &args[1..],
@@ -195,6 +205,19 @@ fn exec(args: &[String]) -> u8 {
         eprintln!("sandbox-exec: usage: sandbox-exec [--] CMD [ARG…]");
         return Refusal::Usage.code();
     };
+    // Nothing runs before this start's PID 1 says the sandbox is ready: after a restart the
+    // firewall is not there until it loads it (ready.rs).
+    let limit =
+        std::env::var(EXEC_WAIT_ENV).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(EXEC_WAIT_SECS);
+    if !sandbox_init::ready::wait(Duration::from_secs(limit.min(EXEC_WAIT_SECS))) {
+        eprintln!(
+            "sandbox-exec: the sandbox is not ready: its PID 1 has not said `sandbox ready` since it \
+             started (waited {} s), and until it does its firewall may not hold: nothing is run. \
+             `docker logs` says what it is doing",
+            limit.min(EXEC_WAIT_SECS)
+        );
+        return 126;
+    }
     run_as_agent(program, program_args, "sandbox-exec")
 }
 

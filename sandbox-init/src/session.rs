@@ -219,6 +219,8 @@ pub fn prepare_run_dir(agent: &AgentPrivileges, with_session: bool) -> std::io::
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
+    // The last run's ready mark (it names another PID 1, but names nothing is plainer).
+    crate::ready::clear()?;
     if !with_session {
         return Ok(());
     }

@@ -14,6 +14,7 @@ use crate::exit::{Fatal, Refusal};
 use crate::net::dns::{GATE_ADDR, GATE_PROBE_NAME};
 use crate::net::uids::GATE_UID;
 use crate::policy::layout::{GATEWAY_READY, RUN_DIR, SHARED_DIR};
+use crate::poll::DirWatch;
 use crate::privileges::{AGENT_USER, AgentPrivileges, Capabilities};
 use crate::session::{self, SESSION_DIR, TMUX_TMPDIR};
 
@@ -161,6 +162,9 @@ pub fn start_session() -> Result<Started, Fatal> {
     let server = session::start(&agent, &crate::process::sandbox_init_exe())
         .map_err(|e| Fatal::new(Refusal::SetupFailed, e))?;
     session::warn_of_a_prompt(unattended);
+    crate::ready::mark().map_err(|e| {
+        Fatal::new(Refusal::SetupFailed, format!("cannot write {}: {e}", crate::policy::layout::READY_MARK))
+    })?;
     console::out(format!(
         "{}: agent container, behind the gateway ({}), {} ms",
         crate::policy::layout::READY,
@@ -204,42 +208,6 @@ pub fn wait_for_gateway(ready: &Path, limit: Duration) -> Result<String, Fatal> 
     }
 }
 
-/// What lands in a folder, told by inotify: the gateway's ready file is renamed into place, and
-/// the agent's container's PID 1 wakes then, not at its next look. Under gVisor a volume's
-/// changes made outside the sandbox send no event: there the wait is the look's period alone.
-struct DirWatch(std::os::fd::OwnedFd);
-
-impl DirWatch {
-    fn new(dir: &Path) -> std::io::Result<DirWatch> {
-        use std::os::fd::FromRawFd as _;
-        use std::os::unix::ffi::OsStrExt as _;
-        // SAFETY: inotify_init1 takes flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: the descriptor was just opened and is owned here alone.
-        let watch = DirWatch(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
-        let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_CREATE;
-        // SAFETY: a valid descriptor and a NUL-terminated path.
-        if unsafe { libc::inotify_add_watch(fd, path.as_ptr(), mask) } < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(watch)
-    }
-
-    /// Returns once something landed in the folder, or after `limit`; the events are drained.
-    fn wait(&self, limit: Duration) {
-        use std::os::fd::AsRawFd as _;
-        // An error is a wake-up too: the caller looks again, and its own limit holds.
-        let _ = crate::poll::ready_within(self.0.as_raw_fd(), libc::POLLIN, limit);
-        let mut events = [0u8; 4096];
-        // SAFETY: a buffer of that length; the descriptor does not block.
-        while unsafe { libc::read(self.0.as_raw_fd(), events.as_mut_ptr().cast(), events.len()) } > 0 {}
-    }
-}
-
 /// The agent's container's run folder is the agent's own (a tmpfs): its tmux folder, its
 /// session's status file. The shared folder below it is the gateway's, read-only here.
 fn prepare_own_run_dir() -> std::io::Result<()> {
@@ -249,6 +217,7 @@ fn prepare_own_run_dir() -> std::io::Result<()> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
     }
     let _ = std::fs::remove_file(session::STOPPING);
+    crate::ready::clear()?;
     let status = Path::new(SESSION_DIR).join("status");
     std::fs::File::create(&status)?.set_permissions(std::fs::Permissions::from_mode(0o600))
 }

@@ -867,3 +867,54 @@ async fn the_users_tool_credentials_never_enter_a_sandbox() -> anyhow::Result<()
     assert!(other.containers().await?.is_empty(), "something was made");
     Ok(())
 }
+
+/// PID 1's start time, as /proc/1/stat's 22nd field gives it (what its ready mark holds).
+async fn pid1_start_time(sb: &Sandbox) -> anyhow::Result<String> {
+    let out = sb.exec(&["sh", "-c", "cut -d')' -f2- /proc/1/stat | awk '{print $20}'"]).await?;
+    anyhow::ensure!(out.code == 0 && !out.stdout.trim().is_empty(), "{out:?}");
+    Ok(out.stdout.trim().to_string())
+}
+
+/// A restart gives the container a new network namespace, which has no firewall until PID 1
+/// loads it, and keeps the last run's ready mark (and `sandbox ready` line) from before. A
+/// command the user runs at once after a restart (`agent-sandbox exec`, whose wait that old line
+/// satisfies; a script's `docker exec C sandbox-exec`) could reach the network unfiltered in
+/// that window, running whatever the agent planted in the project. sandbox-exec runs nothing
+/// until this start's PID 1 has written its ready mark: with a mark naming another PID 1 it
+/// waits, and is refused (126) when its wait ends first; it runs once the mark is PID 1's. After
+/// a real restart, the first command sees this start's mark. The control: with PID 1's own mark
+/// a command runs at once.
+#[tokio::test]
+async fn sandbox_exec_runs_nothing_until_this_starts_pid_1_is_ready() -> anyhow::Result<()> {
+    const MARK: &str = "/run/agent-sandbox/ready";
+    let sb = SandboxSpec::smallest().await?.offline().start().await?;
+    let own = sb.exec(&["cat", MARK]).await?.stdout.trim().to_string();
+    assert_eq!(own, pid1_start_time(&sb).await?, "the mark is not PID 1's start time");
+    let control = sb.as_agent(&["cat", MARK]).await?;
+    assert_eq!((control.code, control.stdout.trim()), (0, own.as_str()), "{control:?}");
+
+    // A mark of another PID 1, as a restart leaves it: nothing runs within a short wait.
+    sb.exec(&["sh", "-c", &format!("echo 1 > {MARK}")]).await?;
+    let refused =
+        sb.exec(&["sh", "-c", "SANDBOX_EXEC_WAIT=1 sandbox-exec -- echo ran; echo code=$?"]).await?;
+    assert!(refused.stdout.contains("code=126") && !refused.stdout.contains("ran"), "{refused:?}");
+    assert!(refused.stderr.contains("sandbox-exec: the sandbox is not ready"), "{refused:?}");
+    // It waits, and runs once PID 1's mark is back (renamed into place, as PID 1 writes it).
+    let id = sb.id().to_string();
+    let waiting = tokio::spawn(async move { exec(&id, &["sandbox-exec", "--", "cat", MARK], None).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!waiting.is_finished(), "sandbox-exec ran under another PID 1's mark");
+    sb.exec(&["sh", "-c", &format!("echo {own} > {MARK}.t && mv {MARK}.t {MARK}")]).await?;
+    let ran = tokio::time::timeout(Duration::from_secs(10), waiting).await???;
+    assert_eq!((ran.code, ran.stdout.trim()), (0, own.as_str()), "{ran:?}");
+
+    // A real restart: the first command run sees this start's mark, never the last run's.
+    sb.stop().await?;
+    sb.start_again().await?;
+    let first = sb.as_agent(&["cat", MARK]).await?;
+    let now = pid1_start_time(&sb).await?;
+    assert_ne!(now, own, "PID 1 did not change");
+    assert_eq!((first.code, first.stdout.trim()), (0, now.as_str()), "{first:?}");
+    assert_eq!(sb.logs().await?.0.matches("sandbox ready").count(), 2, "it ran before this start was ready");
+    Ok(())
+}
