@@ -185,16 +185,34 @@ pub async fn policy_in(sandbox: &Sandbox, runtime: Option<&[String]>) -> Result<
         .map_err(|e| Failure::new(Code::BadPolicy, format!("the sandbox's policy does not load: {e}")))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct Status {
     #[serde(default)]
     domains: Vec<String>,
+    #[serde(default)]
+    firewall: String,
+}
+
+/// The firewall's mode as PID 1's status file (root's) says it: `on`, `off` or `open`. Without
+/// it no answer about the sandbox's reach can be given: the firewall could be off.
+pub async fn firewall_mode(sandbox: &Sandbox) -> Result<String> {
+    let text = read_text(sandbox, STATUS_FILE).await?.unwrap_or_default();
+    let status: Status = serde_json::from_str(&text).unwrap_or_default();
+    Some(status.firewall).filter(|f| ["on", "off", "open"].contains(&f.as_str())).ok_or_else(|| {
+        Failure::new(
+            Code::Sandbox,
+            format!(
+                "{}'s status file ({STATUS_FILE}) does not say its firewall's mode: no answer",
+                sandbox.name
+            ),
+        )
+    })
 }
 
 /// The domains of the policy PID 1 last loaded, as its status file lists them.
 async fn domains_in_force(sandbox: &Sandbox) -> Result<Vec<String>> {
     let text = read_text(sandbox, STATUS_FILE).await?.unwrap_or_default();
-    let status: Status = serde_json::from_str(&text).unwrap_or(Status { domains: Vec::new() });
+    let status: Status = serde_json::from_str(&text).unwrap_or_default();
     Ok(status.domains)
 }
 

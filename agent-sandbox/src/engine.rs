@@ -80,6 +80,8 @@ pub struct Details {
     pub memory_bytes: Option<i64>,
     pub cpus: Option<f64>,
     pub pids: Option<i64>,
+    /// The engine's network mode (`none`: no network, `--offline`).
+    pub network_mode: Option<String>,
 }
 
 impl Found {
@@ -616,6 +618,7 @@ impl Sandbox {
             memory_bytes: positive(host.memory),
             cpus: positive(host.nano_cpus).map(|n| n as f64 / 1e9),
             pids: positive(host.pids_limit),
+            network_mode: host.network_mode,
         })
     }
 

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use sandbox_policy::{Allowlist, Policy, Protocol, address};
+use sandbox_policy::{Allowlist, DomainPattern, Policy, Protocol, address};
 use sandbox_wire::forwarder::request::{Route, rewrite_head};
 use sandbox_wire::forwarder::rules::{Rules, Verdict};
 
@@ -107,7 +107,7 @@ pub fn parse(text: &str, method: Option<String>, bare: bool) -> std::result::Res
             return Err(bad("a URL with a user name or password"));
         }
         let host = match url.host() {
-            Some(url::Host::Domain(name)) => Host::Name(name.trim_end_matches('.').to_string()),
+            Some(url::Host::Domain(name)) => Host::Name(name.strip_suffix('.').unwrap_or(name).to_string()),
             Some(url::Host::Ipv4(addr)) => Host::Addr(addr.into()),
             Some(url::Host::Ipv6(addr)) => Host::Addr(addr.into()),
             None => return Err(bad("no host")),
@@ -139,7 +139,9 @@ pub fn parse(text: &str, method: Option<String>, bare: bool) -> std::result::Res
         // The URL parser's host rules (IDNA to punycode, lower case), as for a URL.
         Err(_) => {
             match url::Url::parse(&format!("tcp://{host}/")).map(|u| u.host_str().map(str::to_string)) {
-                Ok(Some(name)) if !name.is_empty() => Host::Name(name.trim_end_matches('.').to_string()),
+                Ok(Some(name)) if !name.is_empty() => {
+                    Host::Name(name.strip_suffix('.').unwrap_or(&name).to_string())
+                }
                 _ => return Err(bad("not a host name")),
             }
         }
@@ -166,6 +168,11 @@ pub fn judge(policy: &Policy, target: &Target, sandbox: Option<&str>, body: Opti
         Some(sandbox) => format!("agent-sandbox allow {sandbox} {entry}"),
         None => format!("{entry} in a policy file's `domains:`"),
     };
+    if name.ends_with('.') || !matches!(DomainPattern::parse(name), Ok(DomainPattern::Exact(_))) {
+        return answer(false, format!("{name} is not a host name the DNS gate answers"), None);
+    }
+    let answer =
+        |allowed, reason: String, change| past_ranges(policy, target, answer(allowed, reason, change));
     let allowlist = Allowlist::new(policy);
     let Some(matched) = allowlist.matches(name) else {
         return answer(
@@ -197,15 +204,16 @@ pub fn judge(policy: &Policy, target: &Target, sandbox: Option<&str>, body: Opti
         "public addresses only (not the user's network, this host's or a metadata service's)"
     };
     let Some(host) = policy.forwarded().into_iter().find(|h| &h.host == name) else {
-        return answer(
-            true,
-            format!(
-                "{by} open{} it ({}); its DNS answers open {answers}",
-                if entries.len() == 1 { "s" } else { "" },
-                matched.access
-            ),
-            None,
-        );
+        let verb = if entries.len() == 1 { "opens" } else { "open" };
+        let mut reason = format!("{by} {verb} it ({}); its DNS answers open {answers}", matched.access);
+        if let Some(api) = sandbox_policy::apis::APIS.iter().find(|a| a.host == name) {
+            reason.push_str(&format!(
+                ". While the sandbox holds the {} key (it does when started with one), the forwarder alone \
+                 reaches {name}, on 443, with the API's own requests: the agent's own connections are refused",
+                api.name
+            ));
+        }
+        return answer(true, reason, None);
     };
     let Some(method) = target.method.as_deref() else {
         return answer(
@@ -245,6 +253,89 @@ pub fn judge(policy: &Policy, target: &Target, sandbox: Option<&str>, body: Opti
             // Its reason says what would allow it, where a policy can (docs/forwarding.md).
             None,
         ),
+    }
+}
+
+/// A name refused on a port a range of the policy opens: a range opens its addresses on the
+/// address alone, whatever the name and past the forwarder. A range of every address allows it;
+/// any other is said.
+fn past_ranges(policy: &Policy, target: &Target, mut answer: Answer) -> Answer {
+    if answer.allowed {
+        return answer;
+    }
+    let ranges: Vec<String> = policy
+        .cidrs
+        .iter()
+        .filter(|(_, ports)| ports.contains(&target.port))
+        .map(|(net, _)| net.to_string())
+        .collect();
+    if ranges.is_empty() {
+        return answer;
+    }
+    if policy.cidrs.iter().any(|(net, ports)| net.prefix_len() == 0 && ports.contains(&target.port)) {
+        answer.allowed = true;
+        answer.change = None;
+    }
+    answer.reason = format!(
+        "{}; but the range{} {} open{} port {} on the address alone, whatever the name and past any \
+         forwarder: where {}'s address is in one, the agent reaches it there",
+        answer.reason,
+        if ranges.len() == 1 { "" } else { "s" },
+        ranges.join(", "),
+        if ranges.len() == 1 { "s" } else { "" },
+        target.port,
+        target.host
+    );
+    answer
+}
+
+/// What a running sandbox runs with beyond its policy, which changes every answer: its
+/// firewall's mode (`SANDBOX_FIREWALL`), its name check (`SANDBOX_NAME_CHECK`), no network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    /// `on`, `off` or `open`, as PID 1's status file says.
+    pub firewall: String,
+    pub name_check: bool,
+    pub offline: bool,
+}
+
+/// What `sandbox` runs with: the firewall's mode as its status file says it, the name check as
+/// PID 1's own environment says it, and whether it has a network.
+pub async fn running(sandbox: &crate::engine::Sandbox) -> Result<Running> {
+    let firewall = crate::approve::firewall_mode(sandbox).await?;
+    let environ = sandbox.exec(&["cat", "/proc/1/environ"]).await?.stdout;
+    let name_check = !environ.split('\0').any(|v| v == "SANDBOX_NAME_CHECK=off");
+    let offline = sandbox.details().await?.network_mode.as_deref() == Some("none");
+    Ok(Running { firewall, name_check, offline })
+}
+
+impl Running {
+    /// `answer`, the policy's, as the sandbox running so gives it.
+    pub fn over(&self, target: &Target, mut answer: Answer) -> Answer {
+        let loopback = matches!(target.host, Host::Addr(addr) if addr.to_canonical().is_loopback());
+        if self.offline && !loopback {
+            answer.allowed = false;
+            answer.reason = "the sandbox has no network (--offline): nothing leaves it".into();
+            answer.change = None;
+        } else if self.firewall != "on" {
+            answer.allowed = true;
+            answer.reason = format!(
+                "the sandbox runs without its egress firewall (SANDBOX_FIREWALL={}): nothing is filtered. \
+                 Its policy would say: {}",
+                self.firewall, answer.reason
+            );
+            answer.change = None;
+        } else if !self.name_check && !answer.allowed && answer.reason.contains("the forwarder of") {
+            answer.allowed = true;
+            answer.reason = format!(
+                "the sandbox's name check is off (SANDBOX_NAME_CHECK=off): an opened address takes any \
+                 name, and the agent reaches this host past its forwarder, with a token of its own. With \
+                 the name check: {}",
+                answer.reason
+            );
+            answer.change = None;
+        }
+        answer
     }
 }
 
@@ -352,13 +443,13 @@ pub async fn run(flags: &PolicyCheckFlags) -> Result<i32> {
             "no target: name URLs (https://docs.rs/, 'POST https://api.github.com/gists') or HOST:PORT",
         ));
     }
-    let mut policy = match sandbox {
+    let (mut policy, running) = match sandbox {
         Some(which) => {
             let sandbox = crate::engine::Engine::connect().await?.find(which).await?;
             sandbox.ensure_running()?;
-            crate::approve::policy_in(&sandbox, None).await?
+            (crate::approve::policy_in(&sandbox, None).await?, Some(running(&sandbox).await?))
         }
-        None => Policy::default(),
+        None => (Policy::default(), None),
     };
     for file in &flags.policy {
         policy.merge(read(file)?);
@@ -369,7 +460,16 @@ pub async fn run(flags: &PolicyCheckFlags) -> Result<i32> {
         })?),
         None => None,
     };
-    let answers: Vec<Answer> = targets.iter().map(|t| judge(&policy, t, sandbox, body.as_deref())).collect();
+    let answers: Vec<Answer> = targets
+        .iter()
+        .map(|t| {
+            let answer = judge(&policy, t, sandbox, body.as_deref());
+            match &running {
+                Some(running) => running.over(t, answer),
+                None => answer,
+            }
+        })
+        .collect();
     show(&answers, flags.json);
     Ok(if answers.iter().all(|a| a.allowed) { 0 } else { 1 })
 }

@@ -207,3 +207,82 @@ fn a_bare_name_is_a_connection_on_443_where_it_is_taken() {
     );
     assert!(targets(&["docs.rs".into()], false).is_err());
 }
+
+#[test]
+fn a_range_on_the_port_is_said_where_a_name_is_refused_and_one_of_every_address_allows() {
+    let with = |cidr: &str| {
+        let text = format!("version: 1\nservices: [github]\ncidrs:\n  - {{cidr: '{cidr}', ports: [443]}}\n");
+        Policy::from_yaml(Path::new("r.yaml"), &text).unwrap()
+    };
+    let target =
+        &targets(&["https://gitlab.corp/".into(), "POST https://api.github.com/gists".into()], false)
+            .unwrap();
+    let corp = with("10.0.0.0/8");
+    let answer = judge(&corp, &target[0], None, None);
+    assert!(!answer.allowed, "{answer:?}");
+    assert!(answer.reason.contains("; but the range 10.0.0.0/8 opens port 443 on the address alone, whatever the name and past any forwarder: where gitlab.corp's address is in one, the agent reaches it there"), "{answer:?}");
+    let gist = judge(&corp, &target[1], None, None);
+    assert!(
+        !gist.allowed
+            && gist.reason.contains("the forwarder of github refuses it")
+            && gist.reason.contains("past any forwarder"),
+        "{gist:?}"
+    );
+    // A range of every address opens every name's address.
+    let all = with("0.0.0.0/0");
+    for t in target {
+        let answer = judge(&all, t, None, None);
+        assert!(answer.allowed && answer.change.is_none(), "{answer:?}");
+    }
+    // The control: a range on another port changes nothing.
+    let other =
+        Policy::from_yaml(Path::new("r.yaml"), "version: 1\ncidrs:\n  - {cidr: 0.0.0.0/0, ports: [22]}\n")
+            .unwrap();
+    let answer = judge(&other, &target[0], None, None);
+    assert!(!answer.allowed && !answer.reason.contains("range"), "{answer:?}");
+}
+
+#[test]
+fn a_sandbox_without_its_firewall_or_name_check_or_network_answers_as_it_runs() {
+    let target = &targets(
+        &["https://example.com/".into(), "POST https://api.github.com/gists".into(), "[::1]:80".into()],
+        false,
+    )
+    .unwrap();
+    let policy = policy();
+    let answers = |running: Running| -> Vec<Answer> {
+        target.iter().map(|t| running.over(t, judge(&policy, t, Some("claude"), None))).collect()
+    };
+    let on = Running { firewall: "on".into(), name_check: true, offline: false };
+    assert_eq!(answers(on.clone()).iter().map(|a| a.allowed).collect::<Vec<_>>(), [false, false, true]);
+    for mode in ["off", "open"] {
+        for a in answers(Running { firewall: mode.into(), ..on.clone() }) {
+            assert!(
+                a.allowed
+                    && a.reason.contains(&format!("without its egress firewall (SANDBOX_FIREWALL={mode})")),
+                "{a:?}"
+            );
+        }
+    }
+    let unchecked = answers(Running { name_check: false, ..on.clone() });
+    assert!(!unchecked[0].allowed, "{unchecked:?}");
+    assert!(unchecked[1].allowed && unchecked[1].reason.contains("SANDBOX_NAME_CHECK=off"), "{unchecked:?}");
+    let offline = answers(Running { offline: true, ..on });
+    assert_eq!(offline.iter().map(|a| a.allowed).collect::<Vec<_>>(), [false, false, true], "{offline:?}");
+    assert!(offline[1].reason.contains("no network"), "{offline:?}");
+}
+
+#[test]
+fn what_the_gate_never_answers_is_refused_and_one_trailing_dot_is_the_name() {
+    refused("https://a*b.docs.rs/", "is not a host name the DNS gate answers", None);
+    refused("https://docs.rs../", "is not a host name the DNS gate answers", None);
+    allowed("https://docs.rs./", "docs.rs");
+}
+
+#[test]
+fn a_model_apis_host_says_that_a_held_key_sends_it_through_the_forwarder() {
+    let policy = Policy::from_yaml(Path::new("m.yaml"), "version: 1\ndomains: [api.mistral.ai]\n").unwrap();
+    let target = &targets(&["https://api.mistral.ai/v1/agents".into()], false).unwrap()[0];
+    let answer = judge(&policy, target, None, None);
+    assert!(answer.reason.contains("While the sandbox holds the mistral key"), "{answer:?}");
+}
