@@ -299,9 +299,13 @@ impl Engine {
         Ok(read?.into_iter().next().map(|(_, bytes)| bytes))
     }
 
-    /// Removes a volume (one the launcher made and no container uses).
+    /// Removes a volume (one the launcher made and no container uses); one that is not there is
+    /// removed already.
     pub async fn remove_volume(&self, name: &str) -> Result<()> {
-        self.docker.remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>).await?;
+        match self.docker.remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>).await {
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+            other => other?,
+        }
         Ok(())
     }
 

@@ -133,7 +133,17 @@ pub(crate) async fn make(engine: &Engine, spec: &SandboxSpec) -> Result<Sandbox>
         // the gateway in it, the policy and the keys the gateway's alone.
         let name = &spec.found.name;
         let shared = crate::identity::shared_volume(name);
-        let _ = engine.remove_volume(&shared).await;
+        // One that cannot be removed (a container of the last run still uses it) is not used:
+        // the agent's container would take the last gateway's ready file for this one's.
+        engine.remove_volume(&shared).await.map_err(|e| {
+            Failure::new(
+                e.code,
+                format!(
+                    "cannot remove the last run's shared volume {shared} ({e}): `docker ps -a --filter \
+                     volume={shared}` shows what still uses it"
+                ),
+            )
+        })?;
         engine.ensure_volume(&shared, spec.volume_labels.clone()).await?;
         made.push(shared);
         let found = |name: String| crate::engine::Found { name, ..Default::default() };

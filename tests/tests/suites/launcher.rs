@@ -712,6 +712,52 @@ net_admin! {
             assert!(project.containers().await?.is_empty(), "stop left a container");
             let volumes = project.volumes().await?;
             assert!(!volumes.iter().any(|v| v.ends_with(".shared")), "stop left the shared volume: {volumes:?}");
+
+            // A shared volume a container still uses cannot be made afresh: the next run is
+            // refused, saying what holds it, rather than handing the agent's container the last
+            // gateway's ready file. Once it is gone, the run starts (the control).
+            let shared = format!("{name}.shared");
+            let docker = docker().await?;
+            let body = bollard::models::ContainerCreateBody {
+                image: Some(shell.clone()),
+                labels: Some([(sandbox_tests::docker::TEST_LABEL.to_string(), "leftover".to_string())].into()),
+                host_config: Some(bollard::models::HostConfig {
+                    binds: Some(vec![format!("{shared}:/shared")]),
+                    network_mode: Some("none".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let options = None::<bollard::query_parameters::CreateContainerOptions>;
+            let leftover = sandbox_tests::docker::RemoveOnDrop(docker.create_container(options, body).await?.id);
+            let run = ["run", "shell", &project.path, "--detach", "--sidecar", "--network", &net.name, "--image", &shell];
+            let refused = launcher.run(&run).await?;
+            assert_eq!(refused.code, 1, "{refused:?}");
+            assert!(
+                refused.stderr.contains(&format!("cannot remove the last run's shared volume {shared}")),
+                "{refused:?}"
+            );
+            assert!(project.containers().await?.is_empty(), "a refused run left a container");
+            drop(leftover);
+            let mut gone = false;
+            for _ in 0..50 {
+                let listed = docker
+                    .list_containers(Some(
+                        bollard::query_parameters::ListContainersOptionsBuilder::default()
+                            .all(true)
+                            .filters(&[("volume", vec![shared.as_str()])].into())
+                            .build(),
+                    ))
+                    .await?;
+                if listed.is_empty() {
+                    gone = true;
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            assert!(gone, "the leftover container is still there");
+            launcher.ok(&run).await?;
+            launcher.ok(&["stop", &name]).await?;
             Ok(())
         }
     }
