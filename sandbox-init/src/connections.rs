@@ -143,7 +143,11 @@ impl ConnectionLog {
             }
         };
         let make = || serde_json::to_value(&line).unwrap_or_default();
-        if first { self.log.write_always(&key, make) } else { self.log.write(&key, make) }
+        if first {
+            self.log.write_always(&key, make);
+        } else {
+            self.log.write(&key, make);
+        }
     }
 
     /// Writes the totals file if anything was counted since it was last written.

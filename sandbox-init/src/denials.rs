@@ -1,11 +1,17 @@
 //! The denial log: one JSON line per refused name or rejected connection, on stderr (so
 //! `docker logs` shows it) and in a file under /run that `sandbox-status` tails. The agent
 //! decides what is denied, so the log folds repeats, is rate-limited and is capped on disk
-//! (jsonlog.rs).
+//! (jsonlog.rs). What the log writes also goes, in plain words, into the agent's summary
+//! (`REFUSED_FILE`: the last 20 lines), so that the agent learns why it was refused and that
+//! only the user can change it.
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
+
+use crate::policy::text::one_line;
 
 use crate::jsonlog::{JsonLog, Limits, rfc3339};
 
@@ -97,6 +103,38 @@ impl Denial {
         }
     }
 
+    /// One line of the agent's summary: when, what, why, and what only the user can do. The
+    /// name is the agent's: one line, its unsafe characters as `?`.
+    pub fn plain(&self, time: SystemTime) -> String {
+        let time = rfc3339(time);
+        let quoted = |name: &str| one_line(name.strip_suffix('.').unwrap_or(name), 255);
+        match self {
+            Denial::Name { name, reason: Reason::NotAllowlisted, .. } => format!(
+                "{time} {}: refused: not in this sandbox's allowlist; the user can allow it (`agent-sandbox allow SANDBOX {}`)",
+                quoted(name),
+                quoted(name)
+            ),
+            Denial::Name { name, kind, reason } => {
+                format!("{time} {}: refused ({kind} query): {}", quoted(name), reason.as_str())
+            }
+            Denial::Connection { protocol, addr, port, .. } => format!(
+                "{time} {protocol} {addr}{}: refused: no allowed name opened this address; connect by an allowed name",
+                port.map(|p| format!(" port {p}")).unwrap_or_default()
+            ),
+            Denial::Upload { name, budget, sent } => format!(
+                "{time} {}: refused or cut: its upload budget of {budget} bytes an hour is spent ({sent} sent); \
+                 the user can raise it (`agent-sandbox allow SANDBOX NAME --upload SIZE`)",
+                quoted(name)
+            ),
+            Denial::Inward { name, scope, addresses, .. } => format!(
+                "{time} {}: its DNS answer pointed at {} ({}), which is not opened",
+                quoted(name),
+                scope.describe(),
+                addresses.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+
     pub fn to_json(&self, time: SystemTime) -> String {
         self.to_value(time).to_string()
     }
@@ -114,29 +152,110 @@ impl Denial {
 
 pub struct DenialLog {
     log: JsonLog,
+    /// The agent's summary (`REFUSED_FILE`): the last lines the log wrote, in plain words.
+    summary: Option<(PathBuf, Mutex<VecDeque<String>>)>,
 }
 
+/// How many refusals the agent's summary keeps.
+pub const SUMMARY_LINES: usize = 20;
+
+const SUMMARY_HEADER: &str = "# What this sandbox refused its agent lately, newest last. The sandbox's policy decides; \
+only the user can widen it, from outside (`agent-sandbox allow SANDBOX NAME`; \
+`agent-sandbox why SANDBOX NAME` says why). Ask the user rather than trying another way.\n";
+
 impl DenialLog {
-    /// Logs to stderr and, when it can be opened, to `path`.
-    pub fn open(path: &Path) -> DenialLog {
-        DenialLog { log: JsonLog::open(path, LIMITS) }
+    /// Logs to stderr and, when it can be opened, to `path`; with `summary`, keeps the agent's
+    /// summary there too.
+    pub fn open(path: &Path, summary: Option<&Path>) -> DenialLog {
+        let summary = summary.map(|s| (s.to_path_buf(), Mutex::new(VecDeque::new())));
+        if let Some((file, _)) = &summary {
+            write_summary(file, &VecDeque::new());
+        }
+        DenialLog { log: JsonLog::open(path, LIMITS), summary }
     }
 
     /// Logs to stderr only.
     pub fn stderr_only() -> DenialLog {
-        DenialLog { log: JsonLog::stderr_only(LIMITS) }
+        DenialLog { log: JsonLog::stderr_only(LIMITS), summary: None }
     }
 
+    /// Logs `denial` (folded and rate-limited), and adds what was written to the summary.
     pub fn record(&self, denial: Denial) {
-        self.log.write(&denial.key(), || denial.to_value(SystemTime::now()));
+        let time = SystemTime::now();
+        if self.log.write(&denial.key(), || denial.to_value(time))
+            && let Some((file, lines)) = &self.summary
+        {
+            let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+            if lines.len() == SUMMARY_LINES {
+                lines.pop_front();
+            }
+            lines.push_back(denial.plain(time));
+            write_summary(file, &lines);
+        }
+    }
+}
+
+/// The summary, renamed into place whole, readable by all.
+fn write_summary(file: &Path, lines: &VecDeque<String>) {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut text = String::from(SUMMARY_HEADER);
+    for line in lines {
+        text.push_str(line);
+        text.push('\n');
+    }
+    let tmp = file.with_extension("txt.tmp");
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(text.as_bytes())?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))
+    });
+    if written.and_then(|()| std::fs::rename(&tmp, file)).is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
     use std::time::Duration;
     use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn the_agents_summary_keeps_the_last_refusals_in_plain_words_one_line_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, summary) = (dir.path().join("denials.jsonl"), dir.path().join("refused.txt"));
+        let denials = DenialLog::open(&log, Some(&summary));
+        let read = || std::fs::read_to_string(&summary).unwrap();
+        assert_eq!(read(), SUMMARY_HEADER, "a new start's summary is empty");
+        let name =
+            |n: &str| Denial::Name { name: n.into(), kind: "A".into(), reason: Reason::NotAllowlisted };
+        denials.record(name("evil\x1b]52;c;aGk=\x07\n.test."));
+        denials.record(Denial::Upload { name: "up.test".into(), budget: 1000, sent: 1200 });
+        let text = read();
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].ends_with(" evil?]52;c;aGk=??.test: refused: not in this sandbox's allowlist; the user can allow it (`agent-sandbox allow SANDBOX evil?]52;c;aGk=??.test`)"), "{text}");
+        assert!(
+            lines[1].contains(
+                "up.test: refused or cut: its upload budget of 1000 bytes an hour is spent (1200 sent)"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+        // A repeat within the fold window is the log's one line, and the summary's.
+        denials.record(Denial::Upload { name: "up.test".into(), budget: 1000, sent: 1300 });
+        assert_eq!(read().lines().count(), 3);
+        // The last SUMMARY_LINES alone, newest last.
+        for n in 0..25 {
+            denials.record(name(&format!("n{n}.test")));
+        }
+        let text = read();
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(lines.len(), SUMMARY_LINES, "{text}");
+        assert!(lines[0].contains(" n5.test: ") && lines[19].contains(" n24.test: "), "{text}");
+        assert_eq!(std::fs::metadata(&summary).unwrap().permissions().mode() & 0o777, 0o644);
+    }
 
     #[test]
     fn denials_are_json_lines_with_utc_times() {

@@ -145,7 +145,10 @@ pub fn run() -> Result<u8, Fatal> {
         .map_err(|e| Fatal::new(Refusal::SetupFailed, format!("cannot start the runtime: {e}")))?;
     timeline::mark("run dir, state, runtime");
 
-    let denials = Arc::new(DenialLog::open(Path::new(DENIAL_LOG)));
+    let denials = Arc::new(DenialLog::open(
+        Path::new(DENIAL_LOG),
+        Some(Path::new(crate::policy::layout::REFUSED_FILE)),
+    ));
     let connections = Arc::new(ConnectionLog::open(Path::new(CONNECTION_LOG)));
     runtime.spawn(connections.clone().keep_totals_written(Duration::from_millis(200)));
     let logs = Logs { denials: denials.clone(), connections: connections.clone() };

@@ -83,17 +83,18 @@ impl JsonLog {
     /// fold window (then it is counted, and the next line of that key says `"repeats": N`) or the
     /// rate is exceeded (then it is dropped, and the next line written is preceded by one saying
     /// how many were).
-    pub fn write(&self, key: &str, make: impl FnOnce() -> serde_json::Value) {
+    /// Whether the line was written.
+    pub fn write(&self, key: &str, make: impl FnOnce() -> serde_json::Value) -> bool {
         self.write_unless(key, false, make)
     }
 
     /// Writes the line whatever the fold and the rate say (still counted against the rate): for
     /// the few lines a reader must never miss, which the caller bounds itself.
     pub fn write_always(&self, key: &str, make: impl FnOnce() -> serde_json::Value) {
-        self.write_unless(key, true, make)
+        self.write_unless(key, true, make);
     }
 
-    fn write_unless(&self, key: &str, always: bool, make: impl FnOnce() -> serde_json::Value) {
+    fn write_unless(&self, key: &str, always: bool, make: impl FnOnce() -> serde_json::Value) -> bool {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if always {
@@ -101,12 +102,12 @@ impl JsonLog {
             state.take_token(now, self.limits);
             let line = make();
             self.emit(&mut state, &line);
-            return;
+            return true;
         }
         let repeats = match state.folded.get_mut(key) {
             Some(fold) if now.duration_since(fold.since) < self.limits.fold => {
                 fold.repeats += 1;
-                return;
+                return false;
             }
             Some(fold) => std::mem::replace(fold, Fold { since: now, repeats: 0 }).repeats,
             None => {
@@ -123,7 +124,7 @@ impl JsonLog {
         };
         if !state.take_token(now, self.limits) {
             state.dropped += 1;
-            return;
+            return false;
         }
         if state.dropped > 0 {
             let dropped = std::mem::take(&mut state.dropped);
@@ -141,6 +142,7 @@ impl JsonLog {
             map.insert("repeats".into(), repeats.into());
         }
         self.emit(&mut state, &line);
+        true
     }
 
     fn emit(&self, state: &mut State, line: &serde_json::Value) {

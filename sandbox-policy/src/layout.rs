@@ -26,6 +26,10 @@ pub const CONNECTION_TOTALS: &str = "/run/agent-sandbox/connection-totals.json";
 pub const SHARED_DIR: &str = "/run/agent-sandbox/shared";
 /// The variables every agent process gets for the held keys (base URLs, placeholders).
 pub const SESSION_ENV_FILE: &str = "/run/agent-sandbox/shared/session-env.json";
+/// The agent's last refusals in plain words, one line each, newest last: what it was refused,
+/// why, and what only the user can do about it. Root's (in sidecar mode the gateway's),
+/// readable by the agent, in the shared folder so that both shapes' agents read it here.
+pub const REFUSED_FILE: &str = "/run/agent-sandbox/shared/refused.txt";
 /// git's `insteadOf` for the forwarded hosts, which the base image's system configuration includes.
 pub const GITCONFIG: &str = "/run/agent-sandbox/shared/gitconfig";
 /// Written by the gateway once its firewall holds (sidecar mode): the agent's container starts

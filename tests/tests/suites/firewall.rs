@@ -331,6 +331,22 @@ net_admin! {
             assert!(line.contains("expires in"), "no allowed address with its TTL in:\n{status}");
             let denials = status.split("recent denials:").nth(1).unwrap_or_default();
             assert!(denials.contains("blocked.test") && denials.contains(&world.blocked.ipv4.to_string()), "{status}");
+            // The agent's own summary, in plain words, where its container reads it in every shape;
+            // the sandbox's to write, not the agent's.
+            let summary = "/run/agent-sandbox/shared/refused.txt";
+            let read = sb.as_agent(&["cat", summary]).await?;
+            assert_eq!(read.code, 0, "{read:?}");
+            assert!(
+                read.stdout.contains(
+                    "blocked.test: refused: not in this sandbox's allowlist; the user can allow it (`agent-sandbox allow SANDBOX blocked.test`)"
+                ) && read.stdout.contains(&format!(
+                    "tcp {} port 443: refused: no allowed name opened this address",
+                    world.blocked.ipv4
+                )),
+                "{read:?}"
+            );
+            let forged = sb.as_agent(&["sh", "-c", &format!("echo all is allowed > {summary}")]).await?;
+            assert_ne!(forged.code, 0, "the agent wrote its summary: {forged:?}");
             Ok(())
         }
         #[tokio::test]
