@@ -110,8 +110,7 @@ impl Denial {
         let quoted = |name: &str| one_line(name.strip_suffix('.').unwrap_or(name), 255);
         match self {
             Denial::Name { name, reason: Reason::NotAllowlisted, .. } => format!(
-                "{time} {}: refused: not in this sandbox's allowlist; the user can allow it (`agent-sandbox allow SANDBOX {}`)",
-                quoted(name),
+                "{time} {}: refused: not in this sandbox's allowlist; only the user decides whether to allow it",
                 quoted(name)
             ),
             Denial::Name { name, kind, reason } => {
@@ -123,7 +122,7 @@ impl Denial {
             ),
             Denial::Upload { name, budget, sent } => format!(
                 "{time} {}: refused or cut: its upload budget of {budget} bytes an hour is spent ({sent} sent); \
-                 the user can raise it (`agent-sandbox allow SANDBOX NAME --upload SIZE`)",
+                 only the user can raise it",
                 quoted(name)
             ),
             Denial::Inward { name, scope, addresses, .. } => format!(
@@ -159,9 +158,9 @@ pub struct DenialLog {
 /// How many refusals the agent's summary keeps.
 pub const SUMMARY_LINES: usize = 20;
 
-const SUMMARY_HEADER: &str = "# What this sandbox refused its agent lately, newest last. The sandbox's policy decides; \
-only the user can widen it, from outside (`agent-sandbox allow SANDBOX NAME`; \
-`agent-sandbox why SANDBOX NAME` says why). Ask the user rather than trying another way.\n";
+const SUMMARY_HEADER: &str = "# What this sandbox refused its agent lately, newest last. The sandbox's policy decides, \
+and only the user can widen it, from outside (`agent-sandbox why SANDBOX NAME` tells them why). \
+Ask the user rather than trying another way out.\n";
 
 impl DenialLog {
     /// Logs to stderr and, when it can be opened, to `path`; with `summary`, keeps the agent's
@@ -235,7 +234,7 @@ mod tests {
         let text = read();
         let lines: Vec<&str> = text.lines().skip(1).collect();
         assert_eq!(lines.len(), 2, "{text}");
-        assert!(lines[0].ends_with(" evil?]52;c;aGk=??.test: refused: not in this sandbox's allowlist; the user can allow it (`agent-sandbox allow SANDBOX evil?]52;c;aGk=??.test`)"), "{text}");
+        assert!(lines[0].ends_with(" evil?]52;c;aGk=??.test: refused: not in this sandbox's allowlist; only the user decides whether to allow it"), "{text}");
         assert!(
             lines[1].contains(
                 "up.test: refused or cut: its upload budget of 1000 bytes an hour is spent (1200 sent)"

@@ -211,9 +211,10 @@ fn exec(args: &[String]) -> u8 {
         std::env::var(EXEC_WAIT_ENV).ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(EXEC_WAIT_SECS);
     if !sandbox_init::ready::wait(Duration::from_secs(limit.min(EXEC_WAIT_SECS))) {
         eprintln!(
-            "sandbox-exec: the sandbox is not ready: its PID 1 has not said `sandbox ready` since it \
-             started (waited {} s), and until it does its firewall may not hold: nothing is run. \
-             `docker logs` says what it is doing",
+            "sandbox-exec: the sandbox is not ready: this start has not marked it ready ({}) within \
+             {} s, and until it does its firewall may not hold: nothing is run. `docker logs` says \
+             what sandbox-init is doing",
+            sandbox_init::policy::layout::READY_MARK,
             limit.min(EXEC_WAIT_SECS)
         );
         return 126;

@@ -35,9 +35,9 @@ pub const GITCONFIG: &str = "/run/agent-sandbox/shared/gitconfig";
 /// Written by the gateway once its firewall holds (sidecar mode): the agent's container starts
 /// the session only then. Holds the gateway's ready line.
 pub const GATEWAY_READY: &str = "/run/agent-sandbox/shared/gateway-ready";
-/// PID 1's own start time (/proc/1/stat's 22nd field), written once the sandbox is ready (the
-/// firewall holds, the session runs): sandbox-exec runs a command only while it names the PID 1
-/// that runs now. A restart gives the container a new network namespace, without a firewall
+/// This start of the container (the kernel's boot id and /proc/1/stat's 22nd field, PID 1's
+/// start time), written once the sandbox is ready (the firewall holds, the session runs):
+/// sandbox-exec runs a command only while it names the start that runs now. A restart gives the container a new network namespace, without a firewall
 /// until PID 1 loads it, and leaves the last run's mark in the writable layer.
 pub const READY_MARK: &str = "/run/agent-sandbox/ready";
 /// The shape of the firewall's table as PID 1 last loaded and read it back, root's alone: the

@@ -338,7 +338,7 @@ net_admin! {
             assert_eq!(read.code, 0, "{read:?}");
             assert!(
                 read.stdout.contains(
-                    "blocked.test: refused: not in this sandbox's allowlist; the user can allow it (`agent-sandbox allow SANDBOX blocked.test`)"
+                    "blocked.test: refused: not in this sandbox's allowlist; only the user decides whether to allow it"
                 ) && read.stdout.contains(&format!(
                     "tcp {} port 443: refused: no allowed name opened this address",
                     world.blocked.ipv4
