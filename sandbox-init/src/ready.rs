@@ -23,8 +23,11 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-fn start_time(pid: &str) -> Option<u64> {
-    parse_start_time(&std::fs::read_to_string(Path::new("/proc").join(pid).join("stat")).ok()?)
+/// Process `pid`'s start time, read from its main thread's stat file: under qemu-user (an image
+/// of another platform) a process reading its own /proc/PID/stat gets qemu's made-up fields, and
+/// PID 1 would write a start time no other process reads; qemu leaves task/PID/stat alone.
+fn start_time(pid: u32) -> Option<u64> {
+    parse_start_time(&std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?)
 }
 
 /// This start of the container: the kernel's boot id (a start time counts from the boot, and a
@@ -33,7 +36,7 @@ fn start_time(pid: &str) -> Option<u64> {
 fn this_start() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let boot = boot.trim();
-    Some(format!("{} {}", if boot.is_empty() { "-" } else { boot }, start_time("1")?))
+    Some(format!("{} {}", if boot.is_empty() { "-" } else { boot }, start_time(1)?))
 }
 
 /// PID 1's mark: this start, renamed into place (a reader sees a whole mark or none), readable
@@ -118,14 +121,17 @@ mod tests {
         let tricky = "7 (a) b) c 0 1) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 99 1000 100";
         assert_eq!(parse_start_time(tricky), Some(99));
         assert_eq!(parse_start_time("1 (x) S 0"), None);
-        // This process's own: a number, the same read twice.
-        let own = start_time("self").expect("this process's start time");
-        assert_eq!(start_time("self"), Some(own));
+        // This process's own: a number, the same read twice, as /proc/PID/stat gives it.
+        let pid = std::process::id();
+        let own = start_time(pid).expect("this process's start time");
+        assert_eq!(start_time(pid), Some(own));
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        assert_eq!(parse_start_time(&stat), Some(own));
         // This start: the boot's id and PID 1's start time, whichever process asks.
         let start = this_start().expect("this start");
         let (boot, pid1) = start.split_once(' ').expect("two words");
         assert!(boot == "-" || boot.len() == 36, "{start}");
-        assert_eq!(pid1.parse::<u64>().ok(), start_time("1"));
+        assert_eq!(pid1.parse::<u64>().ok(), start_time(1));
     }
 
     #[test]
