@@ -7,6 +7,7 @@
 mod allow;
 mod approve;
 mod attach;
+mod clock;
 mod deny;
 mod engine;
 mod exec;

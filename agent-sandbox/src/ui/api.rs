@@ -80,22 +80,7 @@ pub struct Listed {
 
 /// Seconds since an RFC 3339 time of the engine's (UTC, `2026-11-27T16:37:45.123Z`).
 fn seconds_since(started: &str) -> Option<i64> {
-    let date = started.get(..10)?;
-    let time = started.get(11..19)?;
-    let mut parts = date.split('-').map(|p| p.parse::<i64>());
-    let (y, m, d) = (parts.next()?.ok()?, parts.next()?.ok()?, parts.next()?.ok()?);
-    let mut clock = time.split(':').map(|p| p.parse::<i64>());
-    let (hh, mm, ss) = (clock.next()?.ok()?, clock.next()?.ok()?, clock.next()?.ok()?);
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let then = days * 86_400 + hh * 3600 + mm * 60 + ss;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs() as i64;
-    Some((now - then).max(0))
+    Some((crate::clock::now() - crate::clock::epoch_of(started)?).max(0))
 }
 
 async fn listed(sandbox: Sandbox) -> Listed {
