@@ -58,6 +58,9 @@ pub struct Answer {
     /// What would change the answer, when it is a refusal.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change: Option<String>,
+    /// Decided by the forwarder of the host (which a name check turned off lets the agent pass).
+    #[serde(skip)]
+    pub by_forwarder: bool,
 }
 
 /// The targets of the command line: `URL`, `METHOD URL` (as one argument or two) or `HOST:PORT`.
@@ -158,6 +161,7 @@ pub fn judge(policy: &Policy, target: &Target, sandbox: Option<&str>, body: Opti
         allowed,
         reason,
         change,
+        by_forwarder: false,
     };
     let port = target.port;
     let name = match &target.host {
@@ -215,6 +219,7 @@ pub fn judge(policy: &Policy, target: &Target, sandbox: Option<&str>, body: Opti
         }
         return answer(true, reason, None);
     };
+    let answer = |allowed, reason, change| Answer { by_forwarder: true, ..answer(allowed, reason, change) };
     let Some(method) = target.method.as_deref() else {
         return answer(
             true,
@@ -325,7 +330,7 @@ impl Running {
                 self.firewall, answer.reason
             );
             answer.change = None;
-        } else if !self.name_check && !answer.allowed && answer.reason.contains("the forwarder of") {
+        } else if !self.name_check && !answer.allowed && answer.by_forwarder {
             answer.allowed = true;
             answer.reason = format!(
                 "the sandbox's name check is off (SANDBOX_NAME_CHECK=off): an opened address takes any \
@@ -342,7 +347,7 @@ impl Running {
 /// An address the agent names: its own loopback, or what the policy's ranges open.
 fn judge_address(policy: &Policy, target: &Target, addr: IpAddr) -> Answer {
     let (allowed, reason, change) = judge_addr(policy, addr, target.port);
-    Answer { target: target.text.clone(), allowed, reason, change }
+    Answer { target: target.text.clone(), allowed, reason, change, by_forwarder: false }
 }
 
 fn judge_addr(policy: &Policy, addr: IpAddr, port: u16) -> (bool, String, Option<String>) {
