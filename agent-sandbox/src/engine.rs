@@ -177,6 +177,14 @@ impl Engine {
     }
 }
 
+/// Removes a volume; one that is not there is removed already.
+async fn remove_volume(docker: &Docker, name: &str) -> Result<()> {
+    match docker.remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>).await {
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+        other => Ok(other?),
+    }
+}
+
 fn pick(all: Vec<Found>, which: &str) -> Result<Found> {
     let by_name: Vec<&Found> = all.iter().filter(|s| s.name == which || s.id.starts_with(which)).collect();
     let matches: Vec<&Found> = if by_name.len() == 1 {
@@ -302,11 +310,7 @@ impl Engine {
     /// Removes a volume (one the launcher made and no container uses); one that is not there is
     /// removed already.
     pub async fn remove_volume(&self, name: &str) -> Result<()> {
-        match self.docker.remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>).await {
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
-            other => other?,
-        }
-        Ok(())
+        remove_volume(&self.docker, name).await
     }
 
     /// Creates the volume unless it exists, labelled as the launcher's; whether it made it.
@@ -383,12 +387,7 @@ impl Sandbox {
                     other => other?,
                 }
             }
-            let shared = crate::identity::shared_volume(&self.name);
-            match docker.remove_volume(&shared, None::<bollard::query_parameters::RemoveVolumeOptions>).await
-            {
-                Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
-                other => other?,
-            }
+            remove_volume(docker, &crate::identity::shared_volume(&self.name)).await?;
         }
         Ok(())
     }
