@@ -239,7 +239,14 @@ pub fn refusal(outcome: &str) -> bool {
     let outcome = outcome.strip_prefix("dns:").unwrap_or(outcome);
     matches!(
         outcome,
-        "refused" | "reset" | "unreachable" | "not-permitted" | "timeout" | "nxdomain" | "servfail"
+        "refused"
+            | "denied"
+            | "reset"
+            | "unreachable"
+            | "not-permitted"
+            | "timeout"
+            | "nxdomain"
+            | "servfail"
     )
 }
 
@@ -271,9 +278,16 @@ mod tests {
 
     #[test]
     fn only_a_refusal_the_probe_knows_counts() {
-        for outcome in
-            ["refused", "reset", "timeout", "not-permitted", "unreachable", "dns:refused", "dns:nxdomain"]
-        {
+        for outcome in [
+            "refused",
+            "denied",
+            "reset",
+            "timeout",
+            "not-permitted",
+            "unreachable",
+            "dns:refused",
+            "dns:nxdomain",
+        ] {
             assert!(refusal(outcome), "{outcome}");
         }
         for outcome in [

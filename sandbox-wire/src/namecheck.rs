@@ -5,8 +5,9 @@
 //! because the check is only as good as the agreement between the two readers. Pure: the
 //! checker feeds it the bytes read so far.
 //!
-//! Below it, what else of the name check is pure: the upload budgets' arithmetic (`budgets`)
-//! and the messages between the checker and PID 1 (`messages`).
+//! Below it, what else of the name check is pure: what a refused connection is answered
+//! (`answer`), the upload budgets' arithmetic (`budgets`) and the messages between the checker
+//! and PID 1 (`messages`).
 
 use crate::http1::{self, Body, BodyLength, Piece, is_tchar};
 use crate::tls::{self, CONTENT_HANDSHAKE, valid_host};
@@ -508,6 +509,7 @@ fn authority_host(authority: &str) -> Option<String> {
     valid_host(host.as_bytes())
 }
 
+pub mod answer;
 pub mod budgets;
 pub mod messages;
 mod retry;

@@ -289,11 +289,11 @@ pub async fn reaches_its_policy_and_not_example_com(subject: &Subject) -> anyhow
     let sb = spec.start().await?;
     for (host, port) in &targets {
         if allowlist.is_forwarded(host) {
-            // The forwarder's alone (forward::): the agent's own connection is reset.
+            // The forwarder's alone (forward::): the agent's own connection is refused (the alert).
             let own = sb.probe(&["tcp", host, &port.to_string(), "--tls"]).await?;
             assert_eq!(
                 own.outcome(),
-                "reset",
+                "denied",
                 "{name} reached forwarded {host}:{port} itself: {:?}",
                 own.fields
             );

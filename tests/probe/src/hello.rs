@@ -62,15 +62,14 @@ fn client_hello(sni: Option<&str>, ech: bool, pad: usize, share: bool) -> Vec<u8
 /// `tls-hello HOST PORT [--sni NAME] [--no-sni] [--ech] [--pad N] [--split N] [--records]
 /// [--retry NAME [--alert first|after-ccs] [--alert-apart] [--announce]]`: a ClientHello written in two
 /// segments (the first N bytes, a pause, the rest) or, with `--records`, in two TLS records;
-/// `outcome=answered` if the server answered anything, `reset` if the connection was refused
-/// after it was taken. With `--retry`, the hello offers no key share, so that the server asks for
+/// `outcome=answered` if the server answered anything, `denied` if the sandbox answered with its
+/// refusal (an access_denied alert), `reset` if the connection was reset after it was taken. With `--retry`, the hello offers no key share, so that the server asks for
 /// another (`retry=yes`), and the second hello names NAME, after a change_cipher_spec and, with
 /// `--alert`, an alert (in a segment of its own with `--alert-apart`); the outcome is the answer
 /// to that hello. With `--announce`, the first flight ends with the header of the record the
 /// second hello will be (no payload yet), and after the request only that payload follows: a
 /// record the check saw announced, but never read.
 pub fn tls_hello(args: &Args) {
-    use std::io::Read as _;
     let (host, port, timeout) = (args.arg(1), args.arg(2), args.timeout());
     let addr = match crate::probes::resolve(&host, timeout) {
         Ok(addr) => addr,
@@ -113,11 +112,11 @@ pub fn tls_hello(args: &Args) {
             std::thread::sleep(Duration::from_millis(200));
             stream.write_all(&second)?;
         }
-        let mut answer = [0u8; 5];
-        stream.read_exact(&mut answer)?;
-        if let Some(name) = &retry {
-            let mut body = vec![0u8; usize::from(u16::from_be_bytes([answer[3], answer[4]]))];
-            stream.read_exact(&mut body)?;
+        let mut answer = read_record(&mut stream)?;
+        if let Some(name) = &retry
+            && answer != ACCESS_DENIED
+        {
+            let body = &answer[5..];
             asked_again.set(
                 answer[0] == 22 && body.len() >= 38 && body[0] == 2 && body[6..38] == HELLO_RETRY_RANDOM,
             );
@@ -149,17 +148,17 @@ pub fn tls_hello(args: &Args) {
             // The answer to the second hello, past the change_cipher_spec a server may send
             // after its request (middlebox compatibility).
             loop {
-                stream.read_exact(&mut answer)?;
+                answer = read_record(&mut stream)?;
                 if answer[0] != 20 {
                     break;
                 }
-                let mut ccs = vec![0u8; usize::from(u16::from_be_bytes([answer[3], answer[4]]))];
-                stream.read_exact(&mut ccs)?;
             }
         }
         Ok::<_, std::io::Error>(answer)
     })();
     let outcome = match result {
+        // The sandbox's refusal of a hello (sandbox-wire's `namecheck::answer`).
+        Ok(answer) if answer == ACCESS_DENIED => "denied".to_string(),
         Ok(answer) => format!("answered:{}", if answer[0] == 22 { "handshake" } else { "alert" }),
         Err(e) => outcome_of(&e),
     };
@@ -169,4 +168,18 @@ pub fn tls_hello(args: &Args) {
         ("hello_bytes", (first.len() + second.len()).to_string()),
         ("retry", retried),
     ]);
+}
+
+/// A fatal access_denied alert: what the sandbox's name check answers a hello it refuses.
+pub const ACCESS_DENIED: [u8; 7] = [21, 3, 3, 0, 2, 2, 49];
+
+/// One TLS record, its header and its payload.
+fn read_record(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut record = vec![0u8; 5];
+    stream.read_exact(&mut record)?;
+    let mut payload = vec![0u8; usize::from(u16::from_be_bytes([record[3], record[4]]))];
+    stream.read_exact(&mut payload)?;
+    record.extend(payload);
+    Ok(record)
 }

@@ -147,7 +147,7 @@ fn main() {
         "dns-crafted" => attacks::dns_crafted(&args),
         "deep" => attacks::deep(&args),
         "find-string" => attacks::find_string(&args),
-        "send-each" => attacks::send_each(&args),
+        "send-each" => wire::send_each(&args),
         "openai-jwt" => report(&[("jwt", oauth::openai_jwt(args.arg(1).parse().unwrap_or(0), &args.arg(2)))]),
         _ => {
             eprintln!("{USAGE}");

@@ -18,6 +18,16 @@ pub fn outcome_of(error: &std::io::Error) -> String {
         Some(libc::EHOSTUNREACH) | Some(libc::ENETUNREACH) => "unreachable".into(),
         Some(libc::EPERM) | Some(libc::EACCES) => "not-permitted".into(),
         Some(libc::ETIMEDOUT) | Some(libc::EAGAIN) => "timeout".into(),
+        // The sandbox's own refusal, in the protocol spoken: its 403 (`web::get`) or a TLS
+        // access_denied alert.
+        _ if error.kind() == std::io::ErrorKind::PermissionDenied => "denied".into(),
+        _ if error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<rustls::Error>())
+            .is_some_and(|e| *e == rustls::Error::AlertReceived(rustls::AlertDescription::AccessDenied)) =>
+        {
+            "denied".into()
+        }
         _ if error.kind() == std::io::ErrorKind::TimedOut
             || error.kind() == std::io::ErrorKind::WouldBlock =>
         {
@@ -172,7 +182,11 @@ pub fn tcp(args: &Args) {
                     other => other,
                 })
                 // One line of the report: the answer's line breaks written as `\n`.
-                .map(|_| {
+                .and_then(|_| match crate::web::refused_by_sandbox(&greeting) {
+                    Some(reason) => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, reason)),
+                    None => Ok(greeting),
+                })
+                .map(|greeting| {
                     String::from_utf8_lossy(&greeting).trim().replace("\r\n", "\\n").replace('\n', "\\n")
                 })
             } else {
@@ -187,7 +201,14 @@ pub fn tcp(args: &Args) {
                     report(&[("greeting", greeting)]);
                     "connected".to_string()
                 }
-                Err(e) => outcome_of(&e),
+                Err(e) => {
+                    let outcome = outcome_of(&e);
+                    if outcome == "denied" {
+                        // What the refusal said: the 403's reason, or the alert.
+                        report(&[("refusal", e.to_string())]);
+                    }
+                    outcome
+                }
             }
         }
         Err(e) => outcome_of(&e),

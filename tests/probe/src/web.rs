@@ -459,8 +459,28 @@ impl Write for Client {
     }
 }
 
+/// The header of the sandbox's own 403 (sandbox-wire's `namecheck::answer::REFUSED_HEADER`), by
+/// which a probe tells the name check's refusal from a server's answer. A hint, not proof: any
+/// server could send it, so a test that needs proof reads its peer's log as well.
+pub const REFUSED_HEADER: &str = "X-Agent-Sandbox-Refused";
+
+/// The reason, if `answer` (a whole plain HTTP answer) is the sandbox's 403.
+pub fn refused_by_sandbox(answer: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(answer);
+    let (head, _) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.split("\r\n");
+    if !lines.next()?.starts_with("HTTP/1.1 403 ") {
+        return None;
+    }
+    lines.find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case(REFUSED_HEADER).then(|| value.trim().to_string())
+    })
+}
+
 /// One GET over `client`: the body's first line, or with `sha256`, the size, digest and time of
-/// the whole body (a download, checked against [`pattern`] by the test).
+/// the whole body (a download, checked against [`pattern`] by the test). The sandbox's own 403 is
+/// an error of kind PermissionDenied whose text is the reason.
 pub fn get(client: &mut Client, host: &str, path: &str) -> std::io::Result<(String, u64, String, f64)> {
     use sha2::Digest as _;
     write!(client, "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: sandbox-probe\r\n\r\n")?;
@@ -482,10 +502,16 @@ pub fn get(client: &mut Client, host: &str, path: &str) -> std::io::Result<(Stri
         if header.is_empty() {
             break;
         }
-        if let Some((name, value)) = header.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().ok();
+        if let Some((name, value)) = header.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().ok();
+            }
+            if status.starts_with("HTTP/1.1 403 ") && name.eq_ignore_ascii_case(REFUSED_HEADER) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    value.trim().to_string(),
+                ));
+            }
         }
     }
     let mut digest = sha2::Sha256::new();

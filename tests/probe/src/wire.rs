@@ -7,9 +7,15 @@
 //!   logs its requests itself; in front of it a relay that logs the connections, which nginx
 //!   cannot (it copies bytes both ways, unchanged, half-closes included), each under the port
 //!   nginx sees it from.
+//!
+//! And the agent's side of it: `send-each`, which sends the samples through the name check.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use crate::Args;
 
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Bytes, Incoming};
@@ -109,4 +115,52 @@ pub fn nginx(command: &[String]) {
 fn copy(mut from: std::net::TcpStream, mut to: std::net::TcpStream) {
     std::io::copy(&mut from, &mut to).ok();
     to.shutdown(std::net::Shutdown::Write).ok();
+}
+
+/// `send-each DIR HOST PORT [--timeout-ms N]`: every file of DIR (in name order) sent as it is
+/// on a connection of its own to HOST:PORT, the write side then closed; reports
+/// `NAME=OUTCOME BYTES`: how the connection ended (`closed` by the server after its answers,
+/// `denied` by the sandbox's answer, `reset`, `timeout`, or a connect outcome) and how many bytes came back. One at a time, so the
+/// servers see the connections in the files' order. The wire suite's differential samples.
+pub fn send_each(args: &Args) {
+    let (dir, host, port) = (args.arg(1), args.arg(2), args.arg(3));
+    let timeout = Duration::from_millis(args.number("--timeout-ms", 3000));
+    let addr = match crate::probes::resolve(&host, timeout) {
+        Ok(addr) => SocketAddr::new(addr, port.parse().unwrap_or(0)),
+        Err(outcome) => return crate::report(&[("outcome", outcome)]),
+    };
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    for file in files {
+        let name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        let (outcome, answered) = match TcpStream::connect_timeout(&addr, timeout) {
+            Err(e) => (crate::probes::outcome_of(&e), 0),
+            Ok(mut stream) => {
+                stream.set_read_timeout(Some(timeout)).ok();
+                let mut answer = Vec::new();
+                let sent = stream.write_all(&bytes).and_then(|_| stream.shutdown(std::net::Shutdown::Write));
+                let read = sent.and_then(|_| std::io::Read::read_to_end(&mut stream, &mut answer));
+                let outcome = match read {
+                    // The sandbox's refusal, in the sample's protocol.
+                    Ok(_)
+                        if crate::web::refused_by_sandbox(&answer).is_some()
+                            || answer == crate::hello::ACCESS_DENIED =>
+                    {
+                        "denied".to_string()
+                    }
+                    Ok(_) => "closed".to_string(),
+                    // The sandbox cut the connection while the sample was still being sent.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::EPIPE)) => {
+                        "reset".to_string()
+                    }
+                    Err(e) => crate::probes::outcome_of(&e),
+                };
+                (outcome, answer.len())
+            }
+        };
+        println!("{name}={outcome} {answered}");
+    }
 }

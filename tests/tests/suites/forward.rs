@@ -237,16 +237,16 @@ net_admin! {
             // under their own name and under a name the policy allows directly, and on 22 and 80.
             for host in ["github.com", "api.github.com"] {
                 let own = sb.probe(&["tcp", host, "443", "--tls"]).await?;
-                assert_eq!(own.outcome(), "reset", "{host}: {:?}", own.fields);
+                assert_eq!(own.outcome(), "denied", "{host}: {:?}", own.fields);
                 let address = own.fields["address"].clone();
                 for sni in [host, "codeload.github.com"] {
                     let fronted = sb.probe(&["tcp", &address, "443", "--tls", "--sni", sni]).await?;
-                    assert_eq!(fronted.outcome(), "reset", "{sni} at {address}: {:?}", fronted.fields);
+                    assert_eq!(fronted.outcome(), "denied", "{sni} at {address}: {:?}", fronted.fields);
                 }
             }
             for (port, how) in [("22", "--tls"), ("80", "--http")] {
                 let other = sb.probe(&["tcp", "github.com", port, how]).await?;
-                assert!(matches!(other.outcome(), "refused" | "reset"), "github.com:{port}: {:?}", other.fields);
+                assert!(matches!(other.outcome(), "refused" | "denied"), "github.com:{port}: {:?}", other.fields);
             }
             let connections = sb.exec(&["cat", "/run/agent-sandbox/connections.jsonl"]).await?.stdout;
             assert!(connections.contains("reached through the key forwarder alone"), "{connections}");
@@ -336,14 +336,14 @@ net_admin! {
             assert_eq!(requests.len(), 2, "only the allowed requests reached the API: {log:#?}");
             assert!(requests.iter().all(|l| l.contains(SECRET)), "{requests:#?}");
             let own = sb.probe(&["tcp", "api.tracker.test", "443", "--tls"]).await?;
-            assert_eq!(own.outcome(), "reset", "{:?}", own.fields);
+            assert_eq!(own.outcome(), "denied", "{:?}", own.fields);
             let hunt = sb.probe(&["find-string", &hex(SECRET), "/"]).await?;
             assert_eq!(hunt.fields["found"], "", "the agent found the token: {:?}", hunt.fields);
 
             // A host a reload makes forwarded has no route until the next start, and is no longer
             // reached directly meanwhile (it was, before).
             let direct = sb.probe(&["tcp", "api.other.test", "443", "--tls"]).await?;
-            assert_ne!(direct.outcome(), "reset", "the control: {:?}", direct.fields);
+            assert_eq!(direct.outcome(), "connected", "the control: {:?}", direct.fields);
             sb.write_drop_in(
                 "later.yaml",
                 "version: 1\nforward:\n  other:\n    host: api.other.test\n    secret: other_token\n    allow: [\"GET /**\"]\n",
@@ -351,7 +351,7 @@ net_admin! {
             sb.signal("SIGHUP").await?;
             sb.wait_for_stdout("sandbox reloaded", 1).await?;
             let held = sb.probe(&["tcp", "api.other.test", "443", "--tls"]).await?;
-            assert_eq!(held.outcome(), "reset", "{:?}", held.fields);
+            assert_eq!(held.outcome(), "denied", "{:?}", held.fields);
             Ok(())
         }
     }

@@ -528,7 +528,7 @@ net_admin! {
             // the socket's buffers first), and the next connection is refused.
             upload(&sb, "up.launcher.test", 3_000_000).await?;
             let again = sb.probe(&["tcp", "up.launcher.test", "80", "--http"]).await?;
-            assert_eq!(again.outcome(), "reset", "a connection past the budget: {:?}", again.fields);
+            assert_eq!(again.outcome(), "denied", "a connection past the budget: {:?}", again.fields);
             let queue: Vec<serde_json::Value> =
                 serde_json::from_str(&launcher.ok(&["pending", &name, "--json"]).await?.stdout)?;
             let spent =

@@ -10,6 +10,7 @@ use sandbox_tests::docker::TestNet;
 use sandbox_tests::peers::{PEER_GREETER, Peer};
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::SandboxSpec;
+use sandbox_wire::namecheck::answer::not_allowed;
 
 /// The name the policy allows, and another served from the same address.
 const ALLOWED: &str = "api.allowed.test";
@@ -145,9 +146,21 @@ net_admin! {
         async fn another_name_on_the_same_address_is_refused_by_sni_and_by_host() -> anyhow::Result<()> {
             let (_net, peer, sb) = setup("names-other", "shell", &allow(ALLOWED)).await?;
             let by_sni = sb.probe(&["tcp", ALLOWED, "443", "--sni", OTHER]).await?;
-            assert_eq!(by_sni.outcome(), "reset", "{:?}", by_sni.fields);
+            assert_eq!(by_sni.outcome(), "denied", "{:?}", by_sni.fields);
             let by_host = sb.probe(&["tcp", ALLOWED, "80", "--host", OTHER]).await?;
-            assert_eq!(by_host.outcome(), "reset", "{:?}", by_host.fields);
+            assert_eq!(by_host.outcome(), "denied", "{:?}", by_host.fields);
+            // The refusal explains itself where the agent sees it, to real clients: curl prints
+            // the 403's text (the name, and that the policy decides: not PID 1's detail), and
+            // names the TLS alert.
+            assert_eq!(by_host.fields["refusal"], not_allowed(OTHER), "{:?}", by_host.fields);
+            let url = format!("http://{ALLOWED}/hello.txt");
+            let plain = sb.as_agent(&["curl", "-sS", "-i", "-H", &format!("Host: {OTHER}"), &url]).await?;
+            assert!(plain.stdout.starts_with("HTTP/1.1 403 Forbidden"), "{plain:?}");
+            assert!(plain.stdout.contains(&format!("agent-sandbox refused this connection: {}", not_allowed(OTHER))), "{plain:?}");
+            let to = format!("{OTHER}:443:{ALLOWED}:443");
+            let tls = sb.as_agent(&["curl", "-sS", "--connect-to", &to, &format!("https://{OTHER}/")]).await?;
+            assert_eq!(tls.code, 35, "{tls:?}");
+            assert!(tls.stderr.contains("alert access denied"), "{tls:?}");
             let pipelined = sb.probe(&["http-pipeline", ALLOWED, "80", ALLOWED, OTHER]).await?;
             assert_eq!(pipelined.fields["served"], ALLOWED, "{:?}", pipelined.fields);
             let log = peer.log().await?;
@@ -213,10 +226,10 @@ net_admin! {
                 (vec!["--pad", "2000"], "answered:handshake"),
                 (vec!["--pad", "2000", "--records"], "answered:handshake"),
                 // ECH is refused unless the name's entry allows it (attacks::names has the rest).
-                (vec!["--ech"], "reset"),
-                (vec!["--no-sni"], "reset"),
-                (vec!["--ech", "--sni", OTHER], "reset"),
-                (vec!["--pad", "2000", "--split", "1400", "--sni", OTHER], "reset"),
+                (vec!["--ech"], "denied"),
+                (vec!["--no-sni"], "denied"),
+                (vec!["--ech", "--sni", OTHER], "denied"),
+                (vec!["--pad", "2000", "--split", "1400", "--sni", OTHER], "denied"),
             ] {
                 let args = hello(&extra);
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();

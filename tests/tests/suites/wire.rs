@@ -21,6 +21,7 @@ use sandbox_tests::probe::PROBE;
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::SandboxSpec;
 use sandbox_wire::corpus::{self, Parsed, Sample};
+use sandbox_wire::namecheck::answer::refusal_answer;
 use sandbox_wire::namecheck::{Sniffed, sniff};
 
 /// A plain request sent after every sample, in its pipelined copy: where a server's reading of
@@ -274,7 +275,9 @@ async fn judge(
         let outcome = rest.split(' ').next().unwrap_or_default();
         let (passed, refused) = corpus::name_check(bytes);
         if let Sniffed::Refused(why) = sniff(bytes) {
-            if outcome != "reset" {
+            // Answered in its protocol where the checker knows it (a 403 to a request), else reset.
+            let expected = if refusal_answer(bytes, why).is_some() { "denied" } else { "reset" };
+            if outcome != expected {
                 verdict.failures.push(format!(
                     "{name} at {}: the name check's library refuses its first request ({why}), but the connection ended {outcome}",
                     server.name

@@ -3,7 +3,9 @@
 //! allowed address. On the checking port it reads the first bytes, takes the name the client
 //! speaks (TLS SNI, HTTP Host: sandbox-wire's `namecheck`) and asks PID 1 for a verdict; on the passing port
 //! (opaque ports, ranges) it asks on the address alone. Allowed connections are joined to their
-//! original destination and relayed; refused ones are reset, and no byte reaches the server.
+//! original destination and relayed; refused ones are answered in their protocol where it is
+//! known (a 403 naming the reason to HTTP, an `access_denied` alert to TLS: sandbox-wire's
+//! `namecheck::answer`), reset otherwise, and no byte reaches the server.
 //!
 //! Running apart keeps the parser of untrusted bytes out of PID 1 and without privilege; a
 //! checker that dies or stalls stops connections (they wait, unaccepted, in the listeners'
@@ -24,6 +26,7 @@ use tokio::sync::{oneshot, watch};
 use crate::net::namecheck::protocol::{
     LISTENERS_ENV, Listener, PROGRESS_PERIOD, VERDICT_FD, VERDICT_TIMEOUT,
 };
+use sandbox_wire::namecheck::answer::{not_allowed, refusal_answer};
 use sandbox_wire::namecheck::messages::{Order, Report};
 use sandbox_wire::namecheck::{
     ClientBytes, HttpRequests, MAX_FIRST_BYTES, Sniffed, TlsRetry, hello_retry, sniff,
@@ -263,11 +266,14 @@ impl Checker {
                 let via = if first.first() == Some(&22) { "tls" } else { "unknown" };
                 self.report(&Report::Refused { id, dst, via: via.into(), reason: reason.into(), name: None })
                     .await;
-                return reset(client);
+                return refuse(client, &first, reason).await;
             }
             Sniffed::NeedMore => unreachable!("the loop ends on anything else"),
         };
         let first_len = first.len() as u64;
+        // What the agent is told if refused: its name and that the policy decides, not PID 1's
+        // reason (which patterns opened the address, what the forwarder holds: the user's).
+        let refusal = not_allowed(&name);
         let ask = Report::Ask {
             id,
             dst,
@@ -280,7 +286,7 @@ impl Checker {
         };
         match self.ask(id, ask).await {
             Some(allowance) => self.relay(id, client, dst, first, later, allowance).await,
-            None => reset(client),
+            None => refuse(client, &first, &refusal).await,
         }
     }
 
@@ -579,6 +585,35 @@ async fn copy(
         }
     }
 }
+
+/// Ends a refused connection with the answer its protocol carries (`refusal_answer`: a 403 to
+/// HTTP, an access_denied alert to TLS), else a reset. The answer is written, the sending side
+/// shut, and what the client still sends (a request body) read and dropped until it closes, for
+/// 2 s and 64 KiB at most: closed with bytes unread, the socket would reset and the client could
+/// lose the answer. Whatever fails on the way ends in a reset; no byte goes anywhere but back.
+async fn refuse(mut client: TcpStream, first: &[u8], reason: &str) {
+    let Some(answer) = refusal_answer(first, reason) else { return reset(client) };
+    let answered = tokio::time::timeout(REFUSAL_LINGER, async {
+        client.write_all(&answer).await?;
+        client.shutdown().await?;
+        let (mut sink, mut left) = ([0u8; 4096], REFUSAL_DRAIN);
+        while left > 0 {
+            match client.read(&mut sink).await? {
+                0 => return Ok(()),
+                n => left = left.saturating_sub(n),
+            }
+        }
+        Err(std::io::Error::other("the client sent more than the drain takes"))
+    })
+    .await;
+    if !matches!(answered, Ok(Ok(()))) {
+        reset(client);
+    }
+}
+
+/// How long a refused connection is held for its answer, and how many of its bytes are read.
+const REFUSAL_LINGER: Duration = Duration::from_secs(2);
+const REFUSAL_DRAIN: usize = 64 * 1024;
 
 /// Ends a connection with a reset, so that the client sees the refusal at once.
 fn reset(stream: TcpStream) {

@@ -56,7 +56,7 @@ net_admin! {
             let (bytes, mark_after) = received(&peer, mark).await?;
             assert!(bytes <= 1_000_000 + 1_000, "one.budget.test received {bytes} bytes in one upload");
             let again = sb.probe(&["tcp", "one.budget.test", "80", "--http"]).await?;
-            assert_eq!(again.outcome(), "reset", "a new connection past the budget: {:?}", again.fields);
+            assert_eq!(again.outcome(), "denied", "a new connection past the budget: {:?}", again.fields);
 
             // Ten short ones in turn (3 MB in all): what the peer received stops near the budget. (The
             // probe's own count says little: a refused connection's writes fill its socket's buffer

@@ -308,12 +308,12 @@ net_admin! {
             let (_net, mock, sb, _dir) = every_api("attack-fwd-own-key", "version: 1\nallow: none\n").await?;
             for (_, host, _) in apis() {
                 let own = sb.probe(&["tcp", host, "443", "--tls"]).await?;
-                assert_eq!(own.outcome(), "reset", "{host}: {:?}", own.fields);
+                assert_eq!(own.outcome(), "denied", "{host}: {:?}", own.fields);
                 let address = own.fields["address"].clone();
                 let by_address = sb.probe(&["tcp", &address, "443", "--tls", "--sni", host]).await?;
-                assert_eq!(by_address.outcome(), "reset", "{host} at {address}: {:?}", by_address.fields);
+                assert_eq!(by_address.outcome(), "denied", "{host} at {address}: {:?}", by_address.fields);
                 let plain = sb.probe(&["tcp", host, "80", "--http"]).await?;
-                assert_eq!(plain.outcome(), "reset", "{host}:80: {:?}", plain.fields);
+                assert_eq!(plain.outcome(), "denied", "{host}:80: {:?}", plain.fields);
             }
             let (path, _, plain) = fetching_request("anthropic");
             let (status, _) = post(&sb, "15101", path, &plain).await?;

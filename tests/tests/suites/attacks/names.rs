@@ -60,7 +60,7 @@ net_admin! {
             // Another scheme's host in the request line.
             for target in [format!("ws://{OTHER}/"), format!("git+ssh://{OTHER}/x")] {
                 let probe = raw(ALLOWED, request(&target, ALLOWED)).await?;
-                assert_eq!(probe.outcome(), "reset", "{target}: {:?}", probe.fields);
+                assert_eq!(probe.outcome(), "denied", "{target}: {:?}", probe.fields);
             }
             let control = raw(ALLOWED, request(&format!("http://{ALLOWED}/"), ALLOWED)).await?;
             assert!(
@@ -89,9 +89,9 @@ net_admin! {
             );
             // An allowed name at an address opened only for another: by Host, and by SNI.
             let borrowed = sb.probe(&["tcp", ALLOWED, "80", "--host", FAR]).await?;
-            assert_eq!(borrowed.outcome(), "reset", "{:?}", borrowed.fields);
+            assert_eq!(borrowed.outcome(), "denied", "{:?}", borrowed.fields);
             let borrowed = sb.probe(&["tcp", ALLOWED, "443", "--sni", FAR]).await?;
-            assert_eq!(borrowed.outcome(), "reset", "{:?}", borrowed.fields);
+            assert_eq!(borrowed.outcome(), "denied", "{:?}", borrowed.fields);
             assert_reaches(&sb, &format!("{FAR}:80")).await?;
             assert_reaches(&sb, &format!("{FAR}:443")).await?;
             let log = shared.log().await?;
@@ -141,7 +141,7 @@ net_admin! {
             let announced = sb.probe(&["tls-hello", ALLOWED, "443", "--retry", OTHER, "--announce"]).await?;
             assert_eq!(
                 (announced.fields["retry"].as_str(), announced.outcome()),
-                ("no", "reset"),
+                ("no", "denied"),
                 "{:?}",
                 announced.fields
             );
@@ -293,7 +293,7 @@ net_admin! {
                 .start()
                 .await?;
             let ech = sb.probe(&["tls-hello", ALLOWED, "443", "--ech"]).await?;
-            assert_eq!(ech.outcome(), "reset", "{:?}", ech.fields);
+            assert_eq!(ech.outcome(), "denied", "{:?}", ech.fields);
             let plain = sb.probe(&["tls-hello", ALLOWED, "443"]).await?;
             assert_eq!(plain.outcome(), "answered:handshake", "{:?}", plain.fields);
             let log = peer.log().await?;
@@ -344,10 +344,10 @@ net_admin! {
             let before = shared.log().await?.len();
             for name in spellings {
                 let hello = sb.probe(&["tls-hello", &addr, "443", "--sni", name]).await?;
-                assert_eq!(hello.outcome(), "reset", "SNI {name}: {:?}", hello.fields);
+                assert_eq!(hello.outcome(), "denied", "SNI {name}: {:?}", hello.fields);
                 let request = format!("GET / HTTP/1.1\\r\\nHost: {name}\\r\\nConnection: close\\r\\n\\r\\n");
                 let asked = sb.probe(&["tcp", &addr, "80", "--raw", "--send", &request]).await?;
-                assert_eq!(asked.outcome(), "reset", "Host {name}: {:?}", asked.fields);
+                assert_eq!(asked.outcome(), "denied", "Host {name}: {:?}", asked.fields);
             }
             let read: Vec<String> = shared.log().await?.split_off(before);
             assert!(read.is_empty(), "the server read something of a refused connection: {read:?}");
