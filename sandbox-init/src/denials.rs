@@ -106,27 +106,31 @@ impl Denial {
     /// One line of the agent's summary: when, what, why, and what only the user can do. The
     /// name is the agent's: one line, its unsafe characters as `?`.
     pub fn plain(&self, time: SystemTime) -> String {
-        let time = rfc3339(time);
+        format!("{} {}", rfc3339(time), self.words())
+    }
+
+    /// [`Denial::plain`] without the time: what, why, and what only the user can do.
+    pub fn words(&self) -> String {
         let quoted = |name: &str| one_line(name.strip_suffix('.').unwrap_or(name), 255);
         match self {
             Denial::Name { name, reason: Reason::NotAllowlisted, .. } => format!(
-                "{time} {}: refused: not in this sandbox's allowlist; only the user decides whether to allow it",
+                "{}: refused: not in this sandbox's allowlist; only the user decides whether to allow it",
                 quoted(name)
             ),
             Denial::Name { name, kind, reason } => {
-                format!("{time} {}: refused ({kind} query): {}", quoted(name), reason.as_str())
+                format!("{}: refused ({kind} query): {}", quoted(name), reason.as_str())
             }
             Denial::Connection { protocol, addr, port, .. } => format!(
-                "{time} {protocol} {addr}{}: refused: no allowed name opened this address; connect by an allowed name",
+                "{protocol} {addr}{}: refused: no allowed name opened this address; connect by an allowed name",
                 port.map(|p| format!(" port {p}")).unwrap_or_default()
             ),
             Denial::Upload { name, budget, sent } => format!(
-                "{time} {}: refused or cut: its upload budget of {budget} bytes an hour is spent ({sent} sent); \
+                "{}: refused or cut: its upload budget of {budget} bytes an hour is spent ({sent} sent); \
                  only the user can raise it",
                 quoted(name)
             ),
             Denial::Inward { name, scope, addresses, .. } => format!(
-                "{time} {}: its DNS answer pointed at {} ({}), which is not opened",
+                "{}: its DNS answer pointed at {} ({}), which is not opened",
                 quoted(name),
                 scope.describe(),
                 addresses.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ")

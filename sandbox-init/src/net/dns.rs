@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::rdata::opt::EdnsOption;
 use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -22,6 +23,7 @@ use tokio::sync::Semaphore;
 use crate::console;
 use crate::denials::{Denial, DenialLog, Reason};
 use crate::net::firewall::{Element, FirewallError};
+use crate::policy::layout::REFUSED_FILE;
 use crate::policy::{Access, Allowlist};
 
 /// How long an upstream resolver gets to answer before the next one is tried.
@@ -121,22 +123,35 @@ pub fn decide(packet: &[u8], allowlist: &Allowlist) -> Option<Decision> {
     if name.eq_ignore_ascii_case(GATE_PROBE_NAME) {
         return Some(Decision::Reply { packet: reply(ResponseCode::NXDomain)?, refused: None });
     }
-    let refused = |reason| Denial::Name { name: name.clone(), kind: query.query_type().to_string(), reason };
+    // REFUSED, with the reason as an Extended DNS Error (RFC 8914: 18, Prohibited) where the
+    // query spoke EDNS (without it, RFC 6891 allows no OPT record in the answer): `dig` and
+    // resolvers' logs show its text, so the refusal explains itself where it is seen.
+    let refuse = |reason| {
+        let denial = Denial::Name { name: name.clone(), kind: query.query_type().to_string(), reason };
+        let mut reply = Message::error_msg(message.id(), message.op_code(), ResponseCode::Refused);
+        reply.add_queries(message.queries().iter().cloned());
+        reply.set_recursion_desired(message.recursion_desired()).set_recursion_available(true);
+        if message.extensions().is_some() {
+            reply.set_edns(prohibited(&denial));
+        }
+        Some(Decision::Reply { packet: reply.to_vec().ok()?, refused: Some(denial) })
+    };
     if !is_host_name(query.name()) {
-        let refused = Some(refused(Reason::NotAHostName));
-        return Some(Decision::Reply { packet: reply(ResponseCode::Refused)?, refused });
+        return refuse(Reason::NotAHostName);
     }
     let Some(matched) = allowlist.matches(&name) else {
-        let refused = Some(refused(Reason::NotAllowlisted));
-        return Some(Decision::Reply { packet: reply(ResponseCode::Refused)?, refused });
+        return refuse(Reason::NotAllowlisted);
     };
     if matched.only_by_wildcard() && !fits_a_wildcard(&name) {
-        let refused = Some(refused(Reason::WildcardNameTooLong));
-        return Some(Decision::Reply { packet: reply(ResponseCode::Refused)?, refused });
+        return refuse(Reason::WildcardNameTooLong);
     }
     if !FORWARDED_TYPES.contains(&query.query_type()) {
         // NOERROR with no records: "no data of that type", which every resolver takes calmly.
-        let refused = Some(refused(Reason::QueryType));
+        let refused = Some(Denial::Name {
+            name: name.clone(),
+            kind: query.query_type().to_string(),
+            reason: Reason::QueryType,
+        });
         return Some(Decision::Reply { packet: reply(ResponseCode::NoError)?, refused });
     }
     let upstream = upstream_query(&message, query)?;
@@ -201,6 +216,24 @@ pub fn answer_addresses(answer: &[u8], id: u16, query: &Query) -> Result<Vec<(Ip
     // addresses are opened, the rest refused (no real name needs more).
     addresses.truncate(MAX_ANSWER_ADDRESSES);
     Ok(addresses)
+}
+
+/// The EDNS record of a refusal: the Extended DNS Error "Prohibited" (RFC 8914, info-code 18),
+/// its text the denial in plain words (the agent's summary's, without the time) and where the
+/// recent ones are listed.
+fn prohibited(denial: &Denial) -> Edns {
+    const EDE: u16 = 15;
+    const PROHIBITED: u16 = 18;
+    // At most 140 characters of the reason: with the longest question a name allows, the answer
+    // stays within the 512 bytes every EDNS client accepts.
+    let words = crate::policy::text::one_line(&denial.words(), 140);
+    let text = format!("agent-sandbox: {words}; recent refusals: {REFUSED_FILE}");
+    let mut data = PROHIBITED.to_be_bytes().to_vec();
+    data.extend(text.as_bytes());
+    let mut edns = Edns::new();
+    edns.set_max_payload(1232);
+    edns.options_mut().insert(EdnsOption::Unknown(EDE, data));
+    edns
 }
 
 fn servfail(id: u16, query: &Query) -> Vec<u8> {

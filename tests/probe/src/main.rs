@@ -82,7 +82,7 @@ probes, as a well-behaved agent (probes.rs):
   udp HOST PORT
   icmp ADDR
   hold HOST PORT --ms N [--http]
-  dns NAME [--type T] [--id N] [--server IP] [--timeout-ms MS]
+  dns NAME [--type T] [--id N] [--server IP] [--edns] [--timeout-ms MS]
   dns-bench NAME COUNT [--server IP] [--distinct] [--concurrency K] [--for-ms N] [--pace-us P]
   pattern-sha N
   openai-jwt EXP SIGNATURE

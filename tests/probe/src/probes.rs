@@ -503,8 +503,25 @@ pub fn dns(args: &Args) {
                     _ => None,
                 })
                 .collect();
+            // An Extended DNS Error (RFC 8914, option 15), as `dig` shows it: `CODE:TEXT`.
+            let ede = reply
+                .extensions()
+                .as_ref()
+                .and_then(|edns| edns.option(hickory_proto::rr::rdata::opt::EdnsCode::from(15)))
+                .map(|option| match option {
+                    hickory_proto::rr::rdata::opt::EdnsOption::Unknown(_, data) if data.len() >= 2 => {
+                        format!(
+                            "{}:{}",
+                            u16::from_be_bytes([data[0], data[1]]),
+                            String::from_utf8_lossy(&data[2..])
+                        )
+                    }
+                    other => format!("{other:?}"),
+                })
+                .unwrap_or_default();
             report(&[
                 ("outcome", format!("dns:{}", rcode(reply.response_code()))),
+                ("ede", ede),
                 ("answers", answers.join(",")),
                 ("records", reply.answers().len().to_string()),
                 ("id", reply.id().to_string()),

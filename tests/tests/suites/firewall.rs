@@ -80,6 +80,15 @@ net_admin! {
             let sb = spec.start().await?;
             let probe = assert_blocked(&sb, &format!("{BLOCKED}:443")).await?;
             assert_eq!(probe.outcome(), "dns:refused");
+            // Asked with EDNS, as resolvers and `dig` ask, the refusal says why in an Extended DNS
+            // Error (RFC 8914: 18, Prohibited); asked without, the answer has no OPT record.
+            let edns = sb.probe(&["dns", BLOCKED, "--edns"]).await?;
+            assert_eq!(edns.outcome(), "dns:refused", "{:?}", edns.fields);
+            let ede = &edns.fields["ede"];
+            assert!(ede.starts_with(&format!("18:agent-sandbox: {BLOCKED}: refused: not in this sandbox's allowlist")), "{ede}");
+            assert!(ede.ends_with("/run/agent-sandbox/shared/refused.txt"), "{ede}");
+            let plain = sb.probe(&["dns", BLOCKED]).await?;
+            assert_eq!((plain.outcome(), plain.fields["ede"].as_str()), ("dns:refused", ""), "{:?}", plain.fields);
             Ok(())
         }
         #[tokio::test]

@@ -550,3 +550,47 @@ async fn a_name_answered_into_the_users_network_opens_nothing_without_its_entrys
     assert_eq!(Message::from_vec(&reply).unwrap().response_code(), ResponseCode::Refused);
     assert!(recorder.allowed.lock().unwrap().is_empty());
 }
+
+/// The Extended DNS Error of a refusal, as `dig` shows it: its info-code and text.
+fn extended_error(packet: &[u8]) -> Option<(u16, String)> {
+    let reply = Message::from_vec(packet).unwrap();
+    let edns = reply.extensions().as_ref()?;
+    match edns.option(hickory_proto::rr::rdata::opt::EdnsCode::from(15))? {
+        hickory_proto::rr::rdata::opt::EdnsOption::Unknown(15, data) => {
+            Some((u16::from_be_bytes([data[0], data[1]]), String::from_utf8(data[2..].to_vec()).unwrap()))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_refusal_says_why_in_an_extended_dns_error_where_the_query_spoke_edns() {
+    let mut asked = Message::from_vec(&query(7, "blocked.test.", RecordType::A)).unwrap();
+    asked.set_edns(Edns::new());
+    let Some(Decision::Reply { packet, .. }) = decide(&asked.to_vec().unwrap(), &allowlist()) else {
+        panic!("refused with a reply")
+    };
+    assert_eq!(Message::from_vec(&packet).unwrap().response_code(), ResponseCode::Refused);
+    let (code, text) = extended_error(&packet).expect("an Extended DNS Error");
+    assert_eq!(code, 18, "Prohibited");
+    assert!(text.contains("blocked.test") && text.contains("allowlist"), "{text}");
+    assert!(text.contains(crate::policy::layout::REFUSED_FILE), "{text}");
+    // Without EDNS in the query, no OPT record in the answer (RFC 6891), and still REFUSED.
+    let Some(Decision::Reply { packet, .. }) =
+        decide(&query(7, "blocked.test.", RecordType::A), &allowlist())
+    else {
+        panic!("refused with a reply")
+    };
+    assert_eq!(Message::from_vec(&packet).unwrap().response_code(), ResponseCode::Refused);
+    assert!(Message::from_vec(&packet).unwrap().extensions().is_none());
+    // The longest name there is: the answer still fits 512 bytes.
+    let label = "a".repeat(63);
+    let longest = format!("{label}.{label}.{label}.{}.", "b".repeat(61));
+    let mut asked = Message::from_vec(&query(7, &longest, RecordType::A)).unwrap();
+    asked.set_edns(Edns::new());
+    let Some(Decision::Reply { packet, .. }) = decide(&asked.to_vec().unwrap(), &allowlist()) else {
+        panic!("refused with a reply")
+    };
+    assert!(packet.len() <= 512, "{} bytes", packet.len());
+    assert_eq!(extended_error(&packet).expect("an Extended DNS Error").0, 18);
+}
