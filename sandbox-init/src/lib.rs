@@ -22,6 +22,7 @@ pub mod session;
 pub mod sidecar;
 pub mod state;
 pub mod status;
+pub mod statusline;
 pub mod timeline;
 pub mod tree;
 pub mod verify;

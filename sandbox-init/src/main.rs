@@ -32,6 +32,8 @@ Usage:
   sandbox-status [--json]      the policy in force, allowed addresses, recent denials and
                                connections, connections and bytes per name
   sandbox-status --health      the image's HEALTHCHECK: healthy (0) while the firewall holds
+  sandbox-init status-line     the session's tmux status line: how many names were refused
+                               for not being allowlisted, and the newest
 
 Policy: {BAKED_POLICY}, merged with {DROP_IN_DIR}/*.yaml and *.txt.
 Signals to PID 1: SIGHUP reloads the policy; SIGTERM and SIGINT go to the session.
@@ -81,6 +83,7 @@ fn main() -> ExitCode {
         "attach" => attach(&rest),
         "status" if rest == ["--health"] => health(),
         "status" => status::show(&rest),
+        "status-line" => sandbox_init::statusline::show(),
         "pane" => session::pane(),
         "probe" => sandbox_init::verify::probe(rest.first().map_or("", String::as_str)),
         "probe-checked" => sandbox_init::verify::probe_checked(rest.first().map_or("", String::as_str)),

@@ -10,6 +10,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
+use crate::console;
 use crate::policy::layout::{GATEWAY_READY, SHARED_DIR};
 use crate::privileges::{AgentPrivileges, PrivilegeError};
 use crate::process;
@@ -160,8 +161,33 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
     // SAFETY: getpid has no preconditions.
     let ours = unsafe { libc::getpid() };
     match ProcessInfo::read(pid) {
-        Some(server) if pid > 1 && server.ppid == ours && server.uid == agent.uid => Ok(pid),
+        Some(server) if pid > 1 && server.ppid == ours && server.uid == agent.uid => {
+            status_line(agent, &name, sandbox_init);
+            Ok(pid)
+        }
         _ => Err(SessionError::NotOurServer { pid }),
+    }
+}
+
+/// The session's status line shows the sandbox's refusals on its right (`sandbox-init
+/// status-line`, statusline.rs), every 5 s, beside the time: one tmux call, as the agent (the
+/// server is the agent's, and so are the jobs it runs). Failing, it is only warned: the session
+/// runs with tmux's own line.
+fn status_line(agent: &AgentPrivileges, name: &str, sandbox_init: &Path) {
+    let right = format!("#('{}' status-line)%H:%M", sandbox_init.display());
+    let set = tmux(agent).and_then(|mut command| {
+        command.args(["set-option", "-t", name, "status-right", &right, ";"]);
+        command.args(["set-option", "-t", name, "status-right-length", "80", ";"]);
+        command.args(["set-option", "-t", name, "status-interval", "5"]);
+        process::output_within(&mut command, TMUX_LIMIT).map_err(SessionError::Tmux)
+    });
+    match set {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => console::err(format!(
+            "sandbox-init: the session's status line shows no refusals: tmux: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )),
+        Err(e) => console::err(format!("sandbox-init: the session's status line shows no refusals: {e}")),
     }
 }
 

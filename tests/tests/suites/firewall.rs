@@ -89,6 +89,15 @@ net_admin! {
             assert!(ede.ends_with("/run/agent-sandbox/shared/refused.txt"), "{ede}");
             let plain = sb.probe(&["dns", BLOCKED]).await?;
             assert_eq!((plain.outcome(), plain.fields["ede"].as_str()), ("dns:refused", ""), "{:?}", plain.fields);
+            // A client attached to the session sees it in tmux's status line, as tmux draws it
+            // there (its `#()` job's output, run for attached clients only): watched until it
+            // shows, 15 s at most, then the client detaches.
+            let expected = format!("refused 1: {BLOCKED}");
+            let watch = "sleep 60 2>/dev/null | script -qfec 'tmux attach -t agent' /tmp/status-line >/dev/null 2>&1 & \
+                for i in $(seq 1 150); do grep -aqF \"$1\" /tmp/status-line 2>/dev/null && break; sleep 0.1; done; \
+                tmux detach-client -s agent; grep -aoF \"$1\" /tmp/status-line | head -n 1";
+            let drawn = sb.as_agent(&["sh", "-c", watch, "sh", &expected]).await?;
+            assert_eq!(drawn.stdout.trim_end_matches('\n'), expected, "the status line never showed it: {drawn:?}");
             Ok(())
         }
         #[tokio::test]
