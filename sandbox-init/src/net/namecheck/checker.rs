@@ -177,13 +177,19 @@ impl Checker {
     }
 
     /// PID 1's verdict on `ask`: the connection's allowance if it may go on; None, refused (or
-    /// no verdict came in time).
+    /// no verdict came in time). Given up on, the connection is reported closed with nothing
+    /// sent, so that a verdict PID 1 gives late leaves nothing of it open there (its share of a
+    /// budget held, a connection logged as open).
     async fn ask(&self, id: u64, ask: Report) -> Option<Allowance> {
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
         self.report(&ask).await;
         let verdict = tokio::time::timeout(VERDICT_TIMEOUT, rx).await;
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        if verdict.is_err() {
+            let ms = VERDICT_TIMEOUT.as_millis() as u64;
+            self.report(&Report::Closed { id, up: 0, down: 0, ms }).await;
+        }
         verdict.ok().and_then(Result::ok).flatten()
     }
 
@@ -654,4 +660,65 @@ fn original_destination(stream: &TcpStream) -> Option<SocketAddr> {
     };
     // Not redirected: the client connected to the checker itself.
     (dst != local && !dst.ip().is_loopback()).then_some(dst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checker(socket: UnixDatagram) -> Checker {
+        Checker {
+            socket,
+            pending: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            allowances: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            connections: Arc::new(tokio::sync::Semaphore::new(1)),
+        }
+    }
+
+    async fn next(pid_1: &UnixDatagram) -> Report {
+        let mut buf = vec![0u8; 65536];
+        let len = tokio::time::timeout(Duration::from_secs(1), pid_1.recv(&mut buf))
+            .await
+            .expect("the checker reported nothing")
+            .unwrap();
+        serde_json::from_slice(&buf[..len]).unwrap()
+    }
+
+    /// Found by a red team: a verdict PID 1 gave after the checker stopped waiting left the
+    /// connection open in PID 1's books (its budget share held, logged as allowed and open).
+    #[tokio::test(start_paused = true)]
+    async fn a_verdict_given_up_on_is_reported_closed_and_one_in_time_is_not() {
+        let (ours, pid_1) = UnixDatagram::pair().unwrap();
+        let checker = checker(ours);
+        let ask = |id| Report::Ask {
+            id,
+            dst: "192.0.2.1:443".parse().unwrap(),
+            check: true,
+            name: Some("late.test".into()),
+            via: "tls".into(),
+            ech: false,
+            forwarder: false,
+            first: 0,
+        };
+        assert_eq!(checker.ask(7, ask(7)).await, None);
+        assert_eq!(next(&pid_1).await, ask(7));
+        assert_eq!(next(&pid_1).await, Report::Closed { id: 7, up: 0, down: 0, ms: 5000 });
+        // The control: answered in time, nothing more is said.
+        let answer = async {
+            assert_eq!(next(&pid_1).await, ask(8));
+            let verdict = Order::Verdict { id: 8, allow: true, reason: String::new(), allowance: Some(10) };
+            pid_1.send(&serde_json::to_vec(&verdict).unwrap()).await.unwrap();
+        };
+        let (allowed, ()) = tokio::join!(
+            async {
+                tokio::select! { a = checker.ask(8, ask(8)) => a, () = checker.orders() => None }
+            },
+            answer
+        );
+        assert_eq!(allowed, Some(Some(10)));
+        let mut buf = [0u8; 16];
+        assert!(pid_1.try_recv(&mut buf).is_err(), "nothing after a verdict in time");
+    }
 }
