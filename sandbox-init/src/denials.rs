@@ -19,6 +19,10 @@ pub use crate::policy::layout::DENIAL_LOG;
 
 /// At most 1 MiB on disk (2 MiB with the rotated file), 20 lines a second after a burst of 200,
 /// the same denial once per 10 s.
+/// What the agent's summary says of a name refused for not being in the allowlist (the status
+/// line, statusline.rs, counts the lines that say it).
+pub const NOT_ALLOWLISTED: &str = "refused: not in this sandbox's allowlist";
+
 pub const LIMITS: Limits =
     Limits { max_bytes: 1 << 20, per_second: 20, burst: 200, fold: Duration::from_secs(10) };
 
@@ -113,10 +117,9 @@ impl Denial {
     pub fn words(&self) -> String {
         let quoted = |name: &str| one_line(name.strip_suffix('.').unwrap_or(name), 255);
         match self {
-            Denial::Name { name, reason: Reason::NotAllowlisted, .. } => format!(
-                "{}: refused: not in this sandbox's allowlist; only the user decides whether to allow it",
-                quoted(name)
-            ),
+            Denial::Name { name, reason: Reason::NotAllowlisted, .. } => {
+                format!("{}: {NOT_ALLOWLISTED}; only the user decides whether to allow it", quoted(name))
+            }
             Denial::Name { name, kind, reason } => {
                 format!("{}: refused ({kind} query): {}", quoted(name), reason.as_str())
             }

@@ -10,7 +10,6 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use crate::console;
 use crate::policy::layout::{GATEWAY_READY, SHARED_DIR};
 use crate::privileges::{AgentPrivileges, PrivilegeError};
 use crate::process;
@@ -141,6 +140,11 @@ fn tmux(agent: &AgentPrivileges) -> Result<Command, SessionError> {
 pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, SessionError> {
     let name = session_name();
     let workspace = if Path::new(WORKSPACE).is_dir() { PathBuf::from(WORKSPACE) } else { agent.home.clone() };
+    // The status line shows the sandbox's refusals on its right (`sandbox-init status-line`,
+    // statusline.rs), every 5 s, beside the time. Set in the same call, by the client that
+    // starts the server: a second client would find the server by its socket's path, which is
+    // in the agent's folder (a server of the agent's could take its place and hold PID 1).
+    let right = format!("#('{}' status-line)%H:%M", sandbox_init.display());
     let mut command = tmux(agent)?;
     command
         // -P -F: the new session's server pid, printed by the call that made it.
@@ -148,6 +152,9 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
         .arg(&workspace)
         .arg(sandbox_init)
         .arg("pane")
+        .args([";", "set-option", "-t", &name, "status-right", &right])
+        .args([";", "set-option", "-t", &name, "status-right-length", "80"])
+        .args([";", "set-option", "-t", &name, "status-interval", "5"])
         .current_dir(&workspace);
     let output = process::output_within(&mut command, TMUX_LIMIT).map_err(SessionError::Tmux)?;
     let stderr = |output: &std::process::Output| String::from_utf8_lossy(&output.stderr).trim().to_string();
@@ -161,33 +168,8 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
     // SAFETY: getpid has no preconditions.
     let ours = unsafe { libc::getpid() };
     match ProcessInfo::read(pid) {
-        Some(server) if pid > 1 && server.ppid == ours && server.uid == agent.uid => {
-            status_line(agent, &name, sandbox_init);
-            Ok(pid)
-        }
+        Some(server) if pid > 1 && server.ppid == ours && server.uid == agent.uid => Ok(pid),
         _ => Err(SessionError::NotOurServer { pid }),
-    }
-}
-
-/// The session's status line shows the sandbox's refusals on its right (`sandbox-init
-/// status-line`, statusline.rs), every 5 s, beside the time: one tmux call, as the agent (the
-/// server is the agent's, and so are the jobs it runs). Failing, it is only warned: the session
-/// runs with tmux's own line.
-fn status_line(agent: &AgentPrivileges, name: &str, sandbox_init: &Path) {
-    let right = format!("#('{}' status-line)%H:%M", sandbox_init.display());
-    let set = tmux(agent).and_then(|mut command| {
-        command.args(["set-option", "-t", name, "status-right", &right, ";"]);
-        command.args(["set-option", "-t", name, "status-right-length", "80", ";"]);
-        command.args(["set-option", "-t", name, "status-interval", "5"]);
-        process::output_within(&mut command, TMUX_LIMIT).map_err(SessionError::Tmux)
-    });
-    match set {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => console::err(format!(
-            "sandbox-init: the session's status line shows no refusals: tmux: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        )),
-        Err(e) => console::err(format!("sandbox-init: the session's status line shows no refusals: {e}")),
     }
 }
 

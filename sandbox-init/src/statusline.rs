@@ -1,29 +1,31 @@
 //! `sandbox-init status-line`: what the session's tmux status line shows on the right, so that
-//! the user attached to the session sees refusals as they happen: how many names the sandbox
-//! refused for not being in its allowlist (the names waiting for the user's decision) and the
-//! newest, read from the agent's summary (`REFUSED_FILE`, which denials.rs writes). tmux runs it
+//! the user attached to the session sees refusals as they happen: how many names the agent's
+//! summary (`REFUSED_FILE`, its last 20 lines, which denials.rs writes) has as refused for not
+//! being in the allowlist, and the newest. Recent refusals, not a queue: a name allowed since
+//! stays until newer lines push it out (`agent-sandbox approve` has the queue). tmux runs it
 //! every few seconds (`#()` in `status-right`, set by session.rs).
 //!
 //! The names are the agent's, and tmux reads the line as a format (`#[…]` would restyle it), so
-//! only a host name's characters are kept, each other one shown as `?`, at most 40 of them.
+//! only a host name's characters are kept, each other one shown as `?`, and of a longer name its
+//! last 40 (the end says whose name it is).
 //! The agent owns its tmux server and can change the line: it informs, it proves nothing; the
 //! host's `agent-sandbox approve` and `why` read the sandbox's own logs.
 
+use crate::denials::NOT_ALLOWLISTED;
 use crate::policy::layout::REFUSED_FILE;
-
-/// What a line of the summary says of a name refused for not being in the allowlist.
-const NOT_ALLOWLISTED: &str = ": refused: not in this sandbox's allowlist";
 /// The most characters of the newest name shown.
 const MAX_NAME: usize = 40;
 
 /// The status line for the summary's text: `refused N: NAME` (N names, NAME the newest), or
 /// nothing when none was refused.
 pub fn line(summary: &str) -> String {
-    let mut names: Vec<&str> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     for entry in summary.lines() {
-        // `TIME NAME: refused: …`: the name is between the first space and the marker.
+        // `TIME NAME: refused: …`: the name is between the first space and the marker. Names
+        // are the same whatever their case, as DNS has them.
         let Some((_, words)) = entry.split_once(' ') else { continue };
-        let Some((name, _)) = words.split_once(NOT_ALLOWLISTED) else { continue };
+        let Some((name, _)) = words.split_once(&format!(": {NOT_ALLOWLISTED}")) else { continue };
+        let name = name.to_ascii_lowercase();
         names.retain(|n| *n != name);
         names.push(name);
     }
@@ -33,17 +35,16 @@ pub fn line(summary: &str) -> String {
     }
 }
 
-/// A name as the status line may show it: letters, digits, `.`, `-` and `_`; anything else `?`.
+/// A name as the status line may show it: letters, digits, `.`, `-` and `_`, anything else `?`;
+/// of a longer name, `?` and its last characters.
 fn shown(name: &str) -> String {
-    let mut out: String = name
+    let count = name.chars().count();
+    let kept = name
         .chars()
-        .take(MAX_NAME)
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '?' })
-        .collect();
-    if name.chars().nth(MAX_NAME).is_some() {
-        out.push('?');
-    }
-    out
+        .skip(count.saturating_sub(MAX_NAME))
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '?' });
+    let cut = if count > MAX_NAME { "?" } else { "" };
+    format!("{cut}{}", kept.collect::<String>())
 }
 
 /// Prints the line (an unreadable or missing summary: nothing, as with no refusal).
@@ -60,7 +61,7 @@ mod tests {
     const TIME: &str = "2026-12-07T02:00:00Z";
 
     fn refused(name: &str) -> String {
-        format!("{TIME} {name}{NOT_ALLOWLISTED}; only the user decides whether to allow it\n")
+        format!("{TIME} {name}: {NOT_ALLOWLISTED}; only the user decides whether to allow it\n")
     }
 
     #[test]
@@ -70,7 +71,7 @@ mod tests {
             refused("a.example"),
             format!("{TIME} tcp 10.0.0.1 port 443: refused: no allowed name opened this address\n"),
             refused("b.example"),
-            refused("a.example"),
+            refused("A.Example"),
             format!("{TIME} up.example: refused or cut: its upload budget of 1 bytes an hour is spent\n"),
         ]
         .concat();
@@ -86,8 +87,9 @@ mod tests {
             name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '?')),
             "{shown}"
         );
-        assert!(name.starts_with("x??fg?red?bg?red???touch??tmp?x"), "{shown}");
-        let long = refused(&"a".repeat(100));
-        assert_eq!(line(&long), format!("refused 1: {}? ", "a".repeat(MAX_NAME)));
+        assert!(name.ends_with("touch??tmp?x???52?c?aa?.test"), "{shown}");
+        // Of a long name, its end: whose name it is.
+        let long = refused(&format!("api.anthropic.com.{}.attacker.example", "a".repeat(60)));
+        assert_eq!(line(&long), format!("refused 1: ?{}.attacker.example ", "a".repeat(MAX_NAME - 17)));
     }
 }
