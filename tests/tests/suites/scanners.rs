@@ -145,13 +145,24 @@ async fn trivy_finds_no_secret_or_misconfiguration_in_any_image() -> anyhow::Res
         tags.push(sandbox_tests::images::image(name).await?);
     }
     let found = tokio::task::spawn_blocking(move || {
+        use sandbox_tests::scan::{oci_layouts, trivy_image};
         let cache = sandbox_tests::scan::trivy_cache()?;
+        // Every image from one export of the engine's (scan.rs: `oci_layouts`).
+        let dir = tempfile::tempdir()?;
+        let layouts = oci_layouts(&tags, dir.path())?;
         let mut found = Vec::new();
-        for tag in tags {
-            found.extend(
-                sandbox_tests::scan::trivy_image(&tag, &cache)?.into_iter().map(|f| format!("{tag}: {f}")),
-            );
+        let mut read = Vec::new();
+        for (tag, layout) in tags.iter().zip(&layouts) {
+            let scanned = trivy_image(&["--input".as_ref(), layout.as_os_str()], &cache)?;
+            found.extend(scanned.found.into_iter().map(|f| format!("{tag}: {f}")));
+            read.push(scanned.read);
         }
+        // The control: the image trivy read most in, as the engine exports it, reads the same.
+        let (most, _) = tags.iter().zip(&read).max_by_key(|(_, read)| read.len()).expect("images");
+        let engine = trivy_image(&["--image-src".as_ref(), "docker".as_ref(), most.as_ref()], &cache)?;
+        let layout = &read[tags.iter().position(|t| t == most).expect("scanned")];
+        assert_eq!(&engine.read, layout, "{most}: its OCI layout read otherwise than the engine's export");
+        assert!(!layout.is_empty(), "{most}: trivy read nothing");
         anyhow::Ok(found)
     })
     .await??;
