@@ -17,12 +17,12 @@ use crate::jsonlog::{JsonLog, Limits, rfc3339};
 
 pub use crate::policy::layout::DENIAL_LOG;
 
-/// At most 1 MiB on disk (2 MiB with the rotated file), 20 lines a second after a burst of 200,
-/// the same denial once per 10 s.
 /// What the agent's summary says of a name refused for not being in the allowlist (the status
 /// line, statusline.rs, counts the lines that say it).
 pub const NOT_ALLOWLISTED: &str = "refused: not in this sandbox's allowlist";
 
+/// At most 1 MiB on disk (2 MiB with the rotated file), 20 lines a second after a burst of 200,
+/// the same denial once per 10 s.
 pub const LIMITS: Limits =
     Limits { max_bytes: 1 << 20, per_second: 20, burst: 200, fold: Duration::from_secs(10) };
 

@@ -105,12 +105,13 @@ pub fn decide(packet: &[u8], allowlist: &Allowlist) -> Option<Decision> {
     if message.message_type() != MessageType::Query {
         return None;
     }
-    let reply = |code: ResponseCode| {
+    let answer = |code: ResponseCode| {
         let mut reply = Message::error_msg(message.id(), message.op_code(), code);
         reply.add_queries(message.queries().iter().cloned());
         reply.set_recursion_desired(message.recursion_desired()).set_recursion_available(true);
-        reply.to_vec().ok()
+        reply
     };
+    let reply = |code: ResponseCode| answer(code).to_vec().ok();
     if message.op_code() != OpCode::Query {
         return Some(Decision::Reply { packet: reply(ResponseCode::NotImp)?, refused: None });
     }
@@ -126,11 +127,10 @@ pub fn decide(packet: &[u8], allowlist: &Allowlist) -> Option<Decision> {
     // REFUSED, with the reason as an Extended DNS Error (RFC 8914: 18, Prohibited) where the
     // query spoke EDNS (without it, RFC 6891 allows no OPT record in the answer): `dig` and
     // resolvers' logs show its text, so the refusal explains itself where it is seen.
+    let denial = |reason| Denial::Name { name: name.clone(), kind: query.query_type().to_string(), reason };
     let refuse = |reason| {
-        let denial = Denial::Name { name: name.clone(), kind: query.query_type().to_string(), reason };
-        let mut reply = Message::error_msg(message.id(), message.op_code(), ResponseCode::Refused);
-        reply.add_queries(message.queries().iter().cloned());
-        reply.set_recursion_desired(message.recursion_desired()).set_recursion_available(true);
+        let denial = denial(reason);
+        let mut reply = answer(ResponseCode::Refused);
         if message.extensions().is_some() {
             reply.set_edns(prohibited(&denial));
         }
@@ -147,11 +147,7 @@ pub fn decide(packet: &[u8], allowlist: &Allowlist) -> Option<Decision> {
     }
     if !FORWARDED_TYPES.contains(&query.query_type()) {
         // NOERROR with no records: "no data of that type", which every resolver takes calmly.
-        let refused = Some(Denial::Name {
-            name: name.clone(),
-            kind: query.query_type().to_string(),
-            reason: Reason::QueryType,
-        });
+        let refused = Some(denial(Reason::QueryType));
         return Some(Decision::Reply { packet: reply(ResponseCode::NoError)?, refused });
     }
     let upstream = upstream_query(&message, query)?;

@@ -63,8 +63,9 @@ fn client_hello(sni: Option<&str>, ech: bool, pad: usize, share: bool) -> Vec<u8
 /// [--retry NAME [--alert first|after-ccs] [--alert-apart] [--announce]]`: a ClientHello written in two
 /// segments (the first N bytes, a pause, the rest) or, with `--records`, in two TLS records;
 /// `outcome=answered` if the server answered anything, `denied` if the sandbox answered with its
-/// refusal (an access_denied alert), `reset` if the connection was reset after it was taken. With `--retry`, the hello offers no key share, so that the server asks for
-/// another (`retry=yes`), and the second hello names NAME, after a change_cipher_spec and, with
+/// refusal (an access_denied alert), `reset` if the connection was reset after it was taken.
+/// With `--retry`, the hello offers no key share, so that the server asks for another
+/// (`retry=yes`), and the second hello names NAME, after a change_cipher_spec and, with
 /// `--alert`, an alert (in a segment of its own with `--alert-apart`); the outcome is the answer
 /// to that hello. With `--announce`, the first flight ends with the header of the record the
 /// second hello will be (no payload yet), and after the request only that payload follows: a

@@ -79,14 +79,7 @@ pub fn run() -> u8 {
                 return 71;
             }
         };
-        let checker = Arc::new(Checker {
-            socket,
-            pending: Mutex::new(HashMap::new()),
-            running: Mutex::new(HashMap::new()),
-            allowances: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            connections: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
-        });
+        let checker = Arc::new(Checker::new(socket));
         for (listener, kind) in listeners {
             let checker = checker.clone();
             tokio::spawn(async move { checker.accept(listener, kind).await });
@@ -113,6 +106,18 @@ fn listeners() -> Result<Vec<(TcpListener, Listener)>, String> {
 }
 
 impl Checker {
+    /// The checker speaking to PID 1 on `socket`, with no connection yet.
+    fn new(socket: UnixDatagram) -> Checker {
+        Checker {
+            socket,
+            pending: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            allowances: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            connections: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+        }
+    }
+
     async fn accept(self: Arc<Self>, listener: TcpListener, kind: Listener) {
         loop {
             // At most MAX_CONNECTIONS at once: past it, connections wait in the backlog.
@@ -180,10 +185,10 @@ impl Checker {
     /// no verdict came in time). Given up on, the connection is reported closed with nothing
     /// sent, so that a verdict PID 1 gives late leaves nothing of it open there (its share of a
     /// budget held, a connection logged as open).
-    async fn ask(&self, id: u64, ask: Report) -> Option<Allowance> {
+    async fn ask(&self, id: u64, ask: &Report) -> Option<Allowance> {
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
-        self.report(&ask).await;
+        self.report(ask).await;
         let verdict = tokio::time::timeout(VERDICT_TIMEOUT, rx).await;
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         if verdict.is_err() {
@@ -230,7 +235,7 @@ impl Checker {
                 forwarder,
                 first: 0,
             };
-            match self.ask(id, ask).await {
+            match self.ask(id, &ask).await {
                 Some(allowance) => self.relay(id, client, dst, Vec::new(), Later::Unchecked, allowance).await,
                 None => reset(client),
             }
@@ -277,9 +282,6 @@ impl Checker {
             Sniffed::NeedMore => unreachable!("the loop ends on anything else"),
         };
         let first_len = first.len() as u64;
-        // What the agent is told if refused: its name and that the policy decides, not PID 1's
-        // reason (which patterns opened the address, what the forwarder holds: the user's).
-        let refusal = not_allowed(&name);
         let ask = Report::Ask {
             id,
             dst,
@@ -290,9 +292,14 @@ impl Checker {
             forwarder,
             first: first_len,
         };
-        match self.ask(id, ask).await {
+        match self.ask(id, &ask).await {
             Some(allowance) => self.relay(id, client, dst, first, later, allowance).await,
-            None => refuse(client, &first, &refusal).await,
+            // The agent is told its name and that the policy decides, not PID 1's reason (which
+            // patterns opened the address, what the forwarder holds: the user's).
+            None => {
+                let Report::Ask { name: Some(name), .. } = &ask else { return reset(client) };
+                refuse(client, &first, &not_allowed(name)).await
+            }
         }
     }
 
@@ -666,17 +673,6 @@ fn original_destination(stream: &TcpStream) -> Option<SocketAddr> {
 mod tests {
     use super::*;
 
-    fn checker(socket: UnixDatagram) -> Checker {
-        Checker {
-            socket,
-            pending: Mutex::new(HashMap::new()),
-            running: Mutex::new(HashMap::new()),
-            allowances: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            connections: Arc::new(tokio::sync::Semaphore::new(1)),
-        }
-    }
-
     async fn next(pid_1: &UnixDatagram) -> Report {
         let mut buf = vec![0u8; 65536];
         let len = tokio::time::timeout(Duration::from_secs(1), pid_1.recv(&mut buf))
@@ -691,7 +687,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_verdict_given_up_on_is_reported_closed_and_one_in_time_is_not() {
         let (ours, pid_1) = UnixDatagram::pair().unwrap();
-        let checker = checker(ours);
+        let checker = Checker::new(ours);
         let ask = |id| Report::Ask {
             id,
             dst: "192.0.2.1:443".parse().unwrap(),
@@ -702,7 +698,7 @@ mod tests {
             forwarder: false,
             first: 0,
         };
-        assert_eq!(checker.ask(7, ask(7)).await, None);
+        assert_eq!(checker.ask(7, &ask(7)).await, None);
         assert_eq!(next(&pid_1).await, ask(7));
         assert_eq!(next(&pid_1).await, Report::Closed { id: 7, up: 0, down: 0, ms: 5000 });
         // The control: answered in time, nothing more is said.
@@ -711,9 +707,10 @@ mod tests {
             let verdict = Order::Verdict { id: 8, allow: true, reason: String::new(), allowance: Some(10) };
             pid_1.send(&serde_json::to_vec(&verdict).unwrap()).await.unwrap();
         };
+        let asked = ask(8);
         let (allowed, ()) = tokio::join!(
             async {
-                tokio::select! { a = checker.ask(8, ask(8)) => a, () = checker.orders() => None }
+                tokio::select! { a = checker.ask(8, &asked) => a, () = checker.orders() => None }
             },
             answer
         );
