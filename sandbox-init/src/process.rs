@@ -78,6 +78,31 @@ fn ended_within(child: &mut std::process::Child, limit: Duration) -> std::io::Re
     Ok(true)
 }
 
+/// Whether the process `pid` (not necessarily a child) ends within `limit`, or is already gone:
+/// told by its pidfd, or where pidfd_open is missing, by reading /proc every 5 ms (a zombie
+/// has ended).
+pub fn gone_within(pid: libc::pid_t, limit: Duration) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd >= 0 {
+        // SAFETY: the descriptor was just opened and is owned here alone.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        return crate::poll::ready_within(pidfd.as_raw_fd(), libc::POLLIN, limit).unwrap_or(false);
+    }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return true;
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+        match state.as_deref().map(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z'))) {
+            Err(_) | Ok(Some(true)) => return true,
+            Ok(_) if Instant::now() > deadline => return false,
+            Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
 /// Starts a command that the reaper, not the caller, will wait for. Returns its pid.
 pub fn spawn(command: &mut Command) -> std::io::Result<i32> {
     let _turn = SPAWN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -175,5 +200,27 @@ pub fn exit_code(wait_status: i32) -> u8 {
         128u8.wrapping_add(libc::WTERMSIG(wait_status) as u8)
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    /// A process that ends is told at once, one that runs on is not, one already gone is.
+    #[test]
+    fn gone_within_tells_an_end_by_the_kernels_word() {
+        let mut short = std::process::Command::new("sleep").arg("0.2").spawn().unwrap();
+        let start = Instant::now();
+        assert!(super::gone_within(short.id() as i32, Duration::from_secs(10)));
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        short.wait().unwrap();
+
+        let mut long = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(!super::gone_within(long.id() as i32, Duration::from_millis(100)));
+        long.kill().unwrap();
+        long.wait().unwrap();
+        // Reaped: no such process.
+        assert!(super::gone_within(long.id() as i32, Duration::from_millis(100)));
     }
 }

@@ -167,10 +167,36 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
         .map_err(|_| SessionError::NoServer(stderr(&output)))?;
     // SAFETY: getpid has no preconditions.
     let ours = unsafe { libc::getpid() };
-    match ProcessInfo::read(pid) {
+    match settled_server(pid, ours, agent.uid) {
         Some(server) if pid > 1 && server.ppid == ours && server.uid == agent.uid => Ok(pid),
         _ => Err(SessionError::NotOurServer { pid }),
     }
+}
+
+/// How long PID 1 waits for tmux's daemonising middle process to end (it only forks and exits).
+const DAEMONISING_LIMIT: Duration = Duration::from_secs(2);
+
+/// The tmux server's /proc entry once it is PID 1's child. tmux daemonises with daemon(3): the
+/// server is the client's grandchild, and becomes the subreaper's child only when the middle
+/// process exits. On a busy machine the client can print the server's pid before that process
+/// has run its exit (seen: a start refused as "not a child of PID 1"). So where the server's
+/// parent is that middle process (the agent's, and ours since the client ended), PID 1 waits
+/// for it to end, [`DAEMONISING_LIMIT`] at most, and reads the server again. Anything else is
+/// returned as it is, for the caller's check to refuse.
+fn settled_server(pid: i32, ours: i32, agent_uid: u32) -> Option<ProcessInfo> {
+    let server = ProcessInfo::read(pid)?;
+    let parent = ProcessInfo::read(server.ppid);
+    if parent.is_some_and(|parent| daemonising(&server, &parent, ours, agent_uid)) {
+        process::gone_within(server.ppid, DAEMONISING_LIMIT);
+        return ProcessInfo::read(pid);
+    }
+    Some(server)
+}
+
+/// Whether `parent` is tmux's daemonising middle process for `server`: the agent's, PID 1's
+/// child (the client that forked it has ended), and the server's parent.
+fn daemonising(server: &ProcessInfo, parent: &ProcessInfo, ours: i32, agent_uid: u32) -> bool {
+    server.ppid == parent.pid && parent.pid != ours && parent.ppid == ours && parent.uid == agent_uid
 }
 
 /// Attaches the container's terminal to the session the way `sandbox-attach` does: a root
@@ -365,5 +391,21 @@ mod tests {
             [("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()), ("X".into(), "{\"a\":\"b\"}".into())]
         );
         assert_eq!(compose_agent_command("gemini", false, "--yolo", "A=b"), ("gemini".into(), vec![]));
+    }
+
+    /// tmux's middle process is waited for only where it is the server's parent, the agent's and
+    /// PID 1's child; a server whose parent is anything else is refused as before.
+    #[test]
+    fn only_the_agents_daemonising_middle_process_is_waited_for() {
+        use super::{ProcessInfo, daemonising};
+        let info = |pid, ppid, uid| ProcessInfo { pid, ppid, pgrp: pid, session: pid, tpgid: -1, uid };
+        let (ours, agent) = (1, 1000);
+        let server = info(12, 11, agent);
+        assert!(daemonising(&server, &info(11, ours, agent), ours, agent));
+        // Not the server's parent, not ours, root's, or PID 1 itself.
+        assert!(!daemonising(&server, &info(10, ours, agent), ours, agent));
+        assert!(!daemonising(&server, &info(11, 7, agent), ours, agent));
+        assert!(!daemonising(&server, &info(11, ours, 0), ours, agent));
+        assert!(!daemonising(&info(12, ours, agent), &info(ours, 0, 0), ours, agent));
     }
 }
