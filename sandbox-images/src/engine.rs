@@ -1,6 +1,8 @@
 //! The engine connection both the build and the launcher make, its errors, and the pull of an
 //! image by the digest images.lock pins.
 
+use std::collections::BTreeMap;
+
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::query_parameters::CreateImageOptionsBuilder;
@@ -72,15 +74,55 @@ impl PushFailure {
 pub async fn connect() -> Result<Docker, EngineError> {
     let docker_host = std::env::var("DOCKER_HOST").ok();
     let endpoint = docker_host.clone().unwrap_or_else(|| "unix:///var/run/docker.sock".to_string());
+    connect_to(&endpoint, docker_host).await
+}
+
+async fn connect_to(endpoint: &str, docker_host: Option<String>) -> Result<Docker, EngineError> {
     let unreachable = |cause: String| EngineError::Unreachable {
-        endpoint: endpoint.clone(),
+        endpoint: endpoint.to_string(),
         docker_host: docker_host.clone().map_or("not set".into(), |h| format!("'{h}'")),
         cause,
     };
-    let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
+    let local = endpoint.starts_with("unix://");
+    // A socket this process has asked before: its answer, not a second question.
+    if local && let Some(version) = negotiated(endpoint) {
+        return Docker::connect_with_unix(endpoint, CALL_LIMIT_SECS, &version)
+            .map_err(|e| unreachable(e.to_string()));
+    }
+    let docker = if local {
+        Docker::connect_with_unix(endpoint, CALL_LIMIT_SECS, bollard::API_DEFAULT_VERSION)
+    } else {
+        Docker::connect_with_host(endpoint)
+    }
+    .map_err(|e| unreachable(e.to_string()))?;
     // The engine may be older than bollard's default API version; speak the engine's. This is
     // also the call that proves the engine answers.
-    docker.negotiate_version().await.map_err(|e| unreachable(e.to_string()))
+    let docker = docker.negotiate_version().await.map_err(|e| unreachable(e.to_string()))?;
+    let version = docker.client_version();
+    NEGOTIATED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(endpoint.to_string(), (version.major_version, version.minor_version));
+    Ok(docker)
+}
+
+/// bollard's limit on one call, as `connect_with_defaults` sets it.
+const CALL_LIMIT_SECS: u64 = 120;
+
+/// The API version each engine socket answered this process with. Asking costs the engine more
+/// than most calls (dockerd runs `runc --version` and `docker-init --version` to answer
+/// /version), and a process that connects often (a test connects a dozen times) asked it each
+/// time: about 7,400 times, 50 s of the engine's CPU, in one run of the suites. The first
+/// connect of a process still proves the engine answers; a later one to the same socket fails
+/// at its first call instead, naming it.
+static NEGOTIATED: std::sync::Mutex<BTreeMap<String, (usize, usize)>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+fn negotiated(endpoint: &str) -> Option<bollard::ClientVersion> {
+    let known = NEGOTIATED.lock().unwrap_or_else(|e| e.into_inner());
+    known
+        .get(endpoint)
+        .map(|&(major_version, minor_version)| bollard::ClientVersion { major_version, minor_version })
 }
 
 /// The id of `reference` in the engine, if it has it.
@@ -118,4 +160,64 @@ pub async fn pull(docker: &Docker, reference: &str, platform: Option<&str>) -> R
         reference: reference.into(),
         message: "the engine reported success but has no such image".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A second connect to the same socket speaks the version the first one negotiated, and asks
+    /// no more: a fake engine on a socket counts the /version calls.
+    #[tokio::test]
+    async fn a_socket_is_asked_its_api_version_once_per_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("engine.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let (versions, pings) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let counts = (versions.clone(), pings.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let counts = counts.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut writer = stream;
+                    loop {
+                        let mut request = String::new();
+                        if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let mut line = String::new();
+                        while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                            line.clear();
+                        }
+                        let body = if request.contains("/version") {
+                            counts.0.fetch_add(1, Ordering::SeqCst);
+                            r#"{"ApiVersion":"1.41","Version":"20.10.24"}"#
+                        } else {
+                            counts.1.fetch_add(1, Ordering::SeqCst);
+                            "OK"
+                        };
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if writer.write_all(answer.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let endpoint = format!("unix://{}", socket.display());
+        for _ in 0..3 {
+            let docker = super::connect_to(&endpoint, None).await.unwrap();
+            assert_eq!(docker.client_version().to_string(), "1.41");
+            docker.ping().await.unwrap();
+        }
+        assert_eq!(versions.load(Ordering::SeqCst), 1, "asked again");
+        assert_eq!(pings.load(Ordering::SeqCst), 3, "the later connections answered");
+    }
 }
