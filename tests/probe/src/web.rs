@@ -292,7 +292,12 @@ fn mock_respond<W: Read + Write>(site: &Site, head: &Head, reader: &mut BufReade
     let answer = crate::oauth::answer(&head.method, &head.path, &body)
         .unwrap_or_else(|| crate::mock::answer(&head.method, &head.path, &body));
     let note = if answer.note.is_empty() { String::new() } else { format!(" {}", answer.note) };
-    log(&site.log, &format!("{} mock={} bytes={}{note}", head.log_line(site.port), answer.turn, body.len()));
+    // Whether the CLI told the model about the sandbox: base's instructions.md names refused.txt.
+    let told = if contains(&body, b"refused.txt") { " told=refused.txt" } else { "" };
+    log(
+        &site.log,
+        &format!("{} mock={} bytes={}{note}{told}", head.log_line(site.port), answer.turn, body.len()),
+    );
     let _ = write!(
         stream,
         "HTTP/1.1 {} Mock\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
@@ -539,4 +544,8 @@ pub fn get(client: &mut Client, host: &str, path: &str) -> std::io::Result<(Stri
         total += n as u64;
     }
     Ok((first_line, total, format!("{:x}", digest.finalize()), started.elapsed().as_secs_f64()))
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|window| window == needle)
 }

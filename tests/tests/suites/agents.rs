@@ -299,6 +299,12 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
     // the turn's tool call.
     let requests: Vec<&String> = log.iter().filter(|l| l.starts_with("http 443 ")).collect();
     assert!(log.iter().any(|l| l.contains(" mock=tool ") && l.contains(&key)), "{context}");
+    // The CLI told the model about the sandbox (base's instructions.md, which names refused.txt)
+    // in the turn's request, by the image's own wiring of its instructions.
+    assert!(
+        log.iter().any(|l| l.contains(" mock=tool ") && l.contains(" told=refused.txt")),
+        "{name}: the sandbox's note (/etc/agent-sandbox/instructions.md) did not reach the model\n{context}"
+    );
     for request in &requests {
         assert!(request.contains(&key), "a request without the real key: {request}\n{context}");
     }
