@@ -173,8 +173,9 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
     }
 }
 
-/// How long PID 1 waits for tmux's daemonising middle process to end (it only forks and exits).
-const DAEMONISING_LIMIT: Duration = Duration::from_secs(2);
+/// How long PID 1 waits for tmux's daemonising middle process to end (it only forks and exits,
+/// but on a machine busy enough to show the race it may wait its turn for seconds).
+const DAEMONISING_LIMIT: Duration = Duration::from_secs(10);
 
 /// The tmux server's /proc entry once it is PID 1's child. tmux daemonises with daemon(3): the
 /// server is the client's grandchild, and becomes the subreaper's child only when the middle
@@ -182,7 +183,9 @@ const DAEMONISING_LIMIT: Duration = Duration::from_secs(2);
 /// has run its exit (seen: a start refused as "not a child of PID 1"). So where the server's
 /// parent is that middle process (the agent's, and ours since the client ended), PID 1 waits
 /// for it to end, [`DAEMONISING_LIMIT`] at most, and reads the server again. Anything else is
-/// returned as it is, for the caller's check to refuse.
+/// returned as it is, for the caller's check to refuse. No pid here can be reused meanwhile:
+/// PID 1 reaps no child before its supervision loop starts, after the session, so the middle
+/// process, ended, stays a zombie holding its pid.
 fn settled_server(pid: i32, ours: i32, agent_uid: u32) -> Option<ProcessInfo> {
     let server = ProcessInfo::read(pid)?;
     let parent = ProcessInfo::read(server.ppid);
