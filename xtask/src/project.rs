@@ -205,7 +205,7 @@ pub fn static_binary_path_for(root: &Path, package: &str, platform: Platform) ->
     }
 }
 
-fn target_dir(root: &Path) -> PathBuf {
+pub fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
 

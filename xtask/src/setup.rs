@@ -350,11 +350,34 @@ impl SetupFlags {
             let mut opts = BuildOptions::new(root);
             self.common.apply(&mut opts);
             opts.images = self.agents.clone();
+            // The launcher compiles while the images build (mostly downloads and the engine's
+            // work), in the `launcher` profile (Cargo.toml: release without its LTO, which is
+            // for sandbox-init), into a target folder of its own that a later setup reuses
+            // (cargo install's default is a new one each time) and no other cargo locks.
+            let install_target = crate::project::target_dir(root).join("launcher-install");
+            eprintln!(
+                "==> cargo install --locked --profile launcher --path agent-sandbox, beside the build (target: {})",
+                install_target.display()
+            );
+            let install = {
+                let root = root.to_path_buf();
+                std::thread::spawn(move || -> anyhow::Result<()> {
+                    let sh = Shell::new()?;
+                    sh.change_dir(&root);
+                    cmd!(
+                        sh,
+                        "cargo install --quiet --locked --profile launcher --target-dir {install_target} --path agent-sandbox"
+                    )
+                    .run()
+                    .context("cannot install the launcher")
+                })
+            };
             eprintln!("==> cargo xtask build {}", self.agents.join(" "));
-            build::build(&opts).await?.ensure_success()?;
+            let built = build::build(&opts).await;
+            let installed = install.join().map_err(|_| anyhow::anyhow!("the launcher's install panicked"))?;
+            built?.ensure_success()?;
             done.push(format!("built {}", self.agents.join(", ")));
-            eprintln!("==> cargo install --locked --path agent-sandbox");
-            cmd!(sh, "cargo install --quiet --locked --path agent-sandbox").run()?;
+            installed?;
             done.push(format!("installed the launcher: {}", launcher_path().display()));
             // `agent-sandbox verify` copies the static probe into its test world: beside the
             // launcher is where it looks.
