@@ -83,29 +83,23 @@ async fn connect_to(endpoint: &str, docker_host: Option<String>) -> Result<Docke
         docker_host: docker_host.clone().map_or("not set".into(), |h| format!("'{h}'")),
         cause,
     };
-    let local = endpoint.starts_with("unix://");
     // A socket this process has asked before: its answer, not a second question; /_ping (which
     // costs the engine nothing) still proves the engine answers, as callers rely on.
-    if local && let Some(version) = negotiated(endpoint) {
+    let known = NEGOTIATED.lock().unwrap_or_else(|e| e.into_inner()).get(endpoint).copied();
+    if let Some(version) = known.filter(|_| endpoint.starts_with("unix://")) {
         let docker = Docker::connect_with_unix(endpoint, CALL_LIMIT_SECS, &version)
             .map_err(|e| unreachable(e.to_string()))?;
         docker.ping().await.map_err(|e| unreachable(e.to_string()))?;
         return Ok(docker);
     }
-    let docker = if local {
-        Docker::connect_with_unix(endpoint, CALL_LIMIT_SECS, bollard::API_DEFAULT_VERSION)
-    } else {
-        Docker::connect_with_host(endpoint)
-    }
-    .map_err(|e| unreachable(e.to_string()))?;
+    let docker = Docker::connect_with_host(endpoint).map_err(|e| unreachable(e.to_string()))?;
     // The engine may be older than bollard's default API version; speak the engine's. This is
     // also the call that proves the engine answers.
     let docker = docker.negotiate_version().await.map_err(|e| unreachable(e.to_string()))?;
-    let version = docker.client_version();
     NEGOTIATED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(endpoint.to_string(), (version.major_version, version.minor_version));
+        .insert(endpoint.to_string(), docker.client_version());
     Ok(docker)
 }
 
@@ -117,15 +111,8 @@ const CALL_LIMIT_SECS: u64 = 120;
 /// /version), and a process that connects often (a test connects a dozen times) asked it each
 /// time: about 7,400 times, 50 s of the engine's CPU, in one run of the suites. A later
 /// connect to the same socket pings it instead.
-static NEGOTIATED: std::sync::Mutex<BTreeMap<String, (usize, usize)>> =
+static NEGOTIATED: std::sync::Mutex<BTreeMap<String, bollard::ClientVersion>> =
     std::sync::Mutex::new(BTreeMap::new());
-
-fn negotiated(endpoint: &str) -> Option<bollard::ClientVersion> {
-    let known = NEGOTIATED.lock().unwrap_or_else(|e| e.into_inner());
-    known
-        .get(endpoint)
-        .map(|&(major_version, minor_version)| bollard::ClientVersion { major_version, minor_version })
-}
 
 /// The id of `reference` in the engine, if it has it.
 pub async fn image_id(docker: &Docker, reference: &str) -> Result<Option<String>, EngineError> {

@@ -55,19 +55,12 @@ pub fn output_within(command: &mut Command, limit: Duration) -> std::io::Result<
 /// or, where pidfd_open is missing (an old gVisor), by asking every 5 ms.
 fn ended_within(child: &mut std::process::Child, limit: Duration) -> std::io::Result<bool> {
     let deadline = Instant::now() + limit;
-    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
-    if pidfd >= 0 {
-        // SAFETY: the descriptor was just opened and is owned here alone.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-        if !crate::poll::ready_within(pidfd.as_raw_fd(), libc::POLLIN, limit)? {
-            return Ok(false);
-        }
-        // Readable is the kernel's word that it ended; anything else (POLLNVAL, a runtime whose
-        // pidfd says so early) is checked, and the loop below takes over.
-        if child.try_wait()?.is_some() {
-            return Ok(true);
-        }
+    match pidfd_wait(child.id() as libc::pid_t, limit) {
+        Ok(false) => return Ok(false),
+        // Readable is the kernel's word that it ended; a runtime whose pidfd says so early is
+        // checked, and the loop below takes over.
+        Ok(true) if child.try_wait()?.is_some() => return Ok(true),
+        _ => {}
     }
     while child.try_wait()?.is_none() {
         if Instant::now() > deadline {
@@ -82,17 +75,12 @@ fn ended_within(child: &mut std::process::Child, limit: Duration) -> std::io::Re
 /// told by its pidfd, or where pidfd_open is missing, by reading /proc every 5 ms (a zombie
 /// has ended).
 pub fn gone_within(pid: libc::pid_t, limit: Duration) -> bool {
-    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd >= 0 {
-        // SAFETY: the descriptor was just opened and is owned here alone.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-        return crate::poll::ready_within(pidfd.as_raw_fd(), libc::POLLIN, limit).unwrap_or(false);
-    }
-    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-        return true;
-    }
     let deadline = Instant::now() + limit;
+    match pidfd_wait(pid, limit) {
+        Ok(ended) => return ended,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return true,
+        Err(_) => {}
+    }
     loop {
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat"));
         match state.as_deref().map(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z'))) {
@@ -101,6 +89,19 @@ pub fn gone_within(pid: libc::pid_t, limit: Duration) -> bool {
             Ok(_) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
+}
+
+/// Waits for `pid` to end on its pidfd, `limit` at most: whether it ended. An error where no
+/// pidfd could be opened (ESRCH: no such process; ENOSYS: a runtime without pidfd_open).
+fn pidfd_wait(pid: libc::pid_t, limit: Duration) -> std::io::Result<bool> {
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just opened and is owned here alone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    crate::poll::ready_within(pidfd.as_raw_fd(), libc::POLLIN, limit)
 }
 
 /// Starts a command that the reaper, not the caller, will wait for. Returns its pid.

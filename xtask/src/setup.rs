@@ -361,7 +361,7 @@ impl SetupFlags {
             );
             let install = {
                 let root = root.to_path_buf();
-                std::thread::spawn(move || -> anyhow::Result<()> {
+                tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
                     let sh = Shell::new()?;
                     sh.change_dir(&root);
                     cmd!(
@@ -374,7 +374,7 @@ impl SetupFlags {
             };
             eprintln!("==> cargo xtask build {}", self.agents.join(" "));
             let built = build::build(&opts).await;
-            let installed = install.join().map_err(|_| anyhow::anyhow!("the launcher's install panicked"))?;
+            let installed = install.await.context("the launcher's install panicked")?;
             built?.ensure_success()?;
             done.push(format!("built {}", self.agents.join(", ")));
             installed?;
