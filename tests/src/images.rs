@@ -90,7 +90,7 @@ pub async fn forge_peer_image() -> anyhow::Result<String> {
 pub const NGINX_PREFIX: &str = "/opt/nginx";
 
 /// The wire suite's nginx peer: the peer image with Debian's nginx (which `cargo xtask setup
-/// --tests` unpacks under target/ci-tools/nginx) and the libraries it links on this machine,
+/// --tests` unpacks in the ci-tools folder, `xtask::setup::ci_tools`) and the libraries it links on this machine,
 /// copied under [`NGINX_PREFIX`] and run by their own loader
 /// (`/opt/nginx/ld.so --library-path /opt/nginx/lib /opt/nginx/nginx`), so that nothing of the OS
 /// image's libraries is mixed in. Nothing is fetched: without setup's copy it says so.
@@ -98,7 +98,7 @@ pub async fn nginx_peer_image() -> anyhow::Result<String> {
     static NGINX: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
     NGINX
         .get_or_try_init(|| async {
-            let nginx = root().join(xtask::setup::NGINX_DIR).join("usr/sbin/nginx");
+            let nginx = xtask::setup::ci_tools(&root()).join(xtask::setup::NGINX_DIR).join("usr/sbin/nginx");
             anyhow::ensure!(
                 nginx.is_file(),
                 "{} is missing: `cargo xtask setup --tests` unpacks Debian's nginx there",

@@ -8,11 +8,12 @@ use std::process::Command;
 
 /// A scanner's program, as setup installs it.
 pub fn scanner(program: &str) -> anyhow::Result<PathBuf> {
-    let path = crate::root().join(xtask::setup::SCANNERS_DIR).join("bin").join(program);
+    let path =
+        xtask::setup::ci_tools(&crate::root()).join(xtask::setup::SCANNERS_DIR).join("bin").join(program);
     anyhow::ensure!(
         path.is_file(),
-        "{program} is not installed: `cargo xtask setup --tests` installs the scanners under {}",
-        xtask::setup::SCANNERS_DIR
+        "{program} is not installed: `cargo xtask setup --tests` installs the scanners, {} is missing",
+        path.display()
     );
     Ok(path)
 }

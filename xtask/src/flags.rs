@@ -79,8 +79,10 @@ pub enum Command {
             distribution's packages (docker.io, mmdebstrap; with --tests also docker-registry, \
             Node.js and git), the engine where none answers (systemd, else dockerd itself), and \
             with --tests the Rust tools the suites use (cargo-nextest, rustfmt, clippy) and the \
-            pinned Dev Containers CLI and Debian's nginx for the wire suite (unpacked, not \
-            installed, under target/). For each AGENT named, its image is built \
+            pinned tools the suites run (the Dev Containers CLI, kubernetes-validate, the \
+            scanners, and Debian's nginx for the wire suite, unpacked, not installed), in the \
+            user's cache (~/.cache/agent-sandbox/ci-tools, or AGENT_SANDBOX_CI_TOOLS), which every \
+            checkout shares. For each AGENT named, its image is built \
             and the launcher installed (cargo install), so that `agent-sandbox run AGENT DIR` \
             works next.\n\n\
             It says what is missing and asks before installing on a terminal; elsewhere it \

