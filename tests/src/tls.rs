@@ -46,6 +46,31 @@ pub fn ca_file() -> anyhow::Result<PathBuf> {
     Ok(FILE.get_or_init(|| path).clone())
 }
 
+/// A CA certificate that stays the same from run to run on this machine (kept in the user's
+/// cache, made where missing), for the build's extra-CA test: an image built with it is found
+/// in the engine's cache by the next run, where the process's own CA would rebuild the OS layer,
+/// base and shell every time. Nothing is signed with it; its key is not kept.
+pub fn lasting_ca_file() -> anyhow::Result<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(|| crate::root().join("target"));
+    let dir = cache.join("agent-sandbox");
+    let path = dir.join("build-test-ca.pem");
+    if std::fs::read_to_string(&path).is_ok_and(|pem| pem.contains("BEGIN CERTIFICATE")) {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(DnType::CommonName, "agent-sandbox build test CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let tmp = dir.join(format!("build-test-ca.pem.{}", std::process::id()));
+    std::fs::write(&tmp, params.self_signed(&key)?.pem())?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
 /// A certificate for `names` signed by the test CA, and its key: (certificate PEM, key PEM).
 pub fn leaf(names: &[&str]) -> anyhow::Result<(String, String)> {
     let key = KeyPair::generate()?;

@@ -113,7 +113,8 @@ async fn an_extra_ca_changes_the_images_but_not_the_lock() -> anyhow::Result<()>
     plain.images = vec!["shell".into()];
     plain.ca_bundle = None;
     let mut with_ca = plain.clone();
-    with_ca.ca_bundle = Some(sandbox_tests::tls::ca_file()?);
+    // The same CA on every run here, so that a second run finds its images in the engine's cache.
+    with_ca.ca_bundle = Some(sandbox_tests::tls::lasting_ca_file()?);
 
     build(&plain).await?.ensure_success()?;
     let (lock, local) = (ImagesLock::read(&scratch.lock_path())?, LocalImages::read(&scratch.lock_path())?);
