@@ -91,21 +91,36 @@ pub fn prepare(dir: &Path, home: &Path, uid: u32, gid: u32) -> io::Result<Prepar
         .map_err(|_| io::Error::other(format!("{} is not inside {}", dir.display(), home.display())))?;
     let (owner, group) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
     let mut current = open_dir(CWD, home.as_os_str(), home)?;
+    let home_dev = rustix::fs::fstat(&current).map_err(errno)?.st_dev;
     let mut path = home.to_path_buf();
     let mut created = false;
-    for component in relative.components() {
+    let last = relative.components().count();
+    for (index, component) in relative.components().enumerate() {
         let name = component.as_os_str();
         path.push(name);
+        let mut made = false;
         match rustix::fs::mkdirat(&current, name, Mode::from_raw_mode(0o755)) {
             Ok(()) => {
                 rustix::fs::chownat(&current, name, owner, group, AtFlags::SYMLINK_NOFOLLOW)
                     .map_err(errno)?;
                 created = true;
+                made = true;
             }
             Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(errno(e)),
         }
         current = open_dir(&current, name, &path)?;
+        // A folder between the home and a state directory that the engine made, root's, to mount
+        // a volume under (~/.local for ~/.local/state/kilo): the agent's, as the rest of its home
+        // is, so that its CLI can make a sibling there (Kilo's ~/.local/state/kilo-sandbox-policy).
+        // Only one of the home's own file system: a folder mounted from elsewhere keeps its owner.
+        if !made && index + 1 < last {
+            let stat = rustix::fs::fstat(&current).map_err(errno)?;
+            if stat.st_uid == 0 && uid != 0 && stat.st_dev == home_dev {
+                // Where PID 1 may not (sidecar mode's agent container), the folder stays root's.
+                let _ = rustix::fs::fchown(&current, owner, group);
+            }
+        }
     }
     if created {
         return Ok(Prepared::Created);
@@ -246,6 +261,29 @@ mod tests {
         std::fs::write(home.path().join(".aider"), "a file").unwrap();
         let err = prepare(&home.path().join(".aider"), home.path(), uid, gid).unwrap_err();
         assert!(err.to_string().ends_with(".aider is not a directory"), "{err}");
+    }
+
+    /// The engine makes the folders above a volume's mount point, root's (~/.local for a volume
+    /// at ~/.local/state/kilo): they become the agent's, and a folder the agent owns already, or
+    /// the state directory's own contents, are not walked. Needs root (it owns them first).
+    #[test]
+    fn the_folders_the_engine_made_above_a_state_directory_become_the_agents() {
+        if ids().0 != 0 {
+            return;
+        }
+        let home = tempfile::tempdir().unwrap();
+        let state = home.path().join(".local/state/kilo");
+        std::fs::create_dir_all(&state).unwrap();
+        let (agent, group) = (4321, 4321);
+        std::fs::create_dir(home.path().join(".local/state/mine")).unwrap();
+        lchown(home.path().join(".local/state/mine"), Some(1234), Some(1234)).unwrap();
+        prepare(&state, home.path(), agent, group).unwrap();
+        for folder in [".local", ".local/state", ".local/state/kilo"] {
+            let owner = std::fs::metadata(home.path().join(folder)).unwrap().uid();
+            assert_eq!(owner, agent, "{folder}");
+        }
+        // A sibling is not the walk's: only the way down is.
+        assert_eq!(std::fs::metadata(home.path().join(".local/state/mine")).unwrap().uid(), 1234);
     }
 
     /// Needs root to own files as another user: the container suite covers the rest.
