@@ -22,7 +22,8 @@ fn main() {
     let out_dir = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     std::fs::write(Path::new(&out_dir).join("contract_images.rs"), modules).expect("OUT_DIR is writable");
     // The agents suite: one module per image whose folder says how to run one headless turn, and
-    // in it a refresh test where its turn.yaml says how the CLI's sign-in is copied in.
+    // in it a refresh test where its turn.yaml says how the CLI's sign-in is copied in, and a
+    // local model's turn where it says how the CLI runs on one (`local:`).
     let turns: String = names
         .iter()
         .filter_map(|name| {
@@ -34,7 +35,9 @@ fn main() {
             println!("cargo:rerun-if-changed={}", path.display());
             let refresh = turn.lines().any(|line| line.starts_with("refresh:"));
             let refresh = if refresh { format!(" refresh_tests!(\"{name}\");") } else { String::new() };
-            Some(format!("mod {} {{ agent_tests!(\"{name}\");{refresh} }}\n", module(name)))
+            let local = turn.lines().any(|line| line.starts_with("local:"));
+            let local = if local { format!(" local_model_tests!(\"{name}\");") } else { String::new() };
+            Some(format!("mod {} {{ agent_tests!(\"{name}\");{refresh}{local} }}\n", module(name)))
         })
         .collect();
     std::fs::write(Path::new(&out_dir).join("agent_turns.rs"), turns).expect("OUT_DIR is writable");

@@ -68,7 +68,9 @@ pub enum Command {
             agent-sandbox run claude --unattended --detach    no permission prompts\n  \
             agent-sandbox run shell --offline                 no network at all\n  \
             agent-sandbox run claude --sidecar                the firewall in a gateway container beside it\n  \
-            agent-sandbox run claude --runtime runsc          the agent under gVisor, the firewall beside it"
+            agent-sandbox run claude --runtime runsc          the agent under gVisor, the firewall beside it\n  \
+            agent-sandbox run aider --model-server http://localhost:11434 --model qwen2.5-coder:7b\n  \
+            \x20                                                 a local model (Ollama), no cloud key"
     )]
     Run(Box<RunFlags>),
     /// List the sandboxes: agent, project, uptime, state volume, connections allowed and refused
@@ -425,6 +427,16 @@ pub struct RunFlags {
     /// nftables works
     #[arg(long, value_name = "NAME", conflicts_with = "offline")]
     pub runtime: Option<String>,
+    /// Use this model server (Ollama's http://localhost:11434, or any OpenAI-compatible one on
+    /// the host or your network) instead of the agent's cloud API: the sandbox opens exactly its
+    /// address and port, the CLI's own settings point at it, and no key is handed over. One on
+    /// this host's loopback is reached through the engine's host gateway (make it listen there:
+    /// OLLAMA_HOST=0.0.0.0). Needs --model
+    #[arg(long, value_name = "URL", requires = "model", conflicts_with = "offline")]
+    pub model_server: Option<String>,
+    /// The model's name on --model-server, as the server lists it (qwen2.5-coder:7b)
+    #[arg(long, value_name = "NAME", requires = "model_server")]
+    pub model: Option<String>,
     /// Let the agent write the project's git configuration and hooks, which your own git runs
     /// (as you, on the host) the next time you use it in the project
     #[arg(long)]
@@ -458,6 +470,7 @@ impl RunFlags {
             ("--dns", self.dns.is_some()),
             ("--sidecar", self.sidecar),
             ("--runtime", self.runtime.is_some()),
+            ("--model-server", self.model_server.is_some()),
             ("--writable-git-config", self.writable_git_config),
         ]
         .into_iter()

@@ -19,6 +19,7 @@ mod identity;
 mod k8s;
 mod logs;
 mod ls;
+mod model;
 mod pending;
 mod policy;
 mod queue;

@@ -66,6 +66,16 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         Some(plan)
     };
     let mut spec = SandboxSpec::new(flags, &host, &reference, &facts, git, logins)?;
+    if let (Some(url), Some(model)) = (&flags.model_server, &flags.model) {
+        let plan = crate::model::plan(&engine, &flags.agent, &facts, url, model).await?;
+        // The URL and the name are checked: letters, digits and a few signs.
+        eprintln!(
+            "agent-sandbox: the agent's model is {model} on {}; the sandbox opens {} port {} for it, and \
+             no API key goes in",
+            plan.url, plan.address, plan.port
+        );
+        spec.use_model_server(plan);
+    }
     if engine.is_podman().await? {
         spec.for_podman();
     }

@@ -3,6 +3,7 @@
 //! starts, net/forwarder/keys.rs loads the keys, net/forwarder.rs uses them.
 
 pub use crate::policy::apis::*;
+use crate::policy::model;
 
 /// The variables every agent process gets (the CLIs' base URLs and placeholders): (name, value)
 /// pairs as JSON, root's, readable by all (it holds no key).
@@ -18,4 +19,26 @@ pub fn write_session_env(env: &[(String, String)]) -> std::io::Result<()> {
 /// The session's variables, as PID 1 wrote them; none if it did not (no held key, or not ready).
 pub fn read_session_env() -> Vec<(String, String)> {
     std::fs::read(SESSION_ENV).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
+}
+
+/// The variables of the user's model server (`SANDBOX_MODEL_SERVER`, `SANDBOX_MODEL`), as the
+/// image declares them (`SANDBOX_MODEL_SERVER_ENV`): none without a server. Every process
+/// started as the agent gets them after the key scrub (privileges.rs), so that a CLI's dummy key
+/// for the server reaches it. PID 1 checks them at start ([`Refusal::BadSetting`] for an error).
+///
+/// [`Refusal::BadSetting`]: crate::exit::Refusal::BadSetting
+pub fn model_server_env() -> Result<Vec<(String, String)>, String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let Some(url) = var(model::SERVER_ENV) else { return Ok(Vec::new()) };
+    let model = var(model::MODEL_ENV).ok_or_else(|| {
+        format!("{} is set and {} is not: name the model too", model::SERVER_ENV, model::MODEL_ENV)
+    })?;
+    let declared = var(model::VARS_ENV).ok_or_else(|| {
+        format!(
+            "{}: this image's agent cannot use a model server (it declares no {})",
+            model::SERVER_ENV,
+            model::VARS_ENV
+        )
+    })?;
+    model::expand(&declared, &url, &model).map_err(|e| format!("{}: {e}", model::SERVER_ENV))
 }

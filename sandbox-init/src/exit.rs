@@ -31,7 +31,9 @@ pub enum Refusal {
     /// SANDBOX_MAX_ADDRESSES not a number in range, a key's secret file the agent could read,
     /// or a base URL for a held key that is not `https://HOST/PATH`; SANDBOX_ROLE other than
     /// gateway or agent, SANDBOX_DNS not addresses outside the container (or missing for the
-    /// gateway), an agent's container that holds a capability or runs as a stranger uid.
+    /// gateway), an agent's container that holds a capability or runs as a stranger uid;
+    /// SANDBOX_MODEL_SERVER without SANDBOX_MODEL, or in an image that declares no variables for
+    /// it, or either not a URL or model name.
     BadSetting = 78,
 }
 

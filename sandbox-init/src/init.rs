@@ -73,6 +73,8 @@ impl Role {
 pub fn run() -> Result<u8, Fatal> {
     let started = Instant::now();
     let role = Role::from_env()?;
+    // The user's model server: its variables are the agent's processes' (privileges.rs).
+    crate::apis::model_server_env().map_err(|e| Fatal::new(Refusal::BadSetting, e))?;
     if role == Role::Agent {
         let started = crate::sidecar::start_session()?;
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -103,6 +103,8 @@ impl AgentPrivileges {
         }
         // The forwarder's address and the placeholders, where PID 1 holds keys.
         command.envs(crate::apis::read_session_env());
+        // The user's model server, after the scrub: its dummy key is no key (checked at start).
+        command.envs(crate::apis::model_server_env().unwrap_or_default());
         command
             .env("HOME", &self.home)
             .env("USER", AGENT_USER)

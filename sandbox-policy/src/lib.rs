@@ -11,6 +11,7 @@ pub mod apis;
 mod file;
 pub mod forward;
 pub mod layout;
+pub mod model;
 mod pattern;
 pub mod terminal;
 pub mod text;

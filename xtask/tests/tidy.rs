@@ -438,3 +438,32 @@ fn anchors_are_githubs() {
     let made = anchors("# Without the launcher: `docker run`\n```\n# not a heading\n```\n## API keys\n");
     assert_eq!(made, BTreeSet::from(["without-the-launcher-docker-run".to_string(), "api-keys".to_string()]));
 }
+
+/// Every image that says its CLI can use a model server of the user's (`SANDBOX_MODEL_SERVER_ENV`
+/// in its Dockerfile) has that proven by a turn on one (`local:` in its turn.yaml, the agents::
+/// suite), and every such turn is of an image that says so; the shell image, which has no CLI of
+/// its own, is proven by attacks::models.
+#[test]
+fn every_cli_that_can_use_a_model_server_is_proven_to() {
+    let images = root().join("images");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&images).unwrap() {
+        let dir = entry.unwrap().path();
+        let Ok(dockerfile) = std::fs::read_to_string(dir.join("Dockerfile")) else { continue };
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let declares =
+            dockerfile.lines().any(|l| l.trim_start().starts_with("ENV SANDBOX_MODEL_SERVER_ENV="));
+        let turn = std::fs::read_to_string(dir.join("turn.yaml")).unwrap_or_default();
+        let proven = turn.lines().any(|l| l.starts_with("local:"));
+        if name == "shell" {
+            assert!(declares, "the shell image declares the OpenAI-compatible variables");
+            continue;
+        }
+        assert_eq!(
+            declares, proven,
+            "{name}: declares SANDBOX_MODEL_SERVER_ENV {declares}, has a `local:` turn {proven}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 10, "{checked} images");
+}

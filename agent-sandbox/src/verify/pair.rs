@@ -50,6 +50,8 @@ impl World {
             dns: Some(dns),
             sidecar: true,
             runtime: self.runtime.clone(),
+            model_server: None,
+            model: None,
             writable_git_config: true,
         };
         // One made-up key under every model API's variables: `make` gives the sandbox those of

@@ -73,7 +73,7 @@ pub fn answer(method: &str, path: &str, body: &[u8]) -> Answer {
         }
         // A ChatGPT sign-in's requests go to ChatGPT's backend, in the Responses API's shape.
         ("POST", "/v1/responses" | "/backend-api/codex/responses") => {
-            responses(done, offers("write"), offers("exec"), offers("apply_patch"))
+            responses(done, offers("write"), offers("exec"), offers("apply_patch"), offers("exec_command"))
         }
         ("POST", "/v1/chat/completions") => {
             let streamed = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
@@ -169,7 +169,7 @@ fn anthropic(done: bool, write: bool) -> Answer {
     )
 }
 
-fn responses(done: bool, write: bool, exec: bool, apply_patch: bool) -> Answer {
+fn responses(done: bool, write: bool, exec: bool, apply_patch: bool, exec_command: bool) -> Answer {
     let completed = |id: &str| {
         (
             Some("response.completed"),
@@ -177,13 +177,19 @@ fn responses(done: bool, write: bool, exec: bool, apply_patch: bool) -> Answer {
         )
     };
     let patch = format!("*** Begin Patch\n*** Add File: {FILE}\n+{}\n*** End Patch\n", CONTENT.trim_end());
-    if !done && (write || exec || apply_patch) {
+    if !done && (write || exec || apply_patch || exec_command) {
         let item = if write {
             json!({"type": "function_call", "id": "fc_mock", "call_id": "call_mock", "name": "write", "arguments": json!({"filePath": FILE, "content": CONTENT}).to_string(), "status": "completed"})
         } else if exec {
             let input =
                 format!("const r = await tools.apply_patch({});\ntext(JSON.stringify(r));", json!(patch));
             json!({"type": "custom_tool_call", "id": "ctc_mock", "status": "completed", "call_id": "call_mock", "name": "exec", "input": input})
+        } else if !apply_patch {
+            // Codex with a provider it has no model family for (a model server of the user's)
+            // offers a shell command, `exec_command`, and no `exec`: the file by printf.
+            let text = CONTENT.trim_end().replace('\'', "'\\''");
+            let cmd = format!("printf '%s\\n' '{text}' > {FILE}");
+            json!({"type": "function_call", "id": "fc_mock", "call_id": "call_mock", "name": "exec_command", "arguments": json!({"cmd": cmd}).to_string(), "status": "completed"})
         } else {
             // OpenCode with a ChatGPT sign-in offers its patch tool in place of `write`.
             json!({"type": "function_call", "id": "fc_mock", "call_id": "call_mock", "name": "apply_patch", "arguments": json!({"patchText": patch}).to_string(), "status": "completed"})
@@ -256,6 +262,9 @@ fn chat(done: bool, tools: &[String], streamed: bool, write_file_needs: &[String
         // Qwen's `write_file` takes `file_path`; Mistral Vibe's, `path`: as its schema says.
         let key = if write_file_needs.iter().any(|p| p == "path") { "path" } else { "file_path" };
         Some(("write_file", json!({key: FILE, "content": CONTENT})))
+    } else if tools.iter().any(|t| t == "write") {
+        // OpenCode's and Kilo's `write` over Chat Completions (a model server of the user's).
+        Some(("write", json!({"filePath": FILE, "content": CONTENT})))
     } else if tools.iter().any(|t| t == "create") {
         Some(("create", json!({"path": FILE, "file_text": CONTENT})))
     } else if tools.iter().any(|t| t == "Write") {

@@ -155,6 +155,12 @@ pub fn serve(listener: TcpListener, site: Site) {
                             forge_respond(&site, dir, &head, &from, &mut request);
                             break;
                         }
+                        // The mock as a model server of the user's (Ollama's plain HTTP), which
+                        // also answers with `Connection: close`.
+                        if site.mock {
+                            mock_respond(&site, &head, &mut request);
+                            break;
+                        }
                         let ignored = site.ignores_bodies && matches!(head.method.as_str(), "GET" | "HEAD");
                         let length = if ignored { 0 } else { head.length };
                         if std::io::copy(&mut (&mut request).take(length), &mut std::io::sink()).is_err() {
@@ -294,9 +300,16 @@ fn mock_respond<W: Read + Write>(site: &Site, head: &Head, reader: &mut BufReade
     let note = if answer.note.is_empty() { String::new() } else { format!(" {}", answer.note) };
     // Whether the CLI told the model about the sandbox: base's instructions.md names refused.txt.
     let told = if contains(&body, b"refused.txt") { " told=refused.txt" } else { "" };
+    // The model the request asked for (a local model server's turn asserts it).
+    let model = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("model")?.as_str().map(str::to_string))
+        .filter(|m| !m.is_empty() && m.chars().all(|c| c.is_ascii_graphic()))
+        .map(|m| format!(" model={m}"))
+        .unwrap_or_default();
     log(
         &site.log,
-        &format!("{} mock={} bytes={}{note}{told}", head.log_line(site.port), answer.turn, body.len()),
+        &format!("{} mock={} bytes={}{model}{note}{told}", head.log_line(site.port), answer.turn, body.len()),
     );
     let _ = write!(
         stream,

@@ -10,7 +10,8 @@
 use std::collections::BTreeMap;
 
 use sandbox_tests::docker::TestNet;
-use sandbox_tests::peers::Peer;
+use sandbox_tests::launcher::{Launcher, Project};
+use sandbox_tests::peers::{Peer, PeerSpec};
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::{SandboxSpec, ca_secret_file, secret_file};
 
@@ -42,6 +43,10 @@ struct Turn {
     /// How the CLI's own sign-in is copied in, expired, for the refresh test.
     #[serde(default)]
     refresh: Option<Refresh>,
+    /// The turn's command on a model server of the user's (`run --model-server`), where the
+    /// CLI can use one: `run` without what names a cloud model.
+    #[serde(default)]
+    local: Option<String>,
 }
 
 /// A CLI's sign-in as `agent-sandbox run --login-from-host` copies it, with its access token
@@ -84,6 +89,15 @@ macro_rules! refresh_tests {
         #[tokio::test]
         async fn refreshes_an_expired_sign_in_and_completes_a_turn() -> anyhow::Result<()> {
             super::refreshes_and_completes_a_turn($name).await
+        }
+    };
+}
+
+macro_rules! local_model_tests {
+    ($name:literal) => {
+        #[tokio::test]
+        async fn completes_a_turn_on_a_model_server_of_the_users() -> anyhow::Result<()> {
+            super::completes_a_local_turn($name).await
         }
     };
 }
@@ -314,6 +328,85 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
     assert_eq!(hunt.fields["found"], "", "the agent found the key: {:?}", hunt.fields);
     let scrollback = sb.as_agent(&["tmux", "capture-pane", "-p", "-S", "-", "-t", "agent"]).await?.stdout;
     assert!(!scrollback.contains(&key), "the key in the scrollback");
+    Ok(())
+}
+
+/// The model the local turns ask for: a name as Ollama spells them.
+const LOCAL_MODEL: &str = "local-coder:7b";
+
+/// The CLI on a model server of the user's, as `agent-sandbox run AGENT --model-server URL
+/// --model NAME` starts it (the launcher itself): the server an Ollama-like peer on the test
+/// network (the mock, plain HTTP on 11434), no key handed over, and a resolver that knows no
+/// name, so that no cloud host answers. The turn, run by `agent-sandbox exec` as a script would,
+/// asks the server for the model named, on its port alone, and writes the file.
+async fn completes_a_local_turn(name: &str) -> anyhow::Result<()> {
+    let turn = read_turn(name)?;
+    let run = turn.local.as_deref().expect("generated for a turn.yaml with `local`");
+    let image = sandbox_tests::images::image(name).await?;
+    let net = TestNet::create(&format!("local-{name}")).await?;
+    let dns = Peer::start_dns(&net).await?;
+    let server = PeerSpec::named(&["model-server"])
+        .option("--mock-api")
+        .option("--http")
+        .option("11434")
+        .start(&net)
+        .await?;
+    let (launcher, project) = (Launcher::new()?, Project::new()?);
+    // The project is the agent's to write, as a user's own folder is (the CLI keeps its history
+    // there).
+    std::fs::set_permissions(&project.path, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    let url = format!("http://{}:11434", server.ipv4);
+    let (dns_ip, model) = (dns.ipv4.to_string(), LOCAL_MODEL);
+    launcher
+        .ok(&[
+            "run",
+            name,
+            &project.path,
+            "--detach",
+            "--network",
+            &net.name,
+            "--dns",
+            &dns_ip,
+            "--image",
+            &image,
+            "--model-server",
+            &url,
+            "--model",
+            model,
+            // The session idles: the turn runs the CLI itself.
+            "--env",
+            "ASSISTANT_CMD=sleep infinity",
+        ])
+        .await?;
+    let (id, sandbox) = project.sandbox().await?;
+    let sb = Sandbox::adopt(&id).await?;
+    for (file, contents) in &turn.files {
+        write_as_agent(&sb, file, contents).await?;
+    }
+    let unattended = format!(
+        "cd /workspace && set -f && IFS=';' && for kv in $SANDBOX_UNATTENDED_ENV; do export \"$kv\"; done; \
+         unset IFS; set +f; {run} $SANDBOX_UNATTENDED_ARGS < /dev/null"
+    );
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(300),
+        launcher.run(&["exec", &sandbox, "--", "sh", "-c", &unattended]),
+    )
+    .await??;
+    let log = server.log().await?;
+    let context = format!("{out:?}\nserver: {log:#?}");
+    assert_eq!(out.code, 0, "{context}");
+    let written = std::fs::read_to_string(project.dir.path().join("agent-turn.txt")).unwrap_or_default();
+    assert_eq!(written, CONTENT, "the tool call's file in the project\n{context}");
+    // The turn's requests went to the server's port, for the model the user named.
+    assert!(
+        log.iter().any(|l| l.starts_with("http 11434 ")
+            && l.contains(" mock=tool ")
+            && l.contains(&format!(" model={model} "))),
+        "no tool call for {model} on the server's port\n{context}"
+    );
+    let elsewhere: Vec<&String> =
+        log.iter().filter(|l| l.starts_with("http ") && !l.starts_with("http 11434 ")).collect();
+    assert!(elsewhere.is_empty(), "requests on the server's other ports: {elsewhere:?}");
     Ok(())
 }
 

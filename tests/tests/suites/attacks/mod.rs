@@ -4,12 +4,13 @@
 //! evidence on the receiving side. Each has a positive control in the
 //! same test, so it cannot pass because something else broke.
 //!
-//! `approvals::`, `network::`, `names::`, `forwarder::`, `services::`, `budgets::`, `sidecar::`, `terminal::` and `verify::` need NET_ADMIN (the firewall) and are left out of
+//! `approvals::`, `models::`, `network::`, `names::`, `forwarder::`, `services::`, `budgets::`, `sidecar::`, `terminal::` and `verify::` need NET_ADMIN (the firewall) and are left out of
 //! `cargo xtask test --ci`; `process::` and `ui::` need no capability and run in both modes.
 
 mod approvals;
 mod budgets;
 mod forwarder;
+mod models;
 mod names;
 mod network;
 mod process;
