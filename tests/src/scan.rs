@@ -122,6 +122,78 @@ pub fn oci_layouts(tags: &[String], dir: &std::path::Path) -> anyhow::Result<Vec
     Ok(layouts)
 }
 
+/// `trivy image`'s options, but for where it reads the image and its cache.
+const IMAGE_SCAN: [&str; 8] = [
+    "image",
+    "--scanners",
+    "secret,misconfig",
+    "--skip-check-update",
+    "--skip-version-check",
+    "--quiet",
+    "--format",
+    "json",
+];
+
+/// An image's ID as the engine has it (`sha256:…`, the digest of its configuration, which names
+/// every layer by its digest).
+pub fn image_id(tag: &str) -> anyhow::Result<String> {
+    let out = Command::new("docker").args(["image", "inspect", "--format", "{{.Id}}", tag]).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "docker image inspect {tag}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8(out.stdout)?.trim().to_string();
+    anyhow::ensure!(
+        id.strip_prefix("sha256:")
+            .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{tag}: the engine gave no image ID: {id:?}"
+    );
+    Ok(id)
+}
+
+/// The images trivy found clean, kept beside its cache (`clean/<key>`), each by a key that
+/// hashes what decides the verdict: trivy's version (its built-in checks and secret rules are
+/// in its binary), the ignore file's bytes, the scan's options and the image's ID. A key
+/// recorded means that scan, of those bytes, found nothing: a changed image, trivy, ignore file
+/// or option is a new key, and scanned.
+pub struct CleanScans {
+    dir: PathBuf,
+    salt: Vec<u8>,
+}
+
+impl CleanScans {
+    pub fn new(cache: &std::path::Path, ignore: &std::path::Path) -> anyhow::Result<CleanScans> {
+        let version = Command::new(scanner("trivy")?).arg("--version").output()?;
+        anyhow::ensure!(version.status.success(), "trivy --version failed");
+        let mut salt = version.stdout;
+        salt.extend_from_slice(IMAGE_SCAN.join("\0").as_bytes());
+        salt.extend_from_slice(&std::fs::read(ignore).with_context(|| ignore.display().to_string())?);
+        let dir = cache.join("clean");
+        std::fs::create_dir_all(&dir)?;
+        Ok(CleanScans { dir, salt })
+    }
+
+    fn file(&self, id: &str) -> PathBuf {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        hash.update(&self.salt);
+        hash.update(b"\0");
+        hash.update(id.as_bytes());
+        self.dir.join(format!("{:x}", hash.finalize()))
+    }
+
+    /// Whether this image was found clean by this trivy and ignore file.
+    pub fn holds(&self, id: &str) -> bool {
+        self.file(id).is_file()
+    }
+
+    /// Keeps that this image was found clean (its tag, for whoever reads the folder).
+    pub fn record(&self, id: &str, tag: &str) -> anyhow::Result<()> {
+        Ok(std::fs::write(self.file(id), format!("{tag} {id}\n"))?)
+    }
+}
+
 /// What trivy reported of an image: its findings, as `ID: title (where)`, and what it read, as
 /// `class type target` for each result (the image's own name left out of the target), by which
 /// two ways of reading the same image are compared.
@@ -136,12 +208,8 @@ pub struct Scanned {
 /// ([`oci_layouts`]). `cache`: trivy's, where the layers it read are kept, so that the layers
 /// images share are read once.
 pub fn trivy_image(image: &[&std::ffi::OsStr], cache: &std::path::Path) -> anyhow::Result<Scanned> {
-    let (ok, said) = run(Command::new(scanner("trivy")?)
-        .args(["image", "--scanners", "secret,misconfig"])
-        .args(["--skip-check-update", "--skip-version-check", "--quiet", "--format", "json"])
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(image))?;
+    let (ok, said) =
+        run(Command::new(scanner("trivy")?).args(IMAGE_SCAN).arg("--cache-dir").arg(cache).args(image))?;
     anyhow::ensure!(ok, "trivy image {image:?} failed: {said}");
     let report: serde_json::Value = serde_json::from_str(&said)?;
     let artifact = report["ArtifactName"].as_str().unwrap_or_default();
