@@ -428,11 +428,12 @@ pub struct RunFlags {
     #[arg(long, value_name = "NAME", conflicts_with = "offline")]
     pub runtime: Option<String>,
     /// Use this model server (Ollama's http://localhost:11434, or any OpenAI-compatible one on
-    /// the host or your network) instead of the agent's cloud API: the sandbox opens exactly its
+    /// this host or your network) instead of the agent's cloud API: the sandbox opens exactly its
     /// address and port, the CLI's own settings point at it, and no key is handed over. One on
-    /// this host's loopback is reached through the engine's host gateway (make it listen there:
-    /// OLLAMA_HOST=0.0.0.0). Needs --model
-    #[arg(long, value_name = "URL", requires = "model", conflicts_with = "offline")]
+    /// this host's loopback is reached through the engine's host gateway (make it listen on the
+    /// bridge's address: OLLAMA_HOST=172.17.0.1). The agent can send that port anything the
+    /// server serves. Needs --model
+    #[arg(long, value_name = "URL", requires = "model", conflicts_with_all = ["offline", "login_from_host"])]
     pub model_server: Option<String>,
     /// The model's name on --model-server, as the server lists it (qwen2.5-coder:7b)
     #[arg(long, value_name = "NAME", requires = "model_server")]

@@ -4,10 +4,12 @@
 //! network), the agent's container gets the URL and the name (sandbox-init turns them into the
 //! variables the image declares, `sandbox_policy::model`), and no model API key is handed over.
 //!
-//! A server on this host's loopback (`localhost`, `127.0.0.1`, a name that resolves there) is
-//! reached through the engine's host gateway (`host-gateway`, the default bridge's address); a
-//! name is resolved here, once, and pinned in the sandbox's /etc/hosts, so that the address the
-//! policy opens is the one the CLI connects to, and the gate is never asked for it.
+//! A server on this host's loopback (`localhost`, `127.0.0.1`) is reached through the engine's
+//! host gateway (`host-gateway`, the default bridge's address); a name is resolved here, once,
+//! and pinned in the sandbox's /etc/hosts, so that the address the policy opens is the one the
+//! CLI connects to, and the gate is never asked for it. Only this host and the user's network
+//! (private addresses) are opened: a public address would be opened with no name checked, and a
+//! name that answers with this host's loopback is refused (its owner chose the answer).
 
 use std::net::IpAddr;
 
@@ -57,10 +59,20 @@ pub async fn plan(engine: &Engine, agent: &str, facts: &ImageFacts, url: &str, m
     }
     let address = match &parsed.host {
         Host::Address(address) => *address,
-        Host::Name(name) if name == "localhost" || name.ends_with(".localhost") => {
-            IpAddr::from([127, 0, 0, 1])
+        Host::Name(name) if is_localhost(name) => IpAddr::from([127, 0, 0, 1]),
+        Host::Name(name) => {
+            let address = resolve(name, parsed.port).await?;
+            // A name of the network's that answers with this host: the answer is its owner's to
+            // give (a copied URL's), and it would open this host's port through the gateway.
+            if address.is_loopback() || address.is_unspecified() {
+                return Err(bad(format!(
+                    "--model-server {url}: {name} resolves to {address}, this host: for a server on \
+                     this host, give http://localhost:{}",
+                    parsed.port
+                )));
+            }
+            address
         }
-        Host::Name(name) => resolve(name, parsed.port).await?,
     };
     let on_host = address.is_loopback() || address.is_unspecified();
     let gateway = if on_host { Some(host_gateway(engine).await?) } else { None };
@@ -70,8 +82,13 @@ pub async fn plan(engine: &Engine, agent: &str, facts: &ImageFacts, url: &str, m
 /// The plan once the server's address (and, for one on the host's loopback, the host gateway's)
 /// is known: pure.
 fn plan_for(url: &ServerUrl, model: &str, address: IpAddr, gateway: Option<IpAddr>) -> Result<Plan> {
+    if url.port == 53 {
+        return Err(bad(format!(
+            "--model-server {url}: port 53 is DNS's, which the sandbox's DNS gate alone answers"
+        )));
+    }
     let (inside, opened, extra_hosts) = match (gateway, &url.host) {
-        (Some(gateway), Host::Name(name)) if name != "localhost" && !name.ends_with(".localhost") => {
+        (Some(gateway), Host::Name(name)) if !is_localhost(name) => {
             (url.clone(), gateway, vec![format!("{name}:host-gateway")])
         }
         (Some(gateway), _) => {
@@ -86,7 +103,16 @@ fn plan_for(url: &ServerUrl, model: &str, address: IpAddr, gateway: Option<IpAdd
         }
     };
     match scope(opened) {
-        Scope::Public | Scope::Private => {}
+        Scope::Private => {}
+        // The address is opened whole on its port, with no name checked: on the internet that
+        // is every site a CDN fronts there, so a server out there goes by its name instead.
+        Scope::Public => {
+            return Err(bad(format!(
+                "--model-server {url}: {opened} is a public address, which this opens with no name \
+                 checked (every site behind it on that port); a server on the internet is reached by \
+                 its name: `--allow NAME:PORT --env OPENAI_BASE_URL=…` (docs/agents.md)"
+            )));
+        }
         other => {
             return Err(bad(format!(
                 "--model-server {url}: {opened} is {}, which no sandbox opens",
@@ -111,6 +137,10 @@ fn plan_for(url: &ServerUrl, model: &str, address: IpAddr, gateway: Option<IpAdd
         port: url.port,
         url: inside.to_string(),
     })
+}
+
+fn is_localhost(name: &str) -> bool {
+    name == "localhost" || name.ends_with(".localhost")
 }
 
 /// `name`'s address, as this host resolves it: an IPv4 one first.
@@ -205,10 +235,30 @@ mod tests {
             ("http://100.100.100.200:80", "100.100.100.200"),
             ("http://169.254.1.1:11434", "169.254.1.1"),
             ("http://224.0.0.1:11434", "224.0.0.1"),
+            ("http://[fd00:ec2::23]", "fd00:ec2::23"),
         ] {
             let refused = planned(url, address, None).unwrap_err();
             assert_eq!(refused.code, Code::BadArgument, "{url}");
             assert!(refused.message.contains("which no sandbox opens"), "{url}: {}", refused.message);
         }
+    }
+
+    #[test]
+    fn a_public_address_and_dns_s_port_are_refused() {
+        // Opened with no name checked, a CDN's address would be every site it fronts.
+        let refused = planned("https://llm.example.com", "104.16.1.1", None).unwrap_err();
+        assert_eq!(refused.code, Code::BadArgument);
+        assert!(
+            refused.message.contains("public address") && refused.message.contains("--allow"),
+            "{}",
+            refused.message
+        );
+        let refused = planned("http://[2606:4700::1]:11434", "2606:4700::1", None).unwrap_err();
+        assert!(refused.message.contains("public address"), "{}", refused.message);
+        // Around the DNS gate, through the user's resolver.
+        let refused = planned("http://192.168.1.1:53", "192.168.1.1", None).unwrap_err();
+        assert!(refused.message.contains("port 53"), "{}", refused.message);
+        // The control: the same server on another port of the network.
+        planned("http://192.168.1.1:8080", "192.168.1.1", None).unwrap();
     }
 }

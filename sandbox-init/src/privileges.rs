@@ -126,6 +126,11 @@ impl AgentPrivileges {
     /// client shares.
     pub fn service(&self, program: impl AsRef<OsStr>, name: &str) -> Result<Command, PrivilegeError> {
         let mut command = self.command(program)?;
+        // The model server's variables are for the agent's CLI: none reaches a process that holds
+        // keys or judges connections.
+        for (var, _) in crate::apis::model_server_env().unwrap_or_default() {
+            command.env_remove(var);
+        }
         command
             .env_remove("TMUX_SESSION")
             .env("USER", name)

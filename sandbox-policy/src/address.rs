@@ -21,7 +21,7 @@ pub enum Scope {
     /// (0.0.0.0/8 and `::`, which connect to this host). Never opened by an answer.
     Local,
     /// A cloud's metadata or host service (AWS, GCP, Azure, OpenStack: 169.254.169.254; AWS's
-    /// fd00:ec2::254 and GCP's fd20:ce::254; Alibaba Cloud: 100.100.100.200; Azure's WireServer
+    /// fd00:ec2::/64 (instance metadata, EKS Pod Identity) and GCP's fd20:ce::/64; Alibaba Cloud: 100.100.100.200; Azure's WireServer
     /// 168.63.129.16; Oracle Cloud Classic: 192.0.0.192). Never opened by an answer.
     Metadata,
     /// Not one host of the internet: multicast, broadcast, the reserved 240/4, IETF protocol
@@ -58,10 +58,11 @@ const METADATA_V4: [Ipv4Addr; 4] = [
     Ipv4Addr::new(168, 63, 129, 16),
     Ipv4Addr::new(192, 0, 0, 192),
 ];
-const METADATA_V6: [Ipv6Addr; 2] = [
-    Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254),
-    Ipv6Addr::new(0xfd20, 0x00ce, 0, 0, 0, 0, 0, 0x0254),
-];
+/// The cloud services' IPv6 metadata prefixes, each a /64 whose every address is the service's:
+/// AWS's `fd00:ec2::/64` (the instance metadata at `::254`, EKS Pod Identity's credentials at
+/// `::23`, DNS at `::253`, time at `::123`) and GCP's `fd20:ce::/64`.
+const METADATA_V6: [Ipv6Addr; 2] =
+    [Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0), Ipv6Addr::new(0xfd20, 0x00ce, 0, 0, 0, 0, 0, 0)];
 
 /// The scope of `addr`. An IPv6 address that carries an IPv4 one is judged by the IPv4 address
 /// it carries: IPv4-mapped `::ffff:a.b.c.d` (an IPv6 socket connects to it as that IPv4
@@ -94,7 +95,7 @@ fn scope_v4(a: Ipv4Addr) -> Scope {
 
 fn scope_v6(a: Ipv6Addr) -> Scope {
     let first = a.segments()[0];
-    if METADATA_V6.contains(&a) {
+    if METADATA_V6.iter().any(|m| m.segments()[..4] == a.segments()[..4]) {
         Scope::Metadata
     } else if a.is_loopback() || a.is_unspecified() || (first & 0xffc0) == 0xfe80 {
         Scope::Local
@@ -139,6 +140,9 @@ mod tests {
             "192.0.0.192",
             "fd00:ec2::254",
             "fd20:ce::254",
+            "fd00:ec2::23",
+            "fd00:ec2::253",
+            "fd20:ce::1",
             "::ffff:169.254.169.254",
             "::a9fe:a9fe",
             "64:ff9b::a9fe:a9fe",

@@ -132,7 +132,19 @@ fn name(host: &str) -> Result<String, String> {
                 && !label.ends_with('-')
                 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
         });
-    if ok { Ok(host.to_ascii_lowercase()) } else { Err(format!("`{host}` is no host name")) }
+    if !ok {
+        return Err(format!("`{host}` is no host name"));
+    }
+    // A name whose last label is a number is an address in another spelling (`2130706433`,
+    // `0x7f.1`, `0177.0.0.1`), which resolvers and clients read differently: one reads it as the
+    // address, another asks DNS. Only the dotted form is taken.
+    let last = host.rsplit('.').next().unwrap_or(host).to_ascii_lowercase();
+    if last.bytes().all(|b| b.is_ascii_digit())
+        || (last.starts_with("0x") && last[2..].bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        return Err(format!("`{host}` is an address in another form: write it as a.b.c.d"));
+    }
+    Ok(host.to_ascii_lowercase())
 }
 
 /// A model's name as servers spell them (`llama3.2`, `qwen2.5-coder:7b`,
@@ -140,13 +152,17 @@ fn name(host: &str) -> Result<String, String> {
 pub fn check_model(model: &str) -> Result<(), String> {
     let ok = !model.is_empty()
         && model.len() <= 200
-        && !model.starts_with('-')
+        // Starting with a letter or digit and ending with no `:`, it is a plain scalar in YAML
+        // too (continue's config substitutes it as text), and `..` is no path's step.
+        && model.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && !model.ends_with(':')
+        && !model.contains("..")
         && model.chars().all(|c| c.is_ascii_alphanumeric() || "._:/@+-".contains(c));
     if ok {
         Ok(())
     } else {
         Err(format!(
-            "model `{model}`: a model's name is letters, digits and `._:/@+-` (such as qwen2.5-coder:7b)"
+            "model `{model}`: a model's name is letters, digits and `._:/@+-`, from a letter or digit (such as qwen2.5-coder:7b)"
         ))
     }
 }
@@ -214,6 +230,10 @@ mod tests {
             "http://",
             "http://[::1",
             "http://[nope]:80",
+            "http://2130706433:11434",
+            "http://0x7f.1",
+            "http://0177.0.0.1",
+            "http://10.1",
         ] {
             assert!(ServerUrl::parse(bad).is_err(), "{bad}");
         }
@@ -224,7 +244,10 @@ mod tests {
         for good in ["llama3.2", "qwen2.5-coder:7b", "hf.co/org/model:Q4_K_M", "org/model@rev", "a+b"] {
             check_model(good).unwrap();
         }
-        for bad in ["", "-v", "a b", "a;b", "a\"b", "a'b", "$(id)", "a`b", "a\\b", "a{b}", "é"] {
+        for bad in [
+            "", "-v", "a b", "a;b", "a\"b", "a'b", "$(id)", "a`b", "a\\b", "a{b}", "é", "@x", ":x", ".x",
+            "x:", "a/../b",
+        ] {
             assert!(check_model(bad).is_err(), "{bad}");
         }
     }

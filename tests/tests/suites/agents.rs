@@ -343,7 +343,7 @@ async fn completes_a_local_turn(name: &str) -> anyhow::Result<()> {
     let turn = read_turn(name)?;
     let run = turn.local.as_deref().expect("generated for a turn.yaml with `local`");
     let image = sandbox_tests::images::image(name).await?;
-    let net = TestNet::create(&format!("local-{name}")).await?;
+    let net = TestNet::create_private(&format!("local-{name}")).await?;
     let dns = Peer::start_dns(&net).await?;
     let server = PeerSpec::named(&["model-server"])
         .option("--mock-api")

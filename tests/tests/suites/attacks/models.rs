@@ -19,7 +19,8 @@ net_admin! {
         #[tokio::test]
         async fn a_model_server_opens_its_address_and_port_and_nothing_else_of_the_network() -> anyhow::Result<()> {
             let shell = sandbox_tests::images::image("shell").await?;
-            let net = TestNet::create("model-server").await?;
+            // The user's network: the engine's private ranges.
+            let net = TestNet::create_private("model-server").await?;
             let dns = Peer::start_dns(&net).await?;
             let server = PeerSpec::named(&["model-server"])
                 .option("--mock-api")
@@ -27,7 +28,9 @@ net_admin! {
                 .option("11434")
                 .start(&net)
                 .await?;
-            let lan = Peer::start(&net, &["lan-host"]).await?;
+            // Another host of the network, listening on the server's port too: a connection let
+            // through would be answered, and logged.
+            let lan = PeerSpec::named(&["lan-host"]).option("--http").option("11434").start(&net).await?;
             let (launcher, project) = (Launcher::new()?, Project::new()?);
             // What no sandbox opens, even for the user: a server at a cloud's metadata service,
             // a link-local address, a URL with more than a server in it, or one for an agent
@@ -37,6 +40,12 @@ net_admin! {
                 (&shell, "http://169.254.169.254".to_string(), "a cloud metadata service's address"),
                 (&shell, "http://169.254.10.1:11434".into(), "a loopback or link-local address"),
                 (&shell, format!("http://{}:11434/$(id)", server.ipv4), "has no place in a model server's URL"),
+                // This host's loopback, spelt as a number some clients read as a name.
+                (&shell, "http://2130706433:11434".into(), "an address in another form"),
+                (&shell, "http://[fd00:ec2::23]".into(), "a cloud metadata service's address"),
+                (&shell, format!("http://{}:53", server.ipv4), "port 53 is DNS's"),
+                // A public address, opened with no name checked, is every site fronted there.
+                (&shell, "http://198.51.100.7:11434".into(), "is a public address"),
                 (&gemini, format!("http://{}:11434", server.ipv4), "cannot use a model server of yours"),
             ] {
                 let out = launcher
