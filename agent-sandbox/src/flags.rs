@@ -428,11 +428,11 @@ pub struct RunFlags {
     #[arg(long, value_name = "NAME", conflicts_with = "offline")]
     pub runtime: Option<String>,
     /// Use this model server (Ollama's http://localhost:11434, or any OpenAI-compatible one on
-    /// this host or your network) instead of the agent's cloud API: the sandbox opens exactly its
-    /// address and port, the CLI's own settings point at it, and no key is handed over. One on
-    /// this host's loopback is reached through the engine's host gateway (make it listen on the
-    /// bridge's address: OLLAMA_HOST=172.17.0.1). The agent can send that port anything the
-    /// server serves. Needs --model
+    /// this host or your network) instead of the agent's cloud API: the sandbox's forwarder alone
+    /// reaches its address and port, with the model's requests alone (no pull or push), the
+    /// CLI's own settings point at the forwarder, and no key is handed over. One on this host's
+    /// loopback is reached through the engine's host gateway (make it listen on the bridge's
+    /// address: OLLAMA_HOST=172.17.0.1). Needs --model
     #[arg(long, value_name = "URL", requires = "model", conflicts_with_all = ["offline", "login_from_host"])]
     pub model_server: Option<String>,
     /// The model's name on --model-server, as the server lists it (qwen2.5-coder:7b)

@@ -1,15 +1,16 @@
 //! `run --model-server URL --model NAME`: the agent's CLI on a model server of the user's (Ollama
-//! on this host, an OpenAI-compatible server on the network) instead of its cloud API. The sandbox
-//! opens exactly the server's address and port (a `cidrs` drop-in: nothing else of the user's
-//! network), the agent's container gets the URL and the name (sandbox-init turns them into the
-//! variables the image declares, `sandbox_policy::model`), and no model API key is handed over.
+//! on this host, an OpenAI-compatible server on the network) instead of its cloud API. The
+//! sandbox's forwarder alone reaches the server's one address and port, and sends it only the
+//! model's endpoints (`sandbox_policy::model::ENDPOINTS`: no pull or push of an Ollama's, nothing
+//! else of the user's network); the agent's container gets the URL and the name (sandbox-init
+//! turns them into the variables the image declares, pointed at the forwarder), the container
+//! whose PID 1 holds the firewall the address too; and no model API key is handed over.
 //!
 //! A server on this host's loopback (`localhost`, `127.0.0.1`) is reached through the engine's
 //! host gateway (`host-gateway`, the default bridge's address); a name is resolved here, once,
-//! and pinned in the sandbox's /etc/hosts, so that the address the policy opens is the one the
-//! CLI connects to, and the gate is never asked for it. Only this host and the user's network
-//! (private addresses) are opened: a public address would be opened with no name checked, and a
-//! name that answers with this host's loopback is refused (its owner chose the answer).
+//! and pinned in the sandbox's /etc/hosts. Only this host and the user's network (private
+//! addresses) are reached; a name that answers with this host's loopback is refused (its owner
+//! chose the answer).
 
 use std::net::IpAddr;
 
@@ -22,19 +23,16 @@ use crate::exit::{Code, Failure, Result};
 /// The name a server on the host's loopback has inside the sandbox (Docker's, and Docker
 /// Desktop's own).
 const HOST_NAME: &str = "host.docker.internal";
-/// The drop-in that opens the server.
-pub const DROP_IN: &str = "/etc/agent-sandbox/policy.d/model-server.yaml";
 
 /// What the sandbox needs for the server.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Plan {
-    /// `SANDBOX_MODEL_SERVER=…` and `SANDBOX_MODEL=…`, for the agent's container.
+    /// `SANDBOX_MODEL_SERVER=…`, `SANDBOX_MODEL=…` and `SANDBOX_MODEL_SERVER_ADDRESS=…`, for the
+    /// agent's container and the gateway.
     pub env: Vec<String>,
     /// `NAME:ADDRESS` lines for the sandbox's /etc/hosts (the network namespace's owner).
     pub extra_hosts: Vec<String>,
-    /// The drop-in opening the address and port.
-    pub drop_in: String,
-    /// The address opened, for the launcher's line.
+    /// The address the forwarder reaches, for the launcher's line.
     pub address: IpAddr,
     /// The port opened.
     pub port: u16,
@@ -120,19 +118,13 @@ fn plan_for(url: &ServerUrl, model: &str, address: IpAddr, gateway: Option<IpAdd
             )));
         }
     }
-    let net = match opened {
-        IpAddr::V4(_) => format!("{opened}/32"),
-        IpAddr::V6(_) => format!("{opened}/128"),
-    };
-    let drop_in = format!(
-        "# agent-sandbox run --model-server {url}: its address and port, and nothing else of the network\n\
-         version: 1\ncidrs:\n  - cidr: {net}\n    ports: [{}]\n",
-        url.port
-    );
     Ok(Plan {
-        env: vec![format!("{}={inside}", model::SERVER_ENV), format!("{}={model}", model::MODEL_ENV)],
+        env: vec![
+            format!("{}={inside}", model::SERVER_ENV),
+            format!("{}={model}", model::MODEL_ENV),
+            format!("{}={opened}", model::ADDRESS_ENV),
+        ],
         extra_hosts,
-        drop_in,
         address: opened,
         port: url.port,
         url: inside.to_string(),
@@ -201,12 +193,12 @@ mod tests {
         assert_eq!(plan.extra_hosts, ["host.docker.internal:host-gateway"]);
         assert_eq!(
             plan.env,
-            ["SANDBOX_MODEL_SERVER=http://host.docker.internal:11434", "SANDBOX_MODEL=qwen2.5-coder:7b"]
+            [
+                "SANDBOX_MODEL_SERVER=http://host.docker.internal:11434",
+                "SANDBOX_MODEL=qwen2.5-coder:7b",
+                "SANDBOX_MODEL_SERVER_ADDRESS=172.17.0.1"
+            ]
         );
-        assert!(plan.drop_in.contains("cidr: 172.17.0.1/32\n    ports: [11434]\n"), "{}", plan.drop_in);
-        let policy = sandbox_policy::Policy::from_yaml(std::path::Path::new(DROP_IN), &plan.drop_in).unwrap();
-        assert_eq!(policy.cidrs.len(), 1);
-        assert!(policy.domains.is_empty());
         // A name of the host's keeps its name (a certificate names it), pinned to the gateway.
         let plan = planned("https://models.home:8443/v1", "127.0.1.1", Some("172.17.0.1")).unwrap();
         assert_eq!(plan.url, "https://models.home:8443/v1");
@@ -221,10 +213,14 @@ mod tests {
             ("http://gpu.lan:8000", "192.168.1.20".parse().unwrap())
         );
         assert_eq!(plan.extra_hosts, ["gpu.lan:192.168.1.20"]);
-        assert!(plan.drop_in.contains("cidr: 192.168.1.20/32\n    ports: [8000]\n"), "{}", plan.drop_in);
+        assert!(
+            plan.env.contains(&"SANDBOX_MODEL_SERVER_ADDRESS=192.168.1.20".to_string()),
+            "{:?}",
+            plan.env
+        );
         let plan = planned("http://[fd00::7]:11434", "fd00::7", None).unwrap();
         assert!(plan.extra_hosts.is_empty());
-        assert!(plan.drop_in.contains("cidr: fd00::7/128\n"), "{}", plan.drop_in);
+        assert!(plan.env.contains(&"SANDBOX_MODEL_SERVER_ADDRESS=fd00::7".to_string()), "{:?}", plan.env);
     }
 
     #[test]
@@ -245,7 +241,7 @@ mod tests {
 
     #[test]
     fn a_public_address_and_dns_s_port_are_refused() {
-        // Opened with no name checked, a CDN's address would be every site it fronts.
+        // Only the user's network and this host.
         let refused = planned("https://llm.example.com", "104.16.1.1", None).unwrap_err();
         assert_eq!(refused.code, Code::BadArgument);
         assert!(

@@ -408,6 +408,7 @@ fn forwarded(
         path: None,
         inspect: None,
         rules: rules.clone(),
+        upstream: None,
     };
     let rewritten = rewrite_head(&parsed, &route).map_err(|r| r.reason().to_string())?;
     let request = rewritten.request();

@@ -70,8 +70,8 @@ pub async fn run(flags: &RunFlags) -> Result<i32> {
         let plan = crate::model::plan(&engine, &flags.agent, &facts, url, model).await?;
         // The URL and the name are checked: letters, digits and a few signs.
         eprintln!(
-            "agent-sandbox: the agent's model is {model} on {}; the sandbox opens {} port {} for it, and \
-             no API key goes in",
+            "agent-sandbox: the agent's model is {model} on {}; the sandbox's forwarder alone reaches {} \
+             port {}, with the model's requests alone, and no API key goes in",
             plan.url, plan.address, plan.port
         );
         spec.use_model_server(plan);

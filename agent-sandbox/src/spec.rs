@@ -277,15 +277,14 @@ impl SandboxSpec {
     /// holder, in sidecar mode, whose file the other containers share), the drop-in opening it,
     /// and no model API key handed over (the forwarder would send it to the server).
     pub fn use_model_server(&mut self, plan: crate::model::Plan) {
-        self.body.env.get_or_insert_with(Vec::new).extend(plan.env);
+        // The agent's processes take the URL and the model; PID 1 with the firewall (the one
+        // container, or the gateway) the address its forwarder alone reaches.
+        self.body.env.get_or_insert_with(Vec::new).extend(plan.env.iter().cloned());
+        if let Some(gateway) = self.gateway.as_mut() {
+            gateway.env.get_or_insert_with(Vec::new).extend(plan.env);
+        }
         let owner = self.holder.as_mut().unwrap_or(&mut self.body);
         owner.host_config.get_or_insert_with(Default::default).extra_hosts = Some(plan.extra_hosts);
-        self.files.push(Entry {
-            path: crate::model::DROP_IN.to_string(),
-            contents: Some(plan.drop_in.into_bytes()),
-            mode: 0o644,
-            uid: 0,
-        });
         let api_vars: Vec<&str> = APIS.iter().flat_map(|api| api.keys.iter().map(|k| k.var)).collect();
         self.keys.retain(|var, _| !api_vars.contains(&var.as_str()));
         self.keyless = true;

@@ -21,6 +21,42 @@ pub fn read_session_env() -> Vec<(String, String)> {
     std::fs::read(SESSION_ENV).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
 }
 
+/// The user's model server as PID 1's forwarder reaches it: its URL, and its one address and
+/// port (`SANDBOX_MODEL_SERVER_ADDRESS`, else the URL's own address), of the user's network
+/// alone (a public address is every site fronted there; loopback is this container's own, where
+/// the agent could listen). None without a server.
+pub fn model_server() -> Result<Option<(model::ServerUrl, std::net::SocketAddr)>, String> {
+    use crate::policy::address::{Scope, scope};
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let Some(text) = var(model::SERVER_ENV) else { return Ok(None) };
+    let url = model::ServerUrl::parse(&text).map_err(|e| format!("{}: {e}", model::SERVER_ENV))?;
+    let address = match (var(model::ADDRESS_ENV), &url.host) {
+        (Some(given), _) => given
+            .trim()
+            .parse::<std::net::IpAddr>()
+            .map_err(|_| format!("{}: `{given}` is no IP address", model::ADDRESS_ENV))?,
+        (None, model::Host::Address(address)) => *address,
+        (None, model::Host::Name(name)) => {
+            return Err(format!(
+                "{} names {name}: give its address in {} (the launcher does)",
+                model::SERVER_ENV,
+                model::ADDRESS_ENV
+            ));
+        }
+    };
+    if scope(address) != Scope::Private {
+        return Err(format!(
+            "{}: {address} is {}, which the forwarder does not reach for a model server (only your network's)",
+            model::ADDRESS_ENV,
+            scope(address).describe()
+        ));
+    }
+    if url.port == 53 {
+        return Err(format!("{}: port 53 is DNS's, which the DNS gate alone answers", model::SERVER_ENV));
+    }
+    Ok(Some((url.clone(), std::net::SocketAddr::new(address, url.port))))
+}
+
 /// The variables of the user's model server (`SANDBOX_MODEL_SERVER`, `SANDBOX_MODEL`), as the
 /// image declares them (`SANDBOX_MODEL_SERVER_ENV`): none without a server. Every process
 /// started as the agent gets them after the key scrub (privileges.rs), so that a CLI's dummy key

@@ -33,7 +33,8 @@ pub enum Refusal {
     /// gateway or agent, SANDBOX_DNS not addresses outside the container (or missing for the
     /// gateway), an agent's container that holds a capability or runs as a stranger uid;
     /// SANDBOX_MODEL_SERVER without SANDBOX_MODEL, or in an image that declares no variables for
-    /// it, or either not a URL or model name.
+    /// it, or either not a URL or model name, or the server's address missing, not of the user's
+    /// network, or on port 53.
     BadSetting = 78,
 }
 

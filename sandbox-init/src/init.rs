@@ -154,7 +154,15 @@ pub fn run() -> Result<u8, Fatal> {
     let connections = Arc::new(ConnectionLog::open(Path::new(CONNECTION_LOG)));
     runtime.spawn(connections.clone().keep_totals_written(Duration::from_millis(200)));
     let logs = Logs { denials: denials.clone(), connections: connections.clone() };
-    let settings = Settings { ipv6: network.ipv6, set_size, name_check, shape };
+    // The user's model server, which the forwarder alone reaches (apis.rs).
+    let model_server = crate::apis::model_server().map_err(|e| Fatal::new(Refusal::BadSetting, e))?;
+    let settings = Settings {
+        ipv6: network.ipv6,
+        set_size,
+        name_check,
+        shape,
+        model_server: model_server.as_ref().map(|m| m.1),
+    };
     let mut enforcement = None;
     let mut after_ready = None;
     let summary = match mode {
@@ -200,7 +208,7 @@ pub fn run() -> Result<u8, Fatal> {
     let verdicts = enforcement.as_ref().and_then(|e| e.verdicts.as_deref());
     // The forwarder asks the gate, where there is one, by its address: never a file.
     let gate = enforcement.as_ref().map(|_| crate::net::dns::GATE_ADDR.ip());
-    let forwarder = hold_keys(&agent, &policy, verdicts, gate)?;
+    let forwarder = hold_keys(&agent, &policy, verdicts, gate, model_server.as_ref())?;
     timeline::mark("key forwarder");
     let upstreams = enforcement.as_ref().map(|e| e.upstreams.clone()).unwrap_or_default();
     status::write(&status::Status::new(mode, &policy, &upstreams, network.ipv6));

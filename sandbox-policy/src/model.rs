@@ -1,12 +1,13 @@
 //! A model server of the user's (`agent-sandbox run --model-server URL --model NAME`): an Ollama
 //! or OpenAI-compatible server on the host or the user's network, which the agent's CLI uses
-//! instead of its cloud API. The launcher parses the URL here and opens exactly its address and
-//! port (a `cidrs` drop-in); sandbox-init gives the agent's processes the variables the image
-//! declares for it (`SANDBOX_MODEL_SERVER_ENV`, `NAME=value;…` with `{url}` and `{model}`),
-//! after the key scrub, so that a CLI's dummy key (`OPENAI_API_KEY=local`) reaches it. Both
-//! check the URL and the name with the same code: they go into variables a CLI may read as JSON
-//! or a shell may split, so each is held to characters that mean nothing there.
-
+//! instead of its cloud API. The launcher parses the URL here and gives the sandbox the URL, the
+//! model and the server's address; sandbox-init's forwarder alone reaches that address and port
+//! (the firewall opens it to the forwarder's uid), and sends on only the model's endpoints
+//! ([`ENDPOINTS`]); sandbox-init gives the agent's processes the variables the image declares
+//! (`SANDBOX_MODEL_SERVER_ENV`, `NAME=value;…` with `{url}`, the forwarder's address, and
+//! `{model}`), after the key scrub, so that a CLI's dummy key (`OPENAI_API_KEY=local`) reaches
+//! it. Both check the URL and the name with the same code: they go into variables a CLI may read
+//! as JSON or a shell may split, so each is held to characters that mean nothing there.
 use std::net::IpAddr;
 
 /// The server's URL as the agent sees it (`http://host.docker.internal:11434`), set by the
@@ -17,6 +18,36 @@ pub const MODEL_ENV: &str = "SANDBOX_MODEL";
 /// The image's declaration: `NAME=value;…`, `{url}` and `{model}` replaced. An image without
 /// one has a CLI that cannot use such a server.
 pub const VARS_ENV: &str = "SANDBOX_MODEL_SERVER_ENV";
+/// The server's address (`192.168.1.20`), set by the launcher beside the URL on the container
+/// whose PID 1 holds the firewall: the one address the forwarder connects to for it. Needed
+/// where the URL names the server by name.
+pub const ADDRESS_ENV: &str = "SANDBOX_MODEL_SERVER_ADDRESS";
+/// The forwarder's port on 127.0.0.1 for the model server: what `{url}` points the CLI at.
+pub const PORT: u16 = 15109;
+
+/// What the forwarder sends on to a model server, under the URL's path: the model's endpoints
+/// of the OpenAI, Anthropic and Ollama APIs, and the reads that list models. Nothing else: an
+/// Ollama server also pulls and pushes models to a registry a request names (`/api/pull`,
+/// `/api/push`), creates and deletes them, which would make the user's server carry the agent's
+/// data to a host of its choosing.
+pub const ENDPOINTS: &[(&str, &str)] = &[
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/responses"),
+    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
+    ("POST", "/v1/embeddings"),
+    ("POST", "/api/chat"),
+    ("POST", "/api/generate"),
+    ("POST", "/api/embed"),
+    ("POST", "/api/embeddings"),
+    ("POST", "/api/show"),
+    ("GET,HEAD", "/v1/models"),
+    ("GET,HEAD", "/v1/models/**"),
+    ("GET,HEAD", "/api/tags"),
+    ("GET,HEAD", "/api/version"),
+    ("GET,HEAD", "/api/ps"),
+];
 
 /// A model server's URL: `http` or `https`, a host (a name, an IPv4 address or a bracketed IPv6
 /// one), a port (the scheme's by default) and a path prefix (the OpenAI API's `/v1` is the
@@ -102,6 +133,16 @@ impl ServerUrl {
         Ok(ServerUrl { scheme, host, port, path: path.to_string() })
     }
 
+    /// The forwarder's URL for this server, with the server's path: what the CLI is pointed at.
+    pub fn forwarded(&self) -> String {
+        format!("http://127.0.0.1:{PORT}{}", self.path)
+    }
+
+    /// `host:port`, as the request's Host.
+    pub fn authority(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
     /// The URL with `host` in place of its own (the engine's name for the host, for a server on
     /// its loopback).
     pub fn with_host(&self, host: Host) -> ServerUrl {
@@ -170,7 +211,8 @@ pub fn check_model(model: &str) -> Result<(), String> {
 /// The variables an image's declaration gives for `url` and `model`: each `NAME=value` of
 /// `declared`, `{url}` and `{model}` replaced.
 pub fn expand(declared: &str, url: &str, model: &str) -> Result<Vec<(String, String)>, String> {
-    let url = ServerUrl::parse(url)?.to_string();
+    // The CLI goes through the forwarder, which alone reaches the server.
+    let url = ServerUrl::parse(url)?.forwarded();
     check_model(model)?;
     let mut vars = Vec::new();
     for pair in declared.split(';').map(str::trim).filter(|p| !p.is_empty()) {
@@ -263,7 +305,7 @@ mod tests {
         assert_eq!(
             vars,
             [
-                ("OPENAI_BASE_URL".to_string(), "http://host.docker.internal:11434/v1".to_string()),
+                ("OPENAI_BASE_URL".to_string(), "http://127.0.0.1:15109/v1".to_string()),
                 ("OPENAI_API_KEY".into(), "local".into()),
                 ("AIDER_MODEL".into(), "openai/qwen2.5-coder:7b".into()),
             ]

@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(allowlist.access(&name).is_some(), "{pattern} does not match itself");
             }
             let name_check = Some(NameCheck { uid: 65533, check_port: 15001, pass_port: 15002, forwarder_port: 15003 });
-            let ruleset = Ruleset { policy: &policy, upstreams: &[], elements: &[], log: true, set_size: 16, name_check, shape: Default::default() };
+            let ruleset = Ruleset { policy: &policy, upstreams: &[], elements: &[], log: true, set_size: 16, name_check, shape: Default::default(), model_server: None };
             let _ = ruleset.render();
         }
     }

@@ -42,6 +42,8 @@ pub struct Settings {
     pub name_check: bool,
     /// One container, or the gateway of sidecar mode (whom the rules trust with DNS).
     pub shape: Shape,
+    /// The user's model server, which the forwarder alone reaches (apis.rs).
+    pub model_server: Option<SocketAddr>,
 }
 
 /// The logs the enforcement writes to.
@@ -323,6 +325,7 @@ fn ruleset<'a>(
         set_size: settings.set_size,
         name_check,
         shape: settings.shape,
+        model_server: settings.model_server,
     }
 }
 
@@ -427,7 +430,7 @@ mod tests {
     }
 
     const SETTINGS: Settings =
-        Settings { ipv6: false, set_size: 1024, name_check: true, shape: Shape::Single };
+        Settings { ipv6: false, set_size: 1024, name_check: true, shape: Shape::Single, model_server: None };
 
     #[test]
     fn the_upstreams_come_from_the_setting_else_resolv_conf_and_never_from_loopback() {

@@ -189,6 +189,9 @@ pub struct Ruleset<'a> {
     /// None: the sets admit any process (`SANDBOX_NAME_CHECK=off`).
     pub name_check: Option<NameCheck>,
     pub shape: Shape,
+    /// A model server of the user's: its address and port, which the key forwarder alone
+    /// reaches (the forwarder sends it the model's endpoints alone).
+    pub model_server: Option<std::net::SocketAddr>,
 }
 
 impl Ruleset<'_> {
@@ -253,8 +256,9 @@ impl Ruleset<'_> {
             "ct state established,related accept".to_string(),
             "ct state invalid drop".to_string(),
             // The key forwarder speaks HTTPS to its API and asks the DNS gate; nothing else, on
-            // any address (its connections are name-checked like every other). By the original
-            // port: a connection redirected to the checker shows the checker's port here.
+            // any address (its connections are name-checked like every other), but the user's
+            // model server (below). By the original port: a connection redirected to the
+            // checker shows the checker's port here.
             format!(
                 "meta skuid {FORWARDER_UID} meta l4proto tcp ct original proto-dst != {{ 53, 443 }} reject with tcp reset"
             ),
@@ -281,6 +285,23 @@ impl Ruleset<'_> {
             "oifname \"lo\" fib daddr type local accept".to_string(),
             "oifname \"lo\" drop".to_string(),
         ];
+        if let Some(server) = self.model_server {
+            // The user's model server: the forwarder's connections alone, to its one address
+            // and port, before the forwarder's refusal of every port but 53 and 443.
+            let family = if server.is_ipv4() { "ip" } else { "ip6" };
+            let at = rules
+                .iter()
+                .position(|r| r.starts_with(&format!("meta skuid {FORWARDER_UID} meta l4proto tcp")))
+                .expect("the forwarder's rule");
+            rules.insert(
+                at,
+                format!(
+                    "meta skuid {FORWARDER_UID} {family} daddr {} tcp dport {} accept",
+                    server.ip(),
+                    server.port()
+                ),
+            );
+        }
         if let Some(check) = self.name_check {
             // Connections the nat chain redirected to the checker: this hook still sees the
             // device they were routed to before, so they are known by their new destination.
@@ -590,7 +611,32 @@ mod tests {
             set_size: 1024,
             name_check: Some(CHECK),
             shape: Shape::Single,
+            model_server: None,
         }
+    }
+
+    #[test]
+    fn a_model_server_is_the_forwarders_alone_before_its_refusal_of_other_ports() {
+        let policy = sample_policy();
+        let ruleset = Ruleset {
+            model_server: Some("192.168.1.20:11434".parse().unwrap()),
+            ..ruleset(&policy, &[], &[])
+        };
+        let rules = ruleset.rules();
+        let opened = rules
+            .iter()
+            .position(|r| {
+                r == &format!("meta skuid {FORWARDER_UID} ip daddr 192.168.1.20 tcp dport 11434 accept")
+            })
+            .expect("the forwarder's rule for the server");
+        let refused = rules
+            .iter()
+            .position(|r| r.starts_with(&format!("meta skuid {FORWARDER_UID} meta l4proto tcp")))
+            .expect("the forwarder's refusal");
+        assert!(opened < refused, "{rules:#?}");
+        // No other uid's rule names the address.
+        assert_eq!(rules.iter().filter(|r| r.contains("192.168.1.20")).count(), 1, "{rules:#?}");
+        assert!(!ruleset.redirect_rules().iter().any(|r| r.contains("192.168.1.20")));
     }
 
     #[test]

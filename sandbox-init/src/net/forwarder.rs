@@ -236,7 +236,7 @@ async fn handle(mut client: TcpStream, served: &Served) {
             return Err(Refused::new(415, "a request body the rules read must be sent as JSON (Content-Type: application/json)"));
         }
         if !whole {
-            let upstream = connect(&route.host, tls, served.resolver).await.map_err(|e| Refused::new(502, e))?;
+            let upstream = connect(route, tls, served.resolver).await.map_err(|e| Refused::new(502, e))?;
             return relay(&mut client, upstream, &rewritten.head, rest, framing.body, served).await;
         }
         if let Some(api) = api {
@@ -264,7 +264,7 @@ async fn handle(mut client: TcpStream, served: &Served) {
                 ),
             ));
         }
-        let mut upstream = connect(&route.host, tls, served.resolver).await.map_err(|e| Refused::new(502, e))?;
+        let mut upstream = connect(route, tls, served.resolver).await.map_err(|e| Refused::new(502, e))?;
         let sent = [inspected_head(&rewritten.head, body.len()), body].concat();
         upstream.write_all(&sent).await.map_err(|e| Refused::new(502, format!("{}: {e}", route.host)))?;
         // One request: anything the agent sends after it goes nowhere; the answer streams back.
@@ -306,7 +306,7 @@ async fn linger(client: &mut TcpStream) {
 /// request and no other), while the answer streams back; done when the answer ends.
 async fn relay(
     client: &mut TcpStream,
-    upstream: tokio_rustls::client::TlsStream<TcpStream>,
+    upstream: Upstream,
     head: &[u8],
     rest: Vec<u8>,
     body: http1::BodyLength,
@@ -399,12 +399,40 @@ async fn read_head(client: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), Refused
     }
 }
 
-/// TLS to `host`:443, the address asked of the DNS gate like any process's.
+/// A connection upstream: TLS, or a model server's plain HTTP.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for S {}
+type Upstream = Box<dyn Stream>;
+
+/// The route's upstream: TLS to its `host`:443, the address asked of the DNS gate like any
+/// process's; or, for a model server of the user's, the one address the launcher named (which
+/// the firewall opens to this uid alone), over TLS to its name or in plain HTTP.
 async fn connect(
-    host: &str,
+    route: &Route,
     tls: Arc<rustls::ClientConfig>,
     resolver: Option<std::net::IpAddr>,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+) -> Result<Upstream, String> {
+    let host = route.host.as_str();
+    if let Some(fixed) = &route.upstream {
+        let address = fixed.address;
+        let attempt = async {
+            let stream = TcpStream::connect(address)
+                .await
+                .map_err(|e| format!("cannot connect to {host} ({address}): {e}"))?;
+            let _ = stream.set_nodelay(true);
+            let Some(name) = &fixed.server_name else { return Ok(Box::new(stream) as Upstream) };
+            let name =
+                rustls::pki_types::ServerName::try_from(name.clone()).map_err(|e| format!("{name}: {e}"))?;
+            let stream = tokio_rustls::TlsConnector::from(tls)
+                .connect(name, stream)
+                .await
+                .map_err(|e| format!("TLS with {host} ({address}): {e}"))?;
+            Ok(Box::new(stream) as Upstream)
+        };
+        return tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+            .await
+            .map_err(|_| format!("{host} did not answer in time"))?;
+    }
     let name =
         rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
     let attempt = async {
@@ -417,6 +445,7 @@ async fn connect(
                     return tokio_rustls::TlsConnector::from(tls.clone())
                         .connect(name.clone(), stream)
                         .await
+                        .map(|s| Box::new(s) as Upstream)
                         .map_err(|e| format!("TLS with {host} ({addr}): {e}"));
                 }
                 Err(e) => last = format!("cannot connect to {host} ({addr}): {e}"),

