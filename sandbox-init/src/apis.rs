@@ -21,11 +21,11 @@ pub fn read_session_env() -> Vec<(String, String)> {
     std::fs::read(SESSION_ENV).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
 }
 
-/// The user's model server as PID 1's forwarder reaches it: its URL, and its one address and
-/// port (`SANDBOX_MODEL_SERVER_ADDRESS`, else the URL's own address), of the user's network
+/// The user's model server as PID 1's forwarder reaches it: its URL, its model, and its one
+/// address and port (`SANDBOX_MODEL_SERVER_ADDRESS`, else the URL's own address), of the user's network
 /// alone (a public address is every site fronted there; loopback is this container's own, where
 /// the agent could listen). None without a server.
-pub fn model_server() -> Result<Option<(model::ServerUrl, std::net::SocketAddr)>, String> {
+pub fn model_server() -> Result<Option<ModelServer>, String> {
     use crate::policy::address::{Scope, scope};
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     let Some(text) = var(model::SERVER_ENV) else { return Ok(None) };
@@ -54,7 +54,19 @@ pub fn model_server() -> Result<Option<(model::ServerUrl, std::net::SocketAddr)>
     if url.port == 53 {
         return Err(format!("{}: port 53 is DNS's, which the DNS gate alone answers", model::SERVER_ENV));
     }
-    Ok(Some((url.clone(), std::net::SocketAddr::new(address, url.port))))
+    let name = var(model::MODEL_ENV)
+        .ok_or_else(|| format!("{} is set and {} is not", model::SERVER_ENV, model::MODEL_ENV))?;
+    model::check_model(&name).map_err(|e| format!("{}: {e}", model::MODEL_ENV))?;
+    Ok(Some(ModelServer { address: std::net::SocketAddr::new(address, url.port), url, model: name }))
+}
+
+/// The user's model server as the forwarder reaches it.
+pub struct ModelServer {
+    pub url: model::ServerUrl,
+    /// Its one address and port.
+    pub address: std::net::SocketAddr,
+    /// The one model the agent's requests may name.
+    pub model: String,
 }
 
 /// The variables of the user's model server (`SANDBOX_MODEL_SERVER`, `SANDBOX_MODEL`), as the

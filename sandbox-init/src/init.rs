@@ -161,7 +161,7 @@ pub fn run() -> Result<u8, Fatal> {
         set_size,
         name_check,
         shape,
-        model_server: model_server.as_ref().map(|m| m.1),
+        model_server: model_server.as_ref().map(|m| m.address),
     };
     let mut enforcement = None;
     let mut after_ready = None;

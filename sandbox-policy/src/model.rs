@@ -26,7 +26,9 @@ pub const ADDRESS_ENV: &str = "SANDBOX_MODEL_SERVER_ADDRESS";
 pub const PORT: u16 = 15109;
 
 /// What the forwarder sends on to a model server, under the URL's path: the model's endpoints
-/// of the OpenAI, Anthropic and Ollama APIs, and the reads that list models. Nothing else: an
+/// of the OpenAI, Anthropic and Ollama APIs, and the reads that list models (and
+/// `/v1/models/MODEL`, the user's model's, beside them). Every body must name the user's model,
+/// with no tool the server runs itself (`sandbox_wire`'s `Rules::ModelServer`). Nothing else: an
 /// Ollama server also pulls and pushes models to a registry a request names (`/api/pull`,
 /// `/api/push`), creates and deletes them, which would make the user's server carry the agent's
 /// data to a host of its choosing.
@@ -43,7 +45,6 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ("POST", "/api/embeddings"),
     ("POST", "/api/show"),
     ("GET,HEAD", "/v1/models"),
-    ("GET,HEAD", "/v1/models/**"),
     ("GET,HEAD", "/api/tags"),
     ("GET,HEAD", "/api/version"),
     ("GET,HEAD", "/api/ps"),

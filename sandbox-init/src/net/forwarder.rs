@@ -255,6 +255,16 @@ async fn handle(mut client: TcpStream, served: &Served) {
         if let Some(api) = api
             && let Some(tool) = judge_body(&route.host, &body)?
         {
+            if route.upstream.is_some() {
+                return Err(Refused::new(
+                    403,
+                    format!(
+                        "the request names {tool}: your model server, or what it passes the request on to, \
+                         would fetch it, at an address of the agent's choosing; a model server's requests \
+                         carry their content inline"
+                    ),
+                ));
+            }
             return Err(Refused::new(
                 403,
                 format!(

