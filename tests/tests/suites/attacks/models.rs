@@ -11,7 +11,7 @@ use sandbox_tests::peers::{PEER_HTTP, Peer, PeerSpec};
 use sandbox_tests::sandbox::Sandbox;
 
 net_admin! {
-    [single, sidecar] {
+    [single, sidecar, gvisor] {
         /// The forwarder alone reaches the server, with the model's endpoints alone: the agent,
         /// trying every other way into the network the server is on, reaches neither the server
         /// itself (its port, its other ports), nor any other host of the network on the server's
