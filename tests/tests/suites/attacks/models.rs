@@ -21,7 +21,7 @@ net_admin! {
         /// at the forwarder. Positive control: the model's requests through the forwarder reach
         /// the server's port.
         #[tokio::test]
-        async fn a_model_server_opens_its_address_and_port_and_nothing_else_of_the_network() -> anyhow::Result<()> {
+        async fn a_model_server_is_reached_through_the_forwarder_with_the_models_requests_alone() -> anyhow::Result<()> {
             let shell = sandbox_tests::images::image("shell").await?;
             // The user's network: the engine's private ranges.
             let net = TestNet::create_private("model-server").await?;
