@@ -226,6 +226,19 @@ pub async fn remove_tags_with_prefix(prefix: String) {
     }
 }
 
+/// Where the suites keep images for their next run: a repository of their own, whose tags
+/// `cargo xtask prune` leaves (it removes only the build's own tags).
+pub const KEPT_REPOSITORY: &str = "localhost/agent-sandbox-test-kept";
+
+/// Tags the image `id` as `KEPT_REPOSITORY:tag`, moving the tag from the image it named before.
+pub fn keep(id: &str, tag: &str) -> anyhow::Result<()> {
+    let out = std::process::Command::new("docker")
+        .args(["tag", id, &format!("{KEPT_REPOSITORY}:{tag}")])
+        .output()?;
+    anyhow::ensure!(out.status.success(), "docker tag {id}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(())
+}
+
 /// Removes a tag when dropped, whatever the test's outcome.
 pub struct RemoveTagOnDrop(pub String);
 
