@@ -274,8 +274,9 @@ impl SandboxSpec {
 
     /// Points the agent at the user's model server (`run --model-server`): its variables on the
     /// agent's container, its name in the hosts file of the network namespace's owner (the
-    /// holder, in sidecar mode, whose file the other containers share), the drop-in opening it,
-    /// and no model API key handed over (the forwarder would send it to the server).
+    /// holder, in sidecar mode, whose file the other containers share), its address for the
+    /// forwarder (on the gateway too, in sidecar mode), and no model API key handed over (the
+    /// forwarder would send it to the server).
     pub fn use_model_server(&mut self, plan: crate::model::Plan) {
         // The agent's processes take the URL and the model; PID 1 with the firewall (the one
         // container, or the gateway) the address its forwarder alone reaches.

@@ -21,13 +21,18 @@ pub fn read_session_env() -> Vec<(String, String)> {
     std::fs::read(SESSION_ENV).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
 }
 
+/// A variable of the container's environment, unset when empty.
+fn setting(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
 /// The user's model server as PID 1's forwarder reaches it: its URL, its model, and its one
 /// address and port (`SANDBOX_MODEL_SERVER_ADDRESS`, else the URL's own address), of the user's network
 /// alone (a public address is every site fronted there; loopback is this container's own, where
 /// the agent could listen). None without a server.
 pub fn model_server() -> Result<Option<ModelServer>, String> {
     use crate::policy::address::{Scope, scope};
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let var = setting;
     let Some(text) = var(model::SERVER_ENV) else { return Ok(None) };
     let url = model::ServerUrl::parse(&text).map_err(|e| format!("{}: {e}", model::SERVER_ENV))?;
     let address = match (var(model::ADDRESS_ENV), &url.host) {
@@ -76,7 +81,7 @@ pub struct ModelServer {
 ///
 /// [`Refusal::BadSetting`]: crate::exit::Refusal::BadSetting
 pub fn model_server_env() -> Result<Vec<(String, String)>, String> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let var = setting;
     let Some(url) = var(model::SERVER_ENV) else { return Ok(Vec::new()) };
     let model = var(model::MODEL_ENV).ok_or_else(|| {
         format!("{} is set and {} is not: name the model too", model::SERVER_ENV, model::MODEL_ENV)

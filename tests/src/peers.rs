@@ -16,6 +16,8 @@ use crate::probe::{PROBE, Probe};
 /// Every peer serves HTTP on 80 and HTTPS on 443 and 8443 (a certificate for its aliases from
 /// the test CA), greets on 2222 as a server-first protocol does, echoes on TCP 7 and UDP 5353.
 pub const PEER_HTTP: u16 = 80;
+/// Ollama's port, where [`Peer::start_model_server`] serves the mock model API.
+pub const MODEL_SERVER_PORT: u16 = 11434;
 pub const PEER_TLS: &str = "443,8443";
 pub const PEER_GREETER: u16 = 2222;
 pub const PEER_ECHO: u16 = 7;
@@ -146,6 +148,17 @@ impl Peer {
     /// (the real API host names): it logs every request with its credentials and the turn.
     pub async fn start_mock_api(net: &TestNet, aliases: &[&str]) -> anyhow::Result<Peer> {
         PeerSpec::named(aliases).option("--mock-api").start(net).await
+    }
+
+    /// A model server of the user's, as `run --model-server` reaches it: the mock model API in
+    /// plain HTTP on Ollama's port ([`MODEL_SERVER_PORT`]), named `model-server`.
+    pub async fn start_model_server(net: &TestNet) -> anyhow::Result<Peer> {
+        PeerSpec::named(&["model-server"])
+            .option("--mock-api")
+            .option("--http")
+            .option(&MODEL_SERVER_PORT.to_string())
+            .start(net)
+            .await
     }
 
     /// A forge peer (see [`PeerSpec::forge`]) under `aliases`: git's smart HTTP on the

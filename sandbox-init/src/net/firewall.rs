@@ -255,9 +255,21 @@ impl Ruleset<'_> {
             format!("meta skuid != {gate} meta l4proto {{ tcp, udp }} th sport 53 drop"),
             "ct state established,related accept".to_string(),
             "ct state invalid drop".to_string(),
+        ];
+        // The user's model server: the forwarder's connections alone, to its one address and
+        // port, before the forwarder's refusal of every port but 53 and 443.
+        rules.extend(self.model_server.map(|server| {
+            let family = if server.is_ipv4() { "ip" } else { "ip6" };
+            format!(
+                "meta skuid {FORWARDER_UID} {family} daddr {} tcp dport {} accept",
+                server.ip(),
+                server.port()
+            )
+        }));
+        rules.extend([
             // The key forwarder speaks HTTPS to its API and asks the DNS gate; nothing else, on
             // any address (its connections are name-checked like every other), but the user's
-            // model server (below). By the original port: a connection redirected to the
+            // model server (above). By the original port: a connection redirected to the
             // checker shows the checker's port here.
             format!(
                 "meta skuid {FORWARDER_UID} meta l4proto tcp ct original proto-dst != {{ 53, 443 }} reject with tcp reset"
@@ -284,24 +296,7 @@ impl Ruleset<'_> {
             // let that address's datagrams in as replies.
             "oifname \"lo\" fib daddr type local accept".to_string(),
             "oifname \"lo\" drop".to_string(),
-        ];
-        if let Some(server) = self.model_server {
-            // The user's model server: the forwarder's connections alone, to its one address
-            // and port, before the forwarder's refusal of every port but 53 and 443.
-            let family = if server.is_ipv4() { "ip" } else { "ip6" };
-            let at = rules
-                .iter()
-                .position(|r| r.starts_with(&format!("meta skuid {FORWARDER_UID} meta l4proto tcp")))
-                .expect("the forwarder's rule");
-            rules.insert(
-                at,
-                format!(
-                    "meta skuid {FORWARDER_UID} {family} daddr {} tcp dport {} accept",
-                    server.ip(),
-                    server.port()
-                ),
-            );
-        }
+        ]);
         if let Some(check) = self.name_check {
             // Connections the nat chain redirected to the checker: this hook still sees the
             // device they were routed to before, so they are known by their new destination.

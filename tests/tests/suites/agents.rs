@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use sandbox_tests::docker::TestNet;
 use sandbox_tests::launcher::{Launcher, Project};
-use sandbox_tests::peers::{Peer, PeerSpec};
+use sandbox_tests::peers::Peer;
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::{SandboxSpec, ca_secret_file, secret_file};
 
@@ -345,12 +345,7 @@ async fn completes_a_local_turn(name: &str) -> anyhow::Result<()> {
     let image = sandbox_tests::images::image(name).await?;
     let net = TestNet::create_private(&format!("local-{name}")).await?;
     let dns = Peer::start_dns(&net).await?;
-    let server = PeerSpec::named(&["model-server"])
-        .option("--mock-api")
-        .option("--http")
-        .option("11434")
-        .start(&net)
-        .await?;
+    let server = Peer::start_model_server(&net).await?;
     let (launcher, project) = (Launcher::new()?, Project::new()?);
     // The project is the agent's to write, as a user's own folder is (the CLI keeps its history
     // there).

@@ -26,12 +26,7 @@ net_admin! {
             // The user's network: the engine's private ranges.
             let net = TestNet::create_private("model-server").await?;
             let dns = Peer::start_dns(&net).await?;
-            let server = PeerSpec::named(&["model-server"])
-                .option("--mock-api")
-                .option("--http")
-                .option("11434")
-                .start(&net)
-                .await?;
+            let server = Peer::start_model_server(&net).await?;
             // Another host of the network, listening on the server's port too: a connection let
             // through would be answered, and logged.
             let lan = PeerSpec::named(&["lan-host"]).option("--http").option("11434").start(&net).await?;
