@@ -175,28 +175,39 @@ impl HttpRequests {
         if let Some(reason) = self.refused {
             return (Vec::new(), Some(reason));
         }
-        self.held.extend_from_slice(bytes);
-        let mut out = Vec::with_capacity(self.held.len());
+        // The bytes are read where they lie; only what a step could not yet take is kept, for
+        // the next feed (held, the new bytes join it).
+        let mut held = std::mem::take(&mut self.held);
+        let data: &[u8] = if held.is_empty() {
+            bytes
+        } else {
+            held.extend_from_slice(bytes);
+            &held
+        };
+        let mut out = Vec::with_capacity(data.len());
         let mut at = 0;
-        while at < self.held.len() {
-            match self.step(at, &mut out) {
+        while at < data.len() {
+            match self.step(&data[at..], &mut out) {
                 Ok(Some(taken)) => at += taken,
                 Ok(None) => break,
                 Err(reason) => {
                     self.refused = Some(reason);
-                    self.held.clear();
                     return (out, Some(reason));
                 }
             }
         }
-        self.held.drain(..at);
+        if held.is_empty() {
+            held.extend_from_slice(&bytes[at..]);
+        } else {
+            held.drain(..at);
+        }
+        self.held = held;
         (out, None)
     }
 
-    /// One step over the held bytes from `at`: how many it took (adding what goes on to `out`),
-    /// None if it needs more.
-    fn step(&mut self, at: usize, out: &mut Vec<u8>) -> Result<Option<usize>, &'static str> {
-        let rest = &self.held[at..];
+    /// One step over `rest`, the bytes not yet taken: how many it took (adding what goes on to
+    /// `out`), None if it needs more.
+    fn step(&mut self, rest: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, &'static str> {
         match self.state {
             Framing::Head => {
                 let Some(head) = request_head(rest)? else { return Ok(None) };
@@ -430,6 +441,13 @@ fn skip_blanks(line: &[u8]) -> &[u8] {
 fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
     let text = line.strip_suffix(b"\n").unwrap_or(line);
     let text = skip_blanks(text.strip_suffix(b"\r").unwrap_or(text));
+    // Every way below a line is refused needs a slash (a protocol's name, a target), a CR (a
+    // Host line after one), or the line to start with `GET` or `host:`: most lines of text have
+    // none of these, and are passed on one search.
+    let starts = |word: &[u8]| text.get(..word.len()).is_some_and(|w| w.eq_ignore_ascii_case(word));
+    if memchr::memchr2(b'/', b'\r', text).is_none() && !starts(b"GET") && !starts(b"host:") {
+        return Ok(());
+    }
     // Letters' case aside, as the servers compare: no copy of the line, which every line of
     // source text that starts with a word comes to.
     let method = text.iter().position(|&b| !is_tchar(b)).unwrap_or(text.len());
@@ -437,24 +455,25 @@ fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
         return Err("a request line hidden in a request body");
     }
     // Python's words: only whether there are two or three matters, so no more than four are read.
-    let mut words = text.split(|&b| is_blank(b)).filter(|w| !w.is_empty());
-    let python = match [words.next(), words.next(), words.next(), words.next()] {
+    let python = match first_words(text) {
         // Any word is a method to Python (an application's catch-all handler serves it).
-        [Some(_), Some(_), Some(version), None] => {
-            version.len() >= 5 && version[..5].eq_ignore_ascii_case(b"HTTP/")
-        }
+        (3, [_, _, version]) => version.len() >= 5 && version[..5].eq_ignore_ascii_case(b"HTTP/"),
         // HTTP/0.9: Python takes `GET` (so spelt) with any target, `GET secret` too.
-        [Some(b"GET"), Some(_), None, None] => true,
-        [Some(method), Some(target), None, None] => {
+        (2, [b"GET", _, _]) => true,
+        (2, [method, target, _]) => {
             method.eq_ignore_ascii_case(b"GET")
-                && (target.starts_with(b"/") || target.windows(3).any(|w| w == b"://"))
+                && (target.starts_with(b"/") || memchr::memmem::find(target, b"://").is_some())
         }
         _ => false,
     };
     if python {
         return Err("a request line hidden in a request body");
     }
-    for segment in text.split(|&b| b == b'\r') {
+    // Lines as Python's header parser splits them: at every CR too.
+    let segments = std::iter::once(0).chain(memchr::memchr_iter(b'\r', text).map(|at| at + 1));
+    for start in segments {
+        let segment = &text[start..];
+        let segment = &segment[..memchr::memchr(b'\r', segment).unwrap_or(segment.len())];
         if segment.len() >= 5 && segment[..5].eq_ignore_ascii_case(b"host:") {
             let value = String::from_utf8_lossy(&segment[5..]);
             if authority_host(value.trim_matches([' ', '\t'])).as_deref() != Some(host) {
@@ -465,16 +484,45 @@ fn judge_body_line(line: &[u8], host: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// How many words `text` has, split at [`is_blank`] bytes, counted to four at most, and the
+/// first three. A source line of many words is read only to the start of its fourth.
+fn first_words(text: &[u8]) -> (usize, [&[u8]; 3]) {
+    let (mut count, mut words, mut start) = (0, [&text[..0]; 3], None);
+    for (at, &b) in text.iter().enumerate() {
+        match (is_blank(b), start) {
+            (true, Some(from)) => {
+                words[count - 1] = &text[from..at];
+                start = None;
+            }
+            (false, None) => {
+                if count == 3 {
+                    return (4, words);
+                }
+                count += 1;
+                start = Some(at);
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = start {
+        words[count - 1] = &text[from..];
+    }
+    (count, words)
+}
+
 /// Whether `rest`, what follows a request line's method and its space, names a protocol after
 /// a target: ` HTTP/` (nginx, whatever version follows), or ` RTSP/` and ` ICE/`, which Node's
 /// llhttp takes in their place (it serves `GET http://other/ RTSP/1.0` as an HTTP/1.0 GET).
 fn names_a_protocol(rest: &[u8]) -> bool {
-    const PROTOCOLS: [&[u8]; 3] = [b"HTTP/", b"RTSP/", b"ICE/"];
-    rest.iter().enumerate().any(|(at, &b)| {
-        b == b' '
-            && PROTOCOLS
-                .iter()
-                .any(|p| rest[at + 1..].get(..p.len()).is_some_and(|w| w.eq_ignore_ascii_case(p)))
+    // Each ends in a slash, rarer in text than a space: found by memchr, the words before it read.
+    let ends = |before: &[u8], name: &[u8]| {
+        before.len() > name.len()
+            && before[before.len() - name.len() - 1] == b' '
+            && before[before.len() - name.len()..].eq_ignore_ascii_case(name)
+    };
+    memchr::memchr_iter(b'/', rest).any(|at| {
+        let before = &rest[..at];
+        ends(before, b"HTTP") || ends(before, b"RTSP") || ends(before, b"ICE")
     })
 }
 

@@ -608,3 +608,91 @@ fn a_request_line_as_python_splits_it_is_refused() {
         out.len()
     );
 }
+
+/// The body line judge, as it was before its scans were made fast (every line's words split,
+/// every space looked at): the fast judge must give its verdict on every line.
+fn judged_the_slow_way(line: &[u8], host: &str) -> Result<(), &'static str> {
+    let text = line.strip_suffix(b"\n").unwrap_or(line);
+    let text = skip_blanks(text.strip_suffix(b"\r").unwrap_or(text));
+    let method = text.iter().position(|&b| !is_tchar(b)).unwrap_or(text.len());
+    let protocol = |rest: &[u8]| {
+        rest.iter().enumerate().any(|(at, &b)| {
+            b == b' '
+                && [&b"HTTP/"[..], b"RTSP/", b"ICE/"]
+                    .iter()
+                    .any(|p| rest[at + 1..].get(..p.len()).is_some_and(|w| w.eq_ignore_ascii_case(p)))
+        })
+    };
+    if method > 0 && text.get(method) == Some(&b' ') && protocol(&text[method + 1..]) {
+        return Err("a request line hidden in a request body");
+    }
+    let mut words = text.split(|&b| is_blank(b)).filter(|w| !w.is_empty());
+    let python = match [words.next(), words.next(), words.next(), words.next()] {
+        [Some(_), Some(_), Some(version), None] => {
+            version.len() >= 5 && version[..5].eq_ignore_ascii_case(b"HTTP/")
+        }
+        [Some(b"GET"), Some(_), None, None] => true,
+        [Some(method), Some(target), None, None] => {
+            method.eq_ignore_ascii_case(b"GET")
+                && (target.starts_with(b"/") || target.windows(3).any(|w| w == b"://"))
+        }
+        _ => false,
+    };
+    if python {
+        return Err("a request line hidden in a request body");
+    }
+    for segment in text.split(|&b| b == b'\r') {
+        if segment.len() >= 5 && segment[..5].eq_ignore_ascii_case(b"host:") {
+            let value = String::from_utf8_lossy(&segment[5..]);
+            if authority_host(value.trim_matches([' ', '\t'])).as_deref() != Some(host) {
+                return Err("a Host line naming another host hidden in a request body");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every line of up to four pieces, from the pieces request lines and Host lines are made of
+/// and the blanks and CRs between them: the fast judge and the slow one agree on each.
+#[test]
+fn the_fast_body_line_judge_agrees_with_the_slow_one_on_every_line_of_its_pieces() {
+    const PIECES: [&str; 22] = [
+        "GET",
+        "get",
+        "POST",
+        "x",
+        "Host:",
+        "hOsT:",
+        " ",
+        "\t",
+        "\r",
+        "\u{b}",
+        "/",
+        "//a",
+        "://",
+        "HTTP/1.1",
+        "http/",
+        " HTTP",
+        "RTSP/1.0",
+        "ICE/",
+        "api.example.com",
+        "other.test",
+        "",
+        "\u{85}",
+    ];
+    let (host, mut refused, mut lines) = ("api.example.com", 0, 0);
+    let n = PIECES.len();
+    for i in 0..n.pow(4) {
+        let line: String = (0..4).map(|k| PIECES[i / n.pow(k) % n]).collect();
+        for ending in ["", "\n", "\r\n"] {
+            let line = format!("{line}{ending}");
+            let (fast, slow) =
+                (judge_body_line(line.as_bytes(), host), judged_the_slow_way(line.as_bytes(), host));
+            assert_eq!(fast, slow, "{line:?}");
+            refused += usize::from(fast.is_err());
+            lines += 1;
+        }
+    }
+    // Both verdicts are given many times: the pieces make lines of both kinds.
+    assert!(refused > lines / 20 && refused < lines - lines / 20, "{refused} of {lines} refused");
+}
