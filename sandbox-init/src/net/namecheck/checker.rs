@@ -55,7 +55,9 @@ struct Checker {
 /// `sandbox-init checker`, as PID 1 starts it: descriptors 3 (PID 1's socket) and the
 /// listeners, privileges already dropped.
 pub fn run() -> u8 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    // One thread: a verdict, a wake-up and a relayed byte never hop between threads, and the
+    // memory of a second worker is not held (25 MB with 1,000 connections open, 38 on two).
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("sandbox-init checker: cannot start: {e}");
@@ -220,6 +222,7 @@ impl Checker {
     }
 
     async fn connection(&self, id: u64, mut client: TcpStream, kind: Listener) {
+        let trace = Trace::new();
         let Some(dst) = original_destination(&client) else {
             return reset(client);
         };
@@ -236,7 +239,10 @@ impl Checker {
                 first: 0,
             };
             match self.ask(id, &ask).await {
-                Some(allowance) => self.relay(id, client, dst, Vec::new(), Later::Unchecked, allowance).await,
+                Some(allowance) => {
+                    trace.mark("verdict");
+                    self.relay(id, client, Way { dst, trace }, Vec::new(), Later::Unchecked, allowance).await
+                }
                 None => reset(client),
             }
             return;
@@ -281,6 +287,7 @@ impl Checker {
             }
             Sniffed::NeedMore => unreachable!("the loop ends on anything else"),
         };
+        trace.mark("first bytes");
         let first_len = first.len() as u64;
         let ask = Report::Ask {
             id,
@@ -293,7 +300,10 @@ impl Checker {
             first: first_len,
         };
         match self.ask(id, &ask).await {
-            Some(allowance) => self.relay(id, client, dst, first, later, allowance).await,
+            Some(allowance) => {
+                trace.mark("verdict");
+                self.relay(id, client, Way { dst, trace }, first, later, allowance).await
+            }
             // The agent is told its name and that the policy decides, not PID 1's reason (which
             // patterns opened the address, what the forwarder holds: the user's).
             None => {
@@ -310,17 +320,19 @@ impl Checker {
         &self,
         id: u64,
         client: TcpStream,
-        dst: SocketAddr,
+        way: Way,
         first: Vec<u8>,
         later: Later,
         allowance: Allowance,
     ) {
+        let Way { dst, trace } = way;
         let started = Instant::now();
         let budgeted = allowance.is_some();
         let (cap_tx, cap) = watch::channel(allowance);
         self.allowances.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cap_tx);
         let mut budget = Budget { checker: self, id, cap };
         let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        // Only now: a refused connection never reaches the server, not even by a handshake.
         let server = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(dst)).await {
             Ok(Ok(server)) => server,
             _ => {
@@ -328,6 +340,7 @@ impl Checker {
                 return reset(client);
             }
         };
+        trace.mark("server connected");
         let _ = client.set_nodelay(true);
         let _ = server.set_nodelay(true);
         let (mut client_read, mut client_write) = client.into_split();
@@ -355,6 +368,7 @@ impl Checker {
                 None => (first, None),
             };
             if server_write.write_all(&first).await.is_ok() {
+                trace.mark("sent on");
                 counts.0.fetch_add(first.len() as u64, Ordering::Relaxed);
                 if let Some(name) = tls_name {
                     // The client says nothing more until the server answers its hello (early
@@ -383,7 +397,7 @@ impl Checker {
             refused.map(|reason| (reason, filter.and_then(|f| f.refused_host().map(str::to_string))))
         };
         let down = async {
-            first_reply(&mut server_read, &mut client_write, &counts.1, &retry_tx).await;
+            first_reply(&mut server_read, &mut client_write, &counts.1, &retry_tx, &trace).await;
             drop(retry_tx);
             copy(&mut server_read, &mut client_write, &counts.1, None, None).await;
             let _ = client_write.shutdown().await;
@@ -483,6 +497,12 @@ impl Drop for ClosedGuard {
     }
 }
 
+/// An allowed connection's way on: where to, and its timeline.
+struct Way {
+    dst: SocketAddr,
+    trace: Trace,
+}
+
 /// What the client's bytes after its first request or hello go through.
 enum Later {
     /// Plain HTTP: every later request names the same host.
@@ -493,6 +513,52 @@ enum Later {
     Unchecked,
 }
 
+/// One connection's way through the checker, phase by phase, from its accept to its first reply
+/// relayed: printed on the checker's stderr (the container's log) with
+/// `SANDBOX_START_TIMELINE=1`, which `cargo xtask bench sandbox` reads as the start timeline, so
+/// that time the name check adds to a first byte names its phase. Off, it is nothing.
+struct Trace {
+    marks: Option<Mutex<Marks>>,
+}
+
+/// When the connection was accepted, and each phase's end.
+type Marks = (Instant, Vec<(&'static str, Instant)>);
+
+impl Trace {
+    fn new() -> Trace {
+        static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let wanted = *WANTED.get_or_init(crate::timeline::wanted);
+        Trace { marks: wanted.then(|| Mutex::new((Instant::now(), Vec::with_capacity(6)))) }
+    }
+
+    /// `phase` ended now.
+    fn mark(&self, phase: &'static str) {
+        if let Some(marks) = &self.marks {
+            marks.lock().unwrap_or_else(|e| e.into_inner()).1.push((phase, Instant::now()));
+        }
+    }
+
+    /// The first reply was relayed: the line, once.
+    fn print(&self) {
+        let Some(marks) = &self.marks else { return };
+        let (accepted, marks) = {
+            let mut guard = marks.lock().unwrap_or_else(|e| e.into_inner());
+            (guard.0, std::mem::take(&mut guard.1))
+        };
+        if marks.is_empty() {
+            return;
+        }
+        let (mut previous, mut phases) = (accepted, Vec::with_capacity(marks.len()));
+        for (phase, at) in &marks {
+            let ms = at.saturating_duration_since(previous).as_secs_f64() * 1e3;
+            phases.push(format!("{phase} {ms:.3} ms"));
+            previous = *at;
+        }
+        let total = previous.saturating_duration_since(accepted).as_secs_f64() * 1e3;
+        eprintln!("sandbox-init checker: connection timeline: {}; in all {total:.3} ms", phases.join(", "));
+    }
+}
+
 /// Relays the server's first bytes until it is known whether they ask a TLS client for a
 /// second ClientHello, and says so on `retry` (nothing said: the server ended first).
 async fn first_reply(
@@ -500,6 +566,7 @@ async fn first_reply(
     to: &mut (impl tokio::io::AsyncWrite + Unpin),
     count: &AtomicU64,
     retry: &tokio::sync::watch::Sender<Option<bool>>,
+    trace: &Trace,
 ) {
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
@@ -511,6 +578,10 @@ async fn first_reply(
         seen.extend_from_slice(&buf[..n.min(64)]);
         if to.write_all(&buf[..n]).await.is_err() {
             return;
+        }
+        if seen.len() == n.min(64) {
+            trace.mark("first reply");
+            trace.print();
         }
         count.fetch_add(n as u64, Ordering::Relaxed);
         if let Some(answer) = hello_retry(&seen) {
@@ -570,13 +641,14 @@ async fn copy(
 ) -> Option<&'static str> {
     loop {
         // The buffer exists only while bytes flow: an idle connection (most of a thousand held
-        // open) holds none.
+        // open) holds none. Read into its spare room, it is never zeroed.
         if from.readable().await.is_err() {
             return None;
         }
-        let mut buf = vec![0u8; RELAY_BUFFER];
+        let mut buf = Vec::with_capacity(RELAY_BUFFER);
         loop {
-            let n = match from.try_read(&mut buf) {
+            buf.clear();
+            let n = match from.try_read_buf(&mut buf) {
                 Ok(0) => return None,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
