@@ -17,6 +17,8 @@
 //!   whose root relay filters it, vs. the agent's own tmux client on the user's terminal (what
 //!   sandbox-attach ran before the filter), and the relay's CPU time for it.
 //!
+//! With `BENCH_ONLY=name-check`, only the name check's figures are measured and printed.
+//!
 //! With `BENCH_CARD=FILE` (`cargo xtask bench card`), it also measures the time to a first
 //! command (`agent-sandbox run --detach` of the node image, then `node -v` in it, vs. a bare
 //! container of the same image; `BENCH_CARD_RUNS` each, sequential) and writes every figure,
@@ -149,9 +151,12 @@ async fn start_to_ready(
     Ok(measured)
 }
 
+/// Each phase, in order, with its time in milliseconds.
+type Timeline = Vec<(String, f64)>;
+
 /// The median of each phase over `timelines` (`phase N ms, …; in all N ms`), in the phases'
 /// order: where sandbox-init's start time goes.
-fn median_timeline(timelines: &[String]) -> Vec<(String, f64)> {
+fn median_timeline(timelines: &[String]) -> Timeline {
     let mut phases: Vec<(String, Vec<Duration>)> = Vec::new();
     for timeline in timelines {
         let (list, total) = timeline.split_once("; in all ").unwrap_or((timeline, ""));
@@ -208,6 +213,12 @@ async fn main() -> anyhow::Result<()> {
     let docker = xtask::engine::Engine::connect().await?.docker().clone();
     let net = TestNet::create("bench").await?;
     let _peer = Peer::start(&net, &["api.allowed.test"]).await?;
+    // `BENCH_ONLY=name-check`: the name check's figures alone, printed, no card (a change to the
+    // checker measured in a minute, not the whole bench's ten).
+    if std::env::var("BENCH_ONLY").is_ok_and(|only| only == "name-check") {
+        NameCheckFigures::measure(&image, &net).await?.print();
+        return Ok(());
+    }
 
     let small = tempfile::tempdir()?;
     std::fs::write(small.path().join("bench.txt"), "api.allowed.test\n")?;
@@ -445,6 +456,7 @@ async fn main() -> anyhow::Result<()> {
                     "p99_ms_on": field(&names.many.0, "p99_ms"),
                 },
                 "rss_kb": { "pid1_on": names.rss.0, "checker": names.rss.1, "pid1_off": names.rss.2 },
+                "timeline": { "http": phases(&names.timelines.0), "tls": phases(&names.timelines.1) },
             },
             "gvisor": runsc.as_ref().map(|g| serde_json::json!({
                 "http_us": { "runc": stats_us(&g.http.0), "runsc": stats_us(&g.http.1) },
@@ -696,6 +708,9 @@ struct NameCheckFigures {
     many: (String, String),
     /// KiB resident with 1,000 connections open: PID 1 on, the checker, PID 1 off.
     rss: (f64, f64, f64),
+    /// The checker's connection timeline (`SANDBOX_START_TIMELINE=1`), each phase's median over
+    /// the HTTP and the TLS first-byte runs: where the time the check adds goes.
+    timelines: (Timeline, Timeline),
 }
 
 const BULK: &str = "/bytes/1000000000";
@@ -756,8 +771,20 @@ impl NameCheckFigures {
             .net_admin()
             .on(net)
             .drop_in("n.txt", "api.allowed.test upload=2GiB\n");
-        let on = spec.clone().start().await?;
+        let on = spec.clone().env("SANDBOX_START_TIMELINE", "1").start().await?;
         let off = spec.env("SANDBOX_NAME_CHECK", "off").start().await?;
+        // Each connection's timeline the checker printed since the last look.
+        let mut seen = 0;
+        let mut timelines = async || {
+            let (_, err) = on.logs().await?;
+            let lines: Vec<String> = err
+                .lines()
+                .filter_map(|l| l.split_once("connection timeline: ").map(|(_, t)| t.to_string()))
+                .collect();
+            let new = lines[seen.min(lines.len())..].to_vec();
+            seen = lines.len();
+            Ok::<_, anyhow::Error>(median_timeline(&new))
+        };
         let probe = |sb: &Sandbox, args: Vec<&str>| {
             let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
             let sb = sb.id().to_string();
@@ -781,8 +808,11 @@ impl NameCheckFigures {
             async move { Ok::<_, anyhow::Error>((probe(on, args.clone()).await?, probe(off, args).await?)) }
         };
         both(vec!["first-byte", "api.allowed.test", "80", "20"]).await?; // warm-up: DNS, the sets
+        timelines().await?;
         let http = both(vec!["first-byte", "api.allowed.test", "80", "500"]).await?;
+        let http_timeline = timelines().await?;
         let tls = both(vec!["first-byte", "api.allowed.test", "443", "300", "--tls"]).await?;
+        let tls_timeline = timelines().await?;
         let bulk = both(vec!["fetch", "api.allowed.test", "80", BULK]).await?;
         let up =
             both(vec!["upload", "api.allowed.test", "80", "500000000", "--binary", "--timeout-ms", "60000"])
@@ -792,7 +822,17 @@ impl NameCheckFigures {
         let many = both(vec!["concurrent", "api.allowed.test", "80", "1000", "--hold-ms", "500"]).await?;
         let rss_on = Self::rss_with_1000_open(&on).await?;
         let rss_off = Self::rss_with_1000_open(&off).await?;
-        Ok(NameCheckFigures { http, tls, bulk, up, text, many, rss: (rss_on.0, rss_on.1, rss_off.0) })
+        let rss = (rss_on.0, rss_on.1, rss_off.0);
+        Ok(NameCheckFigures {
+            http,
+            tls,
+            bulk,
+            up,
+            text,
+            many,
+            rss,
+            timelines: (http_timeline, tls_timeline),
+        })
     }
 
     /// VmRSS of PID 1 and of the checker (0 without one), in KiB, while 1,000 connections are open.
@@ -836,6 +876,12 @@ impl NameCheckFigures {
                 us(on, "p99_us"),
                 us(on, "p99_us") - us(off, "p99_us")
             );
+        }
+        println!("  a connection in the checker, phase by phase (medians)    HTTP       TLS");
+        let (http, tls) = &self.timelines;
+        for (phase, ms) in http {
+            let other = tls.iter().find(|(p, _)| p == phase).map_or(f64::NAN, |(_, t)| *t);
+            println!("    {phase:<52} {:>6.0} µs {:>6.0} µs", ms * 1e3, other * 1e3);
         }
         let (on, off) = (&self.bulk.0, &self.bulk.1);
         println!(

@@ -180,7 +180,7 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
     line("| phase | 1 domain | 10,000 domains |".into());
     line("| --- | ---: | ---: |".into());
     let timeline = |key: &str| -> Vec<(String, f64)> {
-        let phases = figures.pointer(&format!("/start_to_ready/timeline/{key}")).and_then(Value::as_array);
+        let phases = figures.pointer(key).and_then(Value::as_array);
         phases
             .into_iter()
             .flatten()
@@ -190,8 +190,8 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
             })
             .collect()
     };
-    let big = timeline("ten_thousand");
-    for (phase, small) in timeline("one_domain") {
+    let big = timeline("/start_to_ready/timeline/ten_thousand");
+    for (phase, small) in timeline("/start_to_ready/timeline/one_domain") {
         let large = big.iter().find(|(p, _)| *p == phase).map_or(f64::NAN, |(_, t)| *t);
         line(format!("| {phase} | {small:.1} ms | {large:.1} ms |"));
     }
@@ -282,6 +282,23 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
         f("/name_check/rss_kb/checker") / 1024.0
     ));
     line(String::new());
+    let (http, tls) = (timeline("/name_check/timeline/http"), timeline("/name_check/timeline/tls"));
+    if !http.is_empty() {
+        line(
+            "A connection through the checker, phase by phase, by its own clock (`SANDBOX_START_TIMELINE=1`, \
+             medians of the first-byte runs): from its accept to its first reply relayed. The connection on \
+             is made while PID 1 decides, so its phase is what remained of it after the verdict."
+                .into(),
+        );
+        line(String::new());
+        line("| phase | HTTP | TLS |".into());
+        line("| --- | ---: | ---: |".into());
+        for (phase, ms) in http {
+            let other = tls.iter().find(|(p, _)| *p == phase).map_or(f64::NAN, |(_, t)| *t);
+            line(format!("| {phase} | {:.0} µs | {:.0} µs |", ms * 1e3, other * 1e3));
+        }
+        line(String::new());
+    }
     if figures.pointer("/gvisor").is_some_and(|g| !g.is_null()) {
         line("## The agent under gVisor".into());
         line(String::new());
