@@ -287,7 +287,7 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
         line(
             "A connection through the checker, phase by phase, by its own clock (`SANDBOX_START_TIMELINE=1`, \
              medians of the first-byte runs): from its accept to its first reply relayed. The connection on \
-             is made while PID 1 decides, so its phase is what remained of it after the verdict."
+             is made once PID 1 has allowed it: a refused one never reaches the server."
                 .into(),
         );
         line(String::new());
