@@ -668,6 +668,10 @@ async fn copy(
         }
         let mut buf = Vec::with_capacity(RELAY_BUFFER);
         loop {
+            // The checker has one thread: a connection whose bytes keep coming (a body of short
+            // lines, each read for a request) gives the others their turn, PID 1's orders too
+            // (try_read_buf alone would never yield).
+            tokio::task::consume_budget().await;
             buf.clear();
             let n = match from.try_read_buf(&mut buf) {
                 Ok(0) => return None,
