@@ -27,7 +27,6 @@ use crate::net::namecheck::protocol::{
     LISTENERS_ENV, Listener, PROGRESS_PERIOD, VERDICT_FD, VERDICT_TIMEOUT,
 };
 use sandbox_wire::namecheck::answer::{not_allowed, refusal_answer};
-use sandbox_wire::namecheck::budgets::GRANT;
 use sandbox_wire::namecheck::messages::{Order, Report};
 use sandbox_wire::namecheck::{
     ClientBytes, HttpRequests, MAX_FIRST_BYTES, Sniffed, TlsRetry, hello_retry, sniff,
@@ -203,29 +202,13 @@ impl Checker {
 
     /// How many more bytes connection `id`, having sent `sent` up, may send now: when it has
     /// sent its allowance, it tells PID 1 and waits for a grant, asking again each second
-    /// (what other connections held may come free). None: none came in GRANT_WAIT. With half
-    /// a grant or less left of an allowance (`asked`: the last one asked about early), PID 1 is
-    /// told at once, once, so that the next grant comes before this one is spent: an upload
-    /// waited for PID 1 at every grant (each 4 MiB at most).
-    async fn room(
-        &self,
-        id: u64,
-        cap: &mut watch::Receiver<Allowance>,
-        sent: u64,
-        asked: &mut u64,
-    ) -> Option<u64> {
+    /// (what other connections held may come free). None: none came in GRANT_WAIT.
+    async fn room(&self, id: u64, cap: &mut watch::Receiver<Allowance>, sent: u64) -> Option<u64> {
         let deadline = tokio::time::Instant::now() + GRANT_WAIT;
         loop {
-            let allowance = *cap.borrow_and_update();
-            match allowance {
+            match *cap.borrow_and_update() {
                 None => return Some(u64::MAX),
-                Some(total) if total > sent => {
-                    if total - sent <= GRANT / 2 && *asked != total {
-                        *asked = total;
-                        self.report(&Report::Progress { id, up: sent }).await;
-                    }
-                    return Some(total - sent);
-                }
+                Some(total) if total > sent => return Some(total - sent),
                 Some(_) => {}
             }
             if tokio::time::Instant::now() >= deadline {
@@ -347,7 +330,7 @@ impl Checker {
         let budgeted = allowance.is_some();
         let (cap_tx, cap) = watch::channel(allowance);
         self.allowances.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cap_tx);
-        let mut budget = Budget { checker: self, id, cap, asked: 0 };
+        let mut budget = Budget { checker: self, id, cap };
         let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         // Only now: a refused connection never reaches the server, not even by a handshake.
         let server = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(dst)).await {
@@ -617,8 +600,6 @@ struct Budget<'a> {
     checker: &'a Checker,
     id: u64,
     cap: watch::Receiver<Allowance>,
-    /// The allowance PID 1 was last asked early to raise.
-    asked: u64,
 }
 
 /// Writes `data` to `to` within the connection's allowance, waiting for grants as it goes;
@@ -634,12 +615,10 @@ async fn send(
         let left = (data.len() - done) as u64;
         let take = match budget.as_deref_mut() {
             None => left,
-            Some(b) => {
-                match b.checker.room(b.id, &mut b.cap, count.load(Ordering::Relaxed), &mut b.asked).await {
-                    Some(room) => room.min(left),
-                    None => return false,
-                }
-            }
+            Some(b) => match b.checker.room(b.id, &mut b.cap, count.load(Ordering::Relaxed)).await {
+                Some(room) => room.min(left),
+                None => return false,
+            },
         } as usize;
         if to.write_all(&data[done..done + take]).await.is_err() {
             return false;
@@ -777,27 +756,6 @@ mod tests {
             .expect("the checker reported nothing")
             .unwrap();
         serde_json::from_slice(&buf[..len]).unwrap()
-    }
-
-    /// An upload asks for its next grant once half a grant or less is left, once per allowance,
-    /// without waiting: the grant comes while it sends what it has (it waited for PID 1 at
-    /// every grant). With more left, nothing is asked.
-    #[tokio::test]
-    async fn the_next_grant_is_asked_for_once_when_half_a_grant_is_left() {
-        let (ours, pid_1) = UnixDatagram::pair().unwrap();
-        let checker = Checker::new(ours);
-        let total = 10 * GRANT;
-        let (_tx, mut cap) = watch::channel(Some(total));
-        let mut asked = 0;
-        let mut buf = [0u8; 256];
-        // The control: a whole grant left, nothing asked.
-        assert_eq!(checker.room(7, &mut cap, total - GRANT, &mut asked).await, Some(GRANT));
-        assert!(pid_1.try_recv(&mut buf).is_err(), "asked with a grant left");
-        let sent = total - GRANT / 2;
-        assert_eq!(checker.room(7, &mut cap, sent, &mut asked).await, Some(GRANT / 2));
-        assert_eq!(next(&pid_1).await, Report::Progress { id: 7, up: sent });
-        assert_eq!(checker.room(7, &mut cap, sent + 1, &mut asked).await, Some(GRANT / 2 - 1));
-        assert!(pid_1.try_recv(&mut buf).is_err(), "asked twice for one allowance");
     }
 
     /// Found by a red team: a verdict PID 1 gave after the checker stopped waiting left the
