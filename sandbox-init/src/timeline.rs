@@ -24,18 +24,21 @@ pub fn mark(phase: &'static str) {
 /// the last mark at the end.
 pub fn line(started: Instant) -> String {
     let marks = MARKS.lock().map(|m| m.clone()).unwrap_or_default();
-    render(started, &marks)
+    render("start", started, &marks, 1)
 }
 
-fn render(started: Instant, marks: &[(&'static str, Instant)]) -> String {
+/// `WHAT timeline: phase N ms, …; in all N ms`, each time with `decimals` decimals (the
+/// checker's connections, in microseconds, take 3), the form the bench reads.
+pub fn render(what: &str, started: Instant, marks: &[(&'static str, Instant)], decimals: usize) -> String {
     let mut previous = started;
     let mut phases = Vec::with_capacity(marks.len());
     for (phase, at) in marks {
-        phases.push(format!("{phase} {:.1} ms", at.saturating_duration_since(previous).as_secs_f64() * 1e3));
+        let ms = at.saturating_duration_since(previous).as_secs_f64() * 1e3;
+        phases.push(format!("{phase} {ms:.decimals$} ms"));
         previous = *at;
     }
     let total = previous.saturating_duration_since(started).as_secs_f64() * 1e3;
-    format!("start timeline: {}; in all {total:.1} ms", phases.join(", "))
+    format!("{what} timeline: {}; in all {total:.decimals$} ms", phases.join(", "))
 }
 
 /// Whether the timeline is to be printed.
@@ -54,7 +57,10 @@ mod tests {
         let t0 = Instant::now();
         let marks =
             [("policy", t0 + Duration::from_micros(400)), ("nft table", t0 + Duration::from_micros(6500))];
-        assert_eq!(render(t0, &marks), "start timeline: policy 0.4 ms, nft table 6.1 ms; in all 6.5 ms");
-        assert_eq!(render(t0, &[]), "start timeline: ; in all 0.0 ms");
+        assert_eq!(
+            render("start", t0, &marks, 1),
+            "start timeline: policy 0.4 ms, nft table 6.1 ms; in all 6.5 ms"
+        );
+        assert_eq!(render("start", t0, &[], 1), "start timeline: ; in all 0.0 ms");
     }
 }

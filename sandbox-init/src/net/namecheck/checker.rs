@@ -545,17 +545,9 @@ impl Trace {
             let mut guard = marks.lock().unwrap_or_else(|e| e.into_inner());
             (guard.0, std::mem::take(&mut guard.1))
         };
-        if marks.is_empty() {
-            return;
+        if !marks.is_empty() {
+            eprintln!("sandbox-init checker: {}", crate::timeline::render("connection", accepted, &marks, 3));
         }
-        let (mut previous, mut phases) = (accepted, Vec::with_capacity(marks.len()));
-        for (phase, at) in &marks {
-            let ms = at.saturating_duration_since(previous).as_secs_f64() * 1e3;
-            phases.push(format!("{phase} {ms:.3} ms"));
-            previous = *at;
-        }
-        let total = previous.saturating_duration_since(accepted).as_secs_f64() * 1e3;
-        eprintln!("sandbox-init checker: connection timeline: {}; in all {total:.3} ms", phases.join(", "));
     }
 }
 
