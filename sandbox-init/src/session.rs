@@ -129,9 +129,20 @@ pub enum SessionError {
     Attach(#[source] std::io::Error),
 }
 
+/// The variable that has tmux's libevent wait with select(2), set for every tmux PID 1 runs (the
+/// session's server is started by the first) and for sandbox-attach's client. tmux turns
+/// libevent's epoll backend off on Linux, which leaves poll(2); under gVisor that spins: once a
+/// client has gone (`new-session -d`'s own, at start), its closed descriptor stays in the
+/// server's poll set with no events, every poll returns at once with POLLNVAL, and an idle
+/// sandbox keeps two cores busy (runsc 20240729, its `--strace`: 15,000 polls in 0.3 s). Under
+/// runc the server leaves the descriptor out and sleeps; with select it does under both. The
+/// agent's processes do not get the variable: the session's global environment drops it and the
+/// pane removes it from the agent command's.
+pub const TMUX_EVENT_BACKEND: (&str, &str) = ("EVENT_NOPOLL", "1");
+
 fn tmux(agent: &AgentPrivileges) -> Result<Command, SessionError> {
     let mut command = agent.command("tmux")?;
-    command.env("TMUX_TMPDIR", TMUX_TMPDIR);
+    command.env("TMUX_TMPDIR", TMUX_TMPDIR).env(TMUX_EVENT_BACKEND.0, TMUX_EVENT_BACKEND.1);
     Ok(command)
 }
 
@@ -155,6 +166,7 @@ pub fn start(agent: &AgentPrivileges, sandbox_init: &Path) -> Result<i32, Sessio
         .args([";", "set-option", "-t", &name, "status-right", &right])
         .args([";", "set-option", "-t", &name, "status-right-length", "80"])
         .args([";", "set-option", "-t", &name, "status-interval", "5"])
+        .args([";", "set-environment", "-g", "-u", TMUX_EVENT_BACKEND.0])
         .current_dir(&workspace);
     let output = process::output_within(&mut command, TMUX_LIMIT).map_err(SessionError::Tmux)?;
     let stderr = |output: &std::process::Output| String::from_utf8_lossy(&output.stderr).trim().to_string();
@@ -345,7 +357,8 @@ pub fn pane() -> u8 {
         libc::signal(libc::SIGINT, ignore as *const () as libc::sighandler_t);
         libc::signal(libc::SIGQUIT, ignore as *const () as libc::sighandler_t);
     }
-    let mut status = run_in_pane(Command::new("bash").arg("-c").arg(&command).envs(env));
+    let mut status =
+        run_in_pane(Command::new("bash").arg("-c").arg(&command).envs(env).env_remove(TMUX_EVENT_BACKEND.0));
     // A status from an earlier command of this session is not this one's.
     let _ = std::fs::OpenOptions::new().write(true).truncate(true).open(status_file());
     if !Path::new(STOPPING).exists() {
@@ -353,7 +366,7 @@ pub fn pane() -> u8 {
             "\r\n[agent-sandbox] `{command}` exited with status {status}; this shell keeps the session (`exit` ends it)\r"
         );
         let shell = std::env::var_os("SHELL").unwrap_or_else(|| OsString::from("/bin/bash"));
-        status = run_in_pane(&mut Command::new(shell));
+        status = run_in_pane(Command::new(shell).env_remove(TMUX_EVENT_BACKEND.0));
     }
     record_status(status);
     status

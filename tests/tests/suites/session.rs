@@ -212,3 +212,40 @@ async fn sigint_to_pid_1_reaches_the_agent_command() -> anyhow::Result<()> {
     assert_eq!(sb.exit_code().await?, Some(9), "the agent command's INT trap decides PID 1's status");
     Ok(())
 }
+
+net_admin! {
+    [single, sidecar, gvisor] {
+        /// An idle session costs nothing: its tmux server sleeps. Measured as the kernel (or gVisor's
+        /// Sentry) counts it, the server's CPU time over three idle seconds beside a busy loop's
+        /// over the same seconds, the control that the count sees a process that spins. Under
+        /// gVisor, tmux's libevent on poll(2) spun on a gone client's descriptor and kept two
+        /// cores busy (session.rs's `TMUX_EVENT_BACKEND`, which the agent's processes never get).
+        #[tokio::test]
+        async fn an_idle_session_sleeps() -> anyhow::Result<()> {
+            let world = sandbox_tests::world::World::shared().await?;
+            let sb = SandboxSpec::smallest().await?.net_admin().on(&world.net).start().await?;
+            let measure = r#"ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
+                server=$(grep -l '^Name:[[:space:]]tmux: server$' /proc/[0-9]*/status | head -n 1 | cut -d / -f 3)
+                [ -n "$server" ] || { echo "no tmux server"; exit 1; }
+                sh -c 'while :; do :; done' & busy=$!
+                a=$(ticks "$server"); b=$(ticks "$busy"); sleep 3; c=$(ticks "$server"); d=$(ticks "$busy")
+                kill "$busy"
+                echo "$((c - a)) $((d - b)) $(getconf CLK_TCK)""#;
+            let out = sb.as_agent(&["sh", "-c", measure]).await?;
+            let figures: Vec<u64> = out.stdout.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+            let [server, busy, hz] = figures[..] else { anyhow::bail!("no figures: {out:?}") };
+            // The control: a loop that spins gets a tenth of a core at least, on a loaded machine too.
+            assert!(busy * 10 >= 3 * hz, "the busy loop's time was not seen ({busy} ticks of {hz}/s in 3 s): {out:?}");
+            assert!(
+                server * 10 < 3 * hz,
+                "the idle session's tmux server used {server} ticks of {hz}/s in 3 s (the busy loop {busy})"
+            );
+            // The backend's variable is tmux's alone: not in the pane, nor in windows opened later.
+            sb.as_agent(&["tmux", "send-keys", "-t", "agent", "echo nopoll-${EVENT_NOPOLL-unset}", "Enter"]).await?;
+            wait_for_pane(&sb, "nopoll-unset").await?;
+            let global = sb.as_agent(&["tmux", "show-environment", "-g", "EVENT_NOPOLL"]).await?;
+            assert_ne!(global.code, 0, "the session's global environment holds it: {global:?}");
+            Ok(())
+        }
+    }
+}
