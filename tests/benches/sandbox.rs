@@ -17,7 +17,9 @@
 //!   whose root relay filters it, vs. the agent's own tmux client on the user's terminal (what
 //!   sandbox-attach ran before the filter), and the relay's CPU time for it.
 //!
-//! With `BENCH_ONLY=name-check`, only the name check's figures are measured and printed.
+//! With `BENCH_ONLY=name-check`, only the name check's figures are measured and printed; with
+//! `BENCH_ONLY=gvisor`, only the pair's under gVisor against runc. `BENCH_IMAGE=REF` measures
+//! REF in place of the shell image: another build of it, for a before and after on one machine.
 //!
 //! With `BENCH_CARD=FILE` (`cargo xtask bench card`), it also measures the time to a first
 //! command (`agent-sandbox run --detach` of the node image, then `node -v` in it, vs. a bare
@@ -209,7 +211,10 @@ async fn main() -> anyhow::Result<()> {
     // A bench has no test's place: it asks for each shape it measures.
     sandbox_tests::place::bench();
     let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(7);
-    let image = image(sandbox_tests::spec::SMALLEST).await?;
+    let image = match std::env::var("BENCH_IMAGE") {
+        Ok(other) => other,
+        Err(_) => image(sandbox_tests::spec::SMALLEST).await?,
+    };
     let docker = xtask::engine::Engine::connect().await?.docker().clone();
     let net = TestNet::create("bench").await?;
     let _peer = Peer::start(&net, &["api.allowed.test"]).await?;
@@ -217,6 +222,10 @@ async fn main() -> anyhow::Result<()> {
     // checker measured in a minute, not the whole bench's ten).
     if std::env::var("BENCH_ONLY").is_ok_and(|only| only == "name-check") {
         NameCheckFigures::measure(&image, &net).await?.print();
+        return Ok(());
+    }
+    if std::env::var("BENCH_ONLY").is_ok_and(|only| only == "gvisor") {
+        GvisorFigures::measure(&image, &net).await?.print();
         return Ok(());
     }
 
