@@ -303,7 +303,7 @@ pub fn render(figures: &Value, machine: &Machine, sizes: &[(String, u64)]) -> St
         line("## The agent under gVisor".into());
         line(String::new());
         line(
-            "Sidecar mode's pair, the agent's container under runc against runsc; the name check on.".into(),
+            "Sidecar mode's pair, the agent's container under runc against runsc; the name check on. The first bytes: the median of six rounds' medians (and p95s), the two pairs measured in turn.".into(),
         );
         line(String::new());
         line("| | runc | runsc |".into());
