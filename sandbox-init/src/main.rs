@@ -229,11 +229,7 @@ fn attach(args: &[String]) -> u8 {
     let session = args.first().cloned().unwrap_or_else(session::session_name);
     let tool = "sandbox-attach";
     match agent_command("tmux", &["attach-session".into(), "-t".into(), session], tool) {
-        Ok(mut command) => {
-            let (name, value) = session::TMUX_EVENT_BACKEND;
-            command.env(name, value);
-            sandbox_init::attach::attach(command, tool)
-        }
+        Ok(command) => sandbox_init::attach::attach(command, tool),
         Err(code) => code,
     }
 }

@@ -130,14 +130,14 @@ pub enum SessionError {
 }
 
 /// The variable that has tmux's libevent wait with select(2), set for every tmux PID 1 runs (the
-/// session's server is started by the first) and for sandbox-attach's client. tmux turns
-/// libevent's epoll backend off on Linux, which leaves poll(2); under gVisor that spins: once a
-/// client has gone (`new-session -d`'s own, at start), its closed descriptor stays in the
-/// server's poll set with no events, every poll returns at once with POLLNVAL, and an idle
-/// sandbox keeps two cores busy (runsc 20240729, its `--strace`: 15,000 polls in 0.3 s). Under
-/// runc the server leaves the descriptor out and sleeps; with select it does under both. The
-/// agent's processes do not get the variable: the session's global environment drops it and the
-/// pane removes it from the agent command's.
+/// session's server is started by the first). tmux turns libevent's epoll backend off on Linux,
+/// which leaves poll(2); under gVisor that spins: once a client has gone (`new-session -d`'s own,
+/// at start), its closed descriptor stays in the server's poll set with no events, every poll
+/// returns at once with POLLNVAL, and an idle sandbox keeps two cores busy (runsc 20240729, its
+/// `--strace`: 15,000 polls in 0.3 s). Under runc the server leaves the descriptor out and sleeps;
+/// with select it does under both. A client (sandbox-attach's), attached and idle, did not spin
+/// on poll under gVisor and stays on it. The agent's processes do not get the variable: the
+/// session's global environment drops it and the pane removes it from the agent command's.
 pub const TMUX_EVENT_BACKEND: (&str, &str) = ("EVENT_NOPOLL", "1");
 
 fn tmux(agent: &AgentPrivileges) -> Result<Command, SessionError> {
