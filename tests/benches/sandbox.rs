@@ -738,15 +738,15 @@ const ROUNDS: usize = 6;
 
 /// The rounds' (runc, runsc) reports as one each: the median of their medians and of their p95s.
 fn of_rounds(rounds: &[(String, String)]) -> (String, String) {
-    let combine = |side: &dyn Fn(&(String, String)) -> &String| {
+    let combine = |reports: Vec<&String>| {
         let of = |key: &str| {
-            let mut values: Vec<f64> = rounds.iter().map(|r| field(side(r), key)).collect();
+            let mut values: Vec<f64> = reports.iter().map(|r| field(r, key)).collect();
             values.sort_by(f64::total_cmp);
             values[values.len() / 2]
         };
         format!("median_us={}\np95_us={}\n", of("median_us"), of("p95_us"))
     };
-    (combine(&|r| &r.0), combine(&|r| &r.1))
+    (combine(rounds.iter().map(|r| &r.0).collect()), combine(rounds.iter().map(|r| &r.1).collect()))
 }
 
 impl GvisorFigures {
