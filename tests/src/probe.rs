@@ -17,9 +17,13 @@ pub fn probe_binary() -> anyhow::Result<PathBuf> {
     if let Some(path) = PROBE.get() {
         return Ok(path.clone());
     }
-    let sh = xshell::Shell::new()?;
-    let root = root();
-    let path = xtask::project::probe_binary(&sh, &root)?;
+    // `cargo xtask test` built it before the suites started and says where: no test process
+    // needs to hash its sources and toolchain again (a tenth of a CPU-second each).
+    let built = std::env::var_os(xtask::project::PROBE_ENV).map(PathBuf::from).filter(|p| p.is_file());
+    let path = match built {
+        Some(path) => path,
+        None => xtask::project::probe_binary(&xshell::Shell::new()?, &root())?,
+    };
     Ok(PROBE.get_or_init(|| path).clone())
 }
 

@@ -16,6 +16,13 @@ pub const CA_BUNDLE_ENV: &str = "AGENT_SANDBOX_CA_BUNDLE";
 /// that the images they ask for are the ones it built.
 pub const OS_SOURCE_ENV: &str = "AGENT_SANDBOX_OS_SOURCE";
 
+/// The images `cargo xtask test` (or `ci`) built or found up to date for the host before the
+/// suites start, as `name=id` words: a test process takes an image from it (once its tag still
+/// names that id) rather than walking the graph again. See [`crate::report::BuildReport::suite_images`].
+pub const SUITE_IMAGES_ENV: &str = "AGENT_SANDBOX_SUITE_IMAGES";
+/// The probe `cargo xtask test` (or `ci`) built for the suites: its path.
+pub const PROBE_ENV: &str = "AGENT_SANDBOX_PROBE";
+
 /// The workspace root: the parent of the xtask crate.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()

@@ -64,6 +64,17 @@ impl BuildReport {
         })
     }
 
+    /// Each image this build left, as `name=id` words ([`crate::project::SUITE_IMAGES_ENV`]).
+    pub fn suite_images(&self) -> String {
+        let ids = self.results.iter().filter_map(|r| Some(format!("{}={}", r.name, self.id(&r.name)?)));
+        ids.collect::<Vec<_>>().join(" ")
+    }
+
+    /// The id [`Self::suite_images`] gave `name` in `words`.
+    pub fn suite_image<'a>(words: &'a str, name: &str) -> Option<&'a str> {
+        words.split_whitespace().find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+    }
+
     /// An error naming every image that failed and every one left unbuilt because of it.
     pub fn ensure_success(&self) -> anyhow::Result<()> {
         let mut failed = Vec::new();
@@ -88,4 +99,31 @@ impl BuildReport {
 
 fn quoted(names: &[&str]) -> String {
     names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_suites_images_name_each_id_and_only_the_built_ones() {
+        let result = |name: &str, outcome| ImageResult { name: name.into(), outcome };
+        let report = BuildReport {
+            results: vec![
+                result("os", Outcome::UpToDate { id: "sha256:aa".into() }),
+                result("base", Outcome::Built { id: "sha256:bb".into(), seconds: 1.0 }),
+                result("node", Outcome::Failed { message: "no".into() }),
+                result("claude", Outcome::NotBuilt { because: "node".into() }),
+            ],
+            plans: Vec::new(),
+            lock: ImagesLock::default(),
+            local: LocalImages::default(),
+            os_source: OsSource::Mirror,
+        };
+        let words = report.suite_images();
+        assert_eq!(words, "os=sha256:aa base=sha256:bb");
+        assert_eq!(BuildReport::suite_image(&words, "base"), Some("sha256:bb"));
+        assert_eq!(BuildReport::suite_image(&words, "bas"), None, "a prefix of a name is not the name");
+        assert_eq!(BuildReport::suite_image(&words, "node"), None);
+    }
 }

@@ -95,7 +95,8 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
             .run()
             .context("cannot build agent-sandbox")?;
         // The peers' and sandboxes' probe likewise (its release build takes a minute).
-        crate::project::probe_binary(&sh, root)?;
+        let probe = crate::project::probe_binary(&sh, root)?;
+        sh.set_var(crate::project::PROBE_ENV, probe);
         warn_without_runsc(&flags).await?;
         sh
     };
@@ -183,6 +184,9 @@ pub async fn build_for_suites(root: &Path, opts: &mut BuildOptions) -> anyhow::R
     sh.change_dir(root);
     for (name, value) in opts.export_env() {
         sh.set_var(name, value);
+    }
+    if opts.platform == crate::platform::Platform::host() {
+        sh.set_var(crate::project::SUITE_IMAGES_ENV, report.suite_images());
     }
     Ok(sh)
 }
