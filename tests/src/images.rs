@@ -227,9 +227,15 @@ impl ScratchImages {
         opts.lock_path = self.lock_path();
         opts.prefix = self.prefix.clone();
         opts.progress = ProgressMode::Plain;
+        // Not the commit's: each commit would give the scratch OS image new labels, a new id,
+        // and every layer above it (base's take half a minute) would be built again.
+        opts.revision = Some(SCRATCH_REVISION.to_string());
         Ok(opts)
     }
 }
+
+/// The revision scratch builds' labels and `sha-` tags name.
+pub const SCRATCH_REVISION: &str = "scratch";
 
 impl Drop for ScratchImages {
     fn drop(&mut self) {

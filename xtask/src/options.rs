@@ -27,6 +27,11 @@ pub struct BuildOptions {
     pub ca_bundle: Option<PathBuf>,
     /// Verify only: fail if anything would differ from the lock.
     pub locked: bool,
+    /// The commit the images' labels and `sha-` tags name; `None`: the checkout's, from git. The
+    /// build suites' scratch copies fix it, so that their OS image (whose labels are all that a
+    /// rebuild changes) keeps its id from one commit to the next and the engine's cache keeps
+    /// every layer built on it.
+    pub revision: Option<String>,
     pub progress: ProgressMode,
 }
 
@@ -87,6 +92,7 @@ impl BuildOptions {
             prefix: project::DEFAULT_PREFIX.to_string(),
             ca_bundle: None,
             locked: false,
+            revision: None,
             progress: ProgressMode::Auto,
         }
     }
