@@ -469,6 +469,10 @@ async fn without_unattended(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let acted = sb.exec(&["test", "-e", FILE]).await?.code == 0;
+    // Whatever of it outlived the TERM goes now: `timeout` leads its own process group, and a
+    // CLI left running in it would hold what the unattended run opens next (Kilo's database:
+    // the next turn then spun for two minutes waiting on it).
+    sb.as_agent(&["sh", "-c", "kill -KILL -- -$(cat /tmp/turn.pid) 2>/dev/null; true"]).await?;
     Ok((acted, ended))
 }
 
