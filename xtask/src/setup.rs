@@ -533,26 +533,39 @@ fn ask(question: &str) -> anyhow::Result<bool> {
     Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "" | "y" | "yes"))
 }
 
-/// The Go runtime's settings dockerd is started with where this command starts it: its
-/// children inherit them. dockerd re-executes itself for each container's network namespace
-/// (the prestart hook, `set-ipv6` for each interface, the embedded resolver's rules), and each
-/// such run initialises the whole 75 MB binary; containerd, its shims and runc are Go too.
-/// With collection put off until a process holds ten times its live heap, and at most
-/// 512 MiB, those short runs never collect: measured on 2 cores, 20 containers started and
-/// removed on an IPv6 network took 1.01 CPU-s each with Go's defaults and 0.75 with these
-/// (docs/test.md). The daemon itself still collects, bounded by the limit.
+/// The Go runtime's settings dockerd is started with where this command starts it (unless the
+/// user set them): its children inherit them. dockerd re-executes itself for each container's
+/// network namespace (the prestart hook, `set-ipv6` for each interface, the embedded
+/// resolver's rules), and each such run initialises the whole 75 MB binary; containerd, its
+/// shims and runc are Go too. With collection put off until a process holds ten times its live
+/// heap, and at most 512 MiB, those short runs never collect: measured on 2 cores, 20
+/// containers started and removed on an IPv6 network took 1.01 CPU-s each with Go's defaults
+/// and 0.75 with these (docs/test.md). The long-lived ones hold more: in a fresh-clone
+/// `.ci/run`'s test step, dockerd 349 MiB, containerd 92 and each shim 12.
 const DOCKERD_GO_RUNTIME: [(&str, &str); 2] = [("GOGC", "1000"), ("GOMEMLIMIT", "512MiB")];
 
-/// dockerd's environment where this command starts it: the proxy settings and PATH of this
-/// one, nothing else (not cargo's `LD_LIBRARY_PATH`, which every process the engine starts
-/// would search first), and [`DOCKERD_GO_RUNTIME`].
+/// What this command's environment holds that dockerd must not inherit: what cargo and rustup
+/// set for the xtask (its `LD_LIBRARY_PATH` names the build's folders, which every process the
+/// engine starts would search first for each library) and the loader's other variables.
+const NOT_FOR_DOCKERD: [&str; 6] = ["CARGO", "RUSTUP_", "RUSTC", "RUSTDOC", "RUST_", "LD_"];
+
+/// dockerd's environment where this command starts it: this one's (dockerd and what it runs
+/// read PATH, the proxies, `DOCKER_RAMDISK`, `SSL_CERT_FILE`, `TMPDIR`, …) but for
+/// [`NOT_FOR_DOCKERD`], and [`DOCKERD_GO_RUNTIME`] where the user set neither.
 fn dockerd_env(
     ours: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    const KEPT: [&str; 7] =
-        ["PATH", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"];
-    let mut env: Vec<_> = ours.into_iter().filter(|(name, _)| KEPT.iter().any(|kept| name == kept)).collect();
-    env.extend(DOCKERD_GO_RUNTIME.iter().map(|(name, value)| (name.into(), value.into())));
+    let mut env: Vec<_> = ours
+        .into_iter()
+        .filter(|(name, _)| {
+            let name = name.to_string_lossy();
+            !NOT_FOR_DOCKERD.iter().any(|prefix| name.starts_with(prefix))
+        })
+        .collect();
+    let user_set = env.iter().any(|(name, _)| DOCKERD_GO_RUNTIME.iter().any(|(go, _)| name == go));
+    if !user_set {
+        env.extend(DOCKERD_GO_RUNTIME.iter().map(|(name, value)| (name.into(), value.into())));
+    }
     env
 }
 
@@ -560,7 +573,7 @@ fn dockerd_env(
 /// a file; then waits until it answers.
 async fn start_engine(installer: &Installer) -> anyhow::Result<String> {
     if sandbox_images::engine::connect().await.is_ok() {
-        return Ok("the engine answers (its package started it)".into());
+        return Ok("the engine answers (started before this command, with its own settings)".into());
     }
     let sudo = *installer == Installer::Sudo;
     let how = if Path::new("/run/systemd/system").is_dir() {
@@ -608,31 +621,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dockerd_gets_path_and_proxies_and_the_go_settings_and_nothing_else() {
+    fn dockerd_gets_this_environment_but_cargos_and_the_go_settings_unless_the_user_set_them() {
+        let env = |ours: &[(&str, &str)]| -> Vec<(String, String)> {
+            let ours = ours.iter().map(|(name, value)| (name.into(), value.into()));
+            dockerd_env(ours.collect::<Vec<_>>())
+                .into_iter()
+                .map(|(name, value)| (name.into_string().unwrap(), value.into_string().unwrap()))
+                .collect()
+        };
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+        };
         let ours = [
             ("PATH", "/usr/bin:/bin"),
             ("HTTPS_PROXY", "http://proxy:3128"),
-            ("no_proxy", "localhost"),
+            ("DOCKER_RAMDISK", "true"),
+            ("SSL_CERT_FILE", "/etc/proxy-ca.pem"),
             ("LD_LIBRARY_PATH", "/work/target/debug/deps"),
             ("CARGO", "/root/.cargo/bin/cargo"),
-            ("GOGC", "50"),
-        ]
-        .map(|(name, value)| (name.into(), value.into()));
-        let env: Vec<(String, String)> = dockerd_env(ours)
-            .into_iter()
-            .map(|(name, value)| (name.into_string().unwrap(), value.into_string().unwrap()))
-            .collect();
-        let env: Vec<(&str, &str)> = env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-        assert_eq!(
-            env,
-            [
-                ("PATH", "/usr/bin:/bin"),
-                ("HTTPS_PROXY", "http://proxy:3128"),
-                ("no_proxy", "localhost"),
-                ("GOGC", "1000"),
-                ("GOMEMLIMIT", "512MiB"),
-            ]
-        );
+            ("CARGO_MANIFEST_DIR", "/work/xtask"),
+            ("RUSTUP_TOOLCHAIN", "stable"),
+        ];
+        let kept = [
+            ("PATH", "/usr/bin:/bin"),
+            ("HTTPS_PROXY", "http://proxy:3128"),
+            ("DOCKER_RAMDISK", "true"),
+            ("SSL_CERT_FILE", "/etc/proxy-ca.pem"),
+        ];
+        let go = [("GOGC", "1000"), ("GOMEMLIMIT", "512MiB")];
+        assert_eq!(env(&ours), pairs(&[&kept[..], &go[..]].concat()));
+        // A user's own setting of either is theirs.
+        let theirs = [&ours[..], &[("GOGC", "50")][..]].concat();
+        assert_eq!(env(&theirs), pairs(&[&kept[..], &[("GOGC", "50")][..]].concat()));
     }
 
     /// The tools' folders are shared by every checkout: each is named by its pinned versions, so

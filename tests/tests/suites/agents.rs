@@ -469,12 +469,20 @@ async fn without_unattended(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let acted = sb.exec(&["test", "-e", FILE]).await?.code == 0;
-    // Whatever of it outlived the TERM goes now: `timeout` leads its own process group, and a
-    // CLI left running in it would hold what the unattended run opens next (Kilo's database:
-    // the next turn then spun for two minutes waiting on it).
-    sb.as_agent(&["sh", "-c", "kill -KILL -- -$(cat /tmp/turn.pid) 2>/dev/null; true"]).await?;
+    // What of its process group (`timeout` leads one) outlived the TERM goes now, before the
+    // unattended run opens the same state; a process that left the group is not found here.
+    // (dash's `kill` takes a negative pid only after `--`; the killed stay as zombies until
+    // reaped, so the group is looked for among the processes that are not.)
+    let killed = sb.as_agent(&["sh", "-c", KILL_THE_FIRST_HALF]).await?;
+    anyhow::ensure!(killed.code == 0, "the first half's process group outlived a KILL: {killed:?}");
     Ok((acted, ended))
 }
+
+/// Kills the process group of /tmp/turn.pid and waits up to a second for none of it to be left
+/// but zombies: exit 0, else 1.
+const KILL_THE_FIRST_HALF: &str = r#"g=$(cat /tmp/turn.pid); kill -s KILL -- -"$g" 2>/dev/null
+alive() { for s in /proc/[0-9]*/stat; do r=$(cat "$s" 2>/dev/null) || continue; r=${r##*) }; set -- $r; [ "$1" != Z ] && [ "$3" = "$g" ] && return 0; done; return 1; }
+for i in 1 2 3 4 5 6 7 8 9 10; do alive || exit 0; sleep 0.1; done; exit 1"#;
 
 /// How long after the mock served its tool call a CLI that acts on it has written the file: it
 /// writes at once (the unattended runs write it within a second of the tool call).
