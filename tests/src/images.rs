@@ -24,17 +24,18 @@ pub async fn image(name: &str) -> anyhow::Result<String> {
 /// The image `name` for `platform` (another than the host's runs under emulation), built or
 /// found up to date: its tag.
 pub async fn image_for(name: &str, platform: Platform) -> anyhow::Result<String> {
-    let tag = |prefix: &str| {
-        format!("{}:{}", xtask::project::repository(prefix, name), platform.tag(xtask::project::VERSION))
-    };
     if platform == Platform::host()
-        && let Some(ref_) = built_before_the_run(name, &tag).await
+        && let Some(tag) = built_before_the_run(name).await
     {
-        return Ok(ref_);
+        return Ok(tag);
     }
     let report = built_for(&[name], platform).await?;
     report.id(name).context("the build reported no id")?;
-    Ok(tag(&report.prefix))
+    Ok(tag_of(&report.prefix, name, platform))
+}
+
+fn tag_of(prefix: &str, name: &str, platform: Platform) -> String {
+    format!("{}:{}", xtask::project::repository(prefix, name), platform.tag(xtask::project::VERSION))
 }
 
 /// The host's image `name` as `cargo xtask test` built it before the suites started
@@ -42,11 +43,10 @@ pub async fn image_for(name: &str, platform: Platform) -> anyhow::Result<String>
 /// each test process (hashing every context, a lock shared by them all) costs a fifth of a
 /// CPU-second, an inspection a hundredth. Else (a test started outside the xtask, or a tag
 /// moved since) `None`, and the caller walks.
-async fn built_before_the_run(name: &str, tag: &impl Fn(&str) -> String) -> Option<String> {
+async fn built_before_the_run(name: &str) -> Option<String> {
     let words = std::env::var(xtask::project::SUITE_IMAGES_ENV).ok()?;
     let id = xtask::report::BuildReport::suite_image(&words, name)?;
-    let prefix = BuildOptions::from_env(&root()).ok()?.prefix;
-    let tag = tag(&prefix);
+    let tag = tag_of(&BuildOptions::from_env(&root()).ok()?.prefix, name, Platform::host());
     let found = crate::docker::docker().await.ok()?.inspect_image(&tag).await.ok()?.id?;
     (found == id).then_some(tag)
 }

@@ -113,10 +113,9 @@ impl CiFlags {
                     other.context("the arm64 chain")?.ensure_success()?;
                 }
                 // The suites find these images up to date: the same settings, the OS source
-                // pinned to the one just used.
-                opts.os_source = Some(host.os_source);
-                *env = opts.export_env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-                env.push((crate::project::SUITE_IMAGES_ENV.to_string(), host.suite_images()));
+                // pinned to the one just used, and their ids.
+                let suites = crate::test::suites_env(&mut opts, &host);
+                *env = suites.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
             }
             CiStep::Lock => cmd!(sh, "git diff --exit-code -- images.lock").run().context(
                 "the build changed images.lock: commit what `cargo xtask build` recorded with the change that caused it",
@@ -126,10 +125,10 @@ impl CiFlags {
                     // The build step was skipped: the suites' own settings, as `cargo xtask
                     // test` would build them.
                     let mut opts = self.build_options(root);
-                    let suites = crate::test::build_for_suites(root, &mut opts).await?;
-                    *env = opts.export_env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-                    let images = crate::project::SUITE_IMAGES_ENV;
-                    env.extend(suites.var(images).ok().map(|ids| (images.to_string(), ids)));
+                    let report = build::build(&opts).await?;
+                    report.ensure_success()?;
+                    let suites = crate::test::suites_env(&mut opts, &report);
+                    *env = suites.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
                 }
                 for (name, value) in env.iter() {
                     sh.set_var(name, value);
@@ -137,8 +136,7 @@ impl CiFlags {
                 // The launcher's suite runs the real binary, and the suites' peers the probe:
                 // both built here (fresh from the steps before), not by a test holding a slot.
                 lint_build(&sh)?;
-                let probe = crate::project::probe_binary(&sh, root)?;
-                sh.set_var(crate::project::PROBE_ENV, probe);
+                crate::test::probe_for_suites(&sh, root)?;
                 run_nextest(&sh, "default", CONTAINERS, &[])?;
             }
         }

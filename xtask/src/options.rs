@@ -59,6 +59,12 @@ impl BuildOptions {
         Ok(opts)
     }
 
+    /// The commit the images name: [`Self::revision`], else the checkout's (git; `None` outside
+    /// a checkout).
+    pub fn revision_or_git(&self) -> Option<String> {
+        self.revision.clone().or_else(|| project::git_revision(&xshell::Shell::new().ok()?, &self.root))
+    }
+
     /// The variables [`Self::from_env`] reads, for a child process.
     pub fn export_env(&self) -> Vec<(&'static str, String)> {
         let mut vars = vec![

@@ -40,10 +40,7 @@ pub async fn publish(opts: &PublishOptions) -> anyhow::Result<Vec<Published>> {
         report.ensure_success()?;
         reports.push((*platform, report));
     }
-    let revision = match &opts.build.revision {
-        Some(fixed) => Some(fixed.clone()),
-        None => crate::project::git_revision(&xshell::Shell::new()?, &opts.build.root),
-    };
+    let revision = opts.build.revision_or_git();
     let names: Vec<String> = reports[0].1.results.iter().map(|r| r.name.clone()).collect();
     let credentials = registry::credentials(&opts.registry.host);
     if opts.dry_run {

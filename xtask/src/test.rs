@@ -94,9 +94,8 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
         cmd!(sh, "cargo build --quiet --package agent-sandbox")
             .run()
             .context("cannot build agent-sandbox")?;
-        // The peers' and sandboxes' probe likewise (its release build takes a minute).
-        let probe = crate::project::probe_binary(&sh, root)?;
-        sh.set_var(crate::project::PROBE_ENV, probe);
+        // The peers' and sandboxes' probe likewise.
+        probe_for_suites(&sh, root)?;
         warn_without_runsc(&flags).await?;
         sh
     };
@@ -173,22 +172,38 @@ async fn warn_without_runsc(flags: &TestFlags) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds what `opts` names and returns a shell in `root` for the suites: the build's settings
-/// exported, with the OS source pinned to the one just used, so that the suites find these
-/// images up to date instead of building others.
+/// Builds what `opts` names and returns a shell in `root` for the suites, with [`suites_env`].
 pub async fn build_for_suites(root: &Path, opts: &mut BuildOptions) -> anyhow::Result<Shell> {
     let report = build::build(opts).await?;
     report.ensure_success()?;
-    opts.os_source = Some(report.os_source);
     let sh = Shell::new()?;
     sh.change_dir(root);
-    for (name, value) in opts.export_env() {
+    for (name, value) in suites_env(opts, &report) {
         sh.set_var(name, value);
     }
-    if opts.platform == crate::platform::Platform::host() {
-        sh.set_var(crate::project::SUITE_IMAGES_ENV, report.suite_images());
-    }
     Ok(sh)
+}
+
+/// What the suites are given of a build (`report`, of `opts`): its settings, with the OS source
+/// pinned to the one just used (set in `opts`), so that they find these images up to date
+/// instead of building others; and, for the host's, the images' ids
+/// ([`crate::project::SUITE_IMAGES_ENV`]).
+pub fn suites_env(opts: &mut BuildOptions, report: &build::BuildReport) -> Vec<(&'static str, String)> {
+    opts.os_source = Some(report.os_source);
+    let mut env = opts.export_env();
+    if opts.platform == crate::platform::Platform::host() {
+        env.push((crate::project::SUITE_IMAGES_ENV, report.suite_images()));
+    }
+    env
+}
+
+/// Builds the probe (or finds it built) and gives its path to the suites through `sh`
+/// ([`crate::project::PROBE_ENV`]): built here, not by a test holding a slot (its release
+/// build takes a minute), and found by no test again.
+pub fn probe_for_suites(sh: &Shell, root: &Path) -> anyhow::Result<()> {
+    let probe = crate::project::probe_binary(sh, root)?;
+    sh.set_var(crate::project::PROBE_ENV, probe);
+    Ok(())
 }
 
 /// `--arm64`: the arm64 chain ([`ARM64_RELEASE_IMAGES`]), built under

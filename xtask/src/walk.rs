@@ -68,10 +68,8 @@ impl<'a> Walk<'a> {
         // git takes a few milliseconds: a no-op build is short enough for that to matter, so it
         // runs beside the engine calls.
         let revision = {
-            let (root, fixed) = (opts.root.clone(), opts.revision.clone());
-            std::thread::spawn(move || {
-                fixed.or_else(|| Shell::new().ok().and_then(|sh| project::git_revision(&sh, &root)))
-            })
+            let opts = opts.clone();
+            std::thread::spawn(move || opts.revision_or_git())
         };
         let extra_ca = read_ca_bundle(opts.ca_bundle.as_deref())?;
         let needs_init =
