@@ -412,11 +412,15 @@ async fn completes_a_local_turn(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `text` as one word for sh.
 /// Runs the turn's command without its unattended arguments, as the agent, until it has shown
 /// whether it acts on the mock's tool call: (the file was written, how the half ended). It ends
-/// at the file, at the CLI's exit, or [`TOOL_GRACE`] after the mock served the tool call with no
-/// file; at `limit` seconds at most. The CLI, if still running, is stopped.
+/// at the CLI's exit, [`TOOL_GRACE`] after the mock served the tool call with no file, or
+/// [`FINISH_GRACE`] after the file appeared with the CLI still running; at `limit` seconds at
+/// most. The CLI, if still running, is stopped.
+///
+/// A CLI that wrote the file is let finish its turn rather than stopped at once: stopped in the
+/// middle, it can leave its state locked (Kilo's snapshot lock, which the unattended half then
+/// waited out for two minutes, one run in three).
 async fn without_unattended(
     sb: &Sandbox,
     mock: &Peer,
@@ -435,19 +439,23 @@ async fn without_unattended(
     // and runc tens of milliseconds of CPU, and this polled three every half second.
     let watch = format!(
         "for i in 1 2 3 4 5 6 7 8 9 10; do \
-           if [ -e {FILE} ]; then echo file; exit; fi; \
            if [ -e /tmp/turn.code ]; then cat /tmp/turn.code; exit; fi; \
            sleep 0.2; \
-         done; echo running"
+         done; if [ -e {FILE} ]; then echo file; else echo running; fi"
     );
+    let mut wrote: Option<std::time::Instant> = None;
     let ended = loop {
         let seen = sb.exec(&["sh", "-c", &watch]).await?.stdout;
         let seen = seen.trim();
-        if seen == "file" {
-            break "it wrote the file".to_string();
-        }
         if seen.starts_with("exit") {
             break format!("it ended ({seen})");
+        }
+        if seen == "file" {
+            let at = *wrote.get_or_insert_with(std::time::Instant::now);
+            if at.elapsed() >= FINISH_GRACE {
+                break format!("it wrote the file, and ran on {} s after", FINISH_GRACE.as_secs());
+            }
+            continue;
         }
         if served.is_none() && mock.log().await?.iter().any(|l| l.contains(" mock=tool ")) {
             served = Some(std::time::Instant::now());
@@ -488,6 +496,11 @@ for i in 1 2 3 4 5 6 7 8 9 10; do alive || exit 0; sleep 0.1; done; exit 1"#;
 /// writes at once (the unattended runs write it within a second of the tool call).
 const TOOL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a CLI that wrote the file is given to end its turn (the mock's final answer follows
+/// the tool call at once) before it is stopped.
+const FINISH_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `text` as one word for sh.
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
