@@ -108,6 +108,21 @@ impl TestNet {
         Err(last.unwrap_or_else(|| anyhow::anyhow!("no free /24 in 198.18.0.0/15")))
     }
 
+    /// The network's IPv4 gateway (the host's end of its bridge), as the engine records it.
+    pub async fn ipv4_gateway(&self) -> anyhow::Result<std::net::Ipv4Addr> {
+        let network = docker()
+            .await?
+            .inspect_network(&self.name, None::<bollard::query_parameters::InspectNetworkOptions>)
+            .await?;
+        network
+            .ipam
+            .and_then(|ipam| ipam.config)
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|c| c.gateway?.parse().ok())
+            .with_context(|| format!("the network {} has no IPv4 gateway", self.name))
+    }
+
     /// The shared network `name`, made by another test of the run.
     pub fn kept(name: &str) -> TestNet {
         TestNet { name: name.to_string(), keep: true }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
+use futures_util::StreamExt as _;
 
 use crate::docker::{TEST_LABEL, TestNet, container_logs, docker, drop_async, exec, force_remove};
 use crate::images::{forge_peer_image, peer_image};
@@ -460,6 +461,39 @@ impl Helper {
         let helper = Helper { id: created.id };
         docker.start_container(&helper.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
         Ok(helper)
+    }
+
+    /// Runs the probe command `cmd` to its end in the network namespace of `container`, as root
+    /// with NET_ADMIN, and gives what it printed; an error if it did not exit 0.
+    pub async fn run_in_namespace_of(container: &str, cmd: &[&str]) -> anyhow::Result<String> {
+        let docker = docker().await?;
+        let body = ContainerCreateBody {
+            image: Some(peer_image().await?),
+            cmd: Some(cmd.iter().map(|c| c.to_string()).collect()),
+            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "helper".to_string())])),
+            host_config: Some(HostConfig {
+                network_mode: Some(format!("container:{container}")),
+                cap_add: Some(vec!["NET_ADMIN".into()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let created =
+            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
+        let helper = Helper { id: created.id };
+        docker.start_container(&helper.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
+        let mut waited =
+            docker.wait_container(&helper.id, None::<bollard::query_parameters::WaitContainerOptions>);
+        let code = match waited.next().await {
+            Some(Ok(exit)) => exit.status_code,
+            // bollard reports a non-zero exit as an error carrying the code.
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+            Some(Err(e)) => return Err(e.into()),
+            None => anyhow::bail!("helper {} gave no exit", helper.id),
+        };
+        let (stdout, stderr) = container_logs(&helper.id).await?;
+        anyhow::ensure!(code == 0, "{cmd:?} in the namespace of {container}: exit {code}\n{stdout}{stderr}");
+        Ok(stdout)
     }
 
     /// Waits until the helper printed `line`.

@@ -72,6 +72,7 @@ as a peer (peer.rs, web.rs, mock.rs, oauth.rs, forge.rs, wire.rs):
         [--forge DIR] [--log-accepts] [--icmp] [--icmp6 FILE]
   wire-hyper                  hyper's HTTP/1 server on port 80, logging what it parsed
   wire-nginx COMMAND...       nginx started by COMMAND, behind a relay logging connections
+  default-route GATEWAY       a default route via GATEWAY in this network namespace (root, NET_ADMIN)
 probes, as a well-behaved agent (probes.rs):
   tcp HOST PORT [--raw|--http|--tls] [--sni NAME] [--host NAME] [--send TEXT: \\r \\n \\t \\\\ \\xHH escapes]
   http-pipeline HOST PORT NAME...
@@ -116,6 +117,7 @@ fn main() {
         "serve" => peer::serve(args.rest()),
         "wire-hyper" => wire::hyper(),
         "wire-nginx" => wire::nginx(&args.all[1..]),
+        "default-route" => peer::default_route(&args),
         "tcp" => probes::tcp(&args),
         "http-pipeline" => probes::http_pipeline(&args),
         "first-byte" => probes::first_byte(&args),

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use sandbox_tests::assert::{assert_blocked, assert_reaches};
 use sandbox_tests::docker::TestNet;
-use sandbox_tests::peers::{PEER_ECHO, PEER_UDP, Peer, PeerSpec, ResolvedNet};
+use sandbox_tests::peers::{Helper, PEER_ECHO, PEER_UDP, Peer, PeerSpec, ResolvedNet};
 use sandbox_tests::probe::PROBE;
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::SandboxSpec;
@@ -724,6 +724,12 @@ net_admin! {
                 let probe = assert_blocked(&sb, &format!("{name}:80")).await?;
                 assert_eq!(probe.outcome(), "dns:refused", "{name}: {:?}", probe.fields);
             }
+            // A default route, as a user's network has and an internal one of Docker 25 or later
+            // does not: an address off the network then meets the firewall, not the routing
+            // table (without it the connection fails `unreachable` whatever the firewall does).
+            let gateway = world.net.ipv4_gateway().await?.to_string();
+            let route = Helper::run_in_namespace_of(sb.root_id(), &["default-route", &gateway]).await?;
+            anyhow::ensure!(route.contains("outcome=added") || route.contains("outcome=present"), "{route}");
             for addr in [world.peer.ipv4.to_string(), "169.254.169.254".into(), "100.100.100.200".into()] {
                 assert_blocked(&sb, &format!("{addr}:80")).await?;
             }
