@@ -4,7 +4,7 @@
 //!
 //! Debian trixie's build (gVisor release 20240729, one static binary; bookworm's 2022 build
 //! cannot start containers here), so on bookworm its package is fetched from trixie's archive
-//! alone, without adding trixie to the machine's sources. It is registered as `runsc` with
+//! alone (trixie.rs). It is registered as `runsc` with
 //! `--network=host`: gVisor's own netstack cannot run in a container's namespace under this
 //! engine, and with the host's (the namespace's) network the gateway's rules see the agent's
 //! packets (as root's: gVisor's sentry sends them).
@@ -36,69 +36,15 @@ pub fn with_runsc(daemon_json: &str) -> anyhow::Result<String> {
     Ok(serde_json::to_string_pretty(&config)? + "\n")
 }
 
-/// `args` run as root: through sudo, or as they are.
-fn as_root<'a>(sh: &'a Shell, sudo: bool, args: &[&str]) -> xshell::Cmd<'a> {
-    let (program, rest) = if sudo { ("sudo", args) } else { (args[0], &args[1..]) };
-    sh.cmd(program).args(rest)
-}
-
-/// Installs trixie's runsc (apt-get on trixie and later; on bookworm its package alone, fetched
-/// from trixie's archive into a temporary folder and installed with dpkg).
+/// Installs trixie's runsc (trixie.rs: on bookworm its package alone, from trixie's archive).
 pub fn install(sh: &Shell, sudo: bool, codename: &str) -> anyhow::Result<()> {
-    let as_root = |args: &[&str]| as_root(sh, sudo, args);
-    if codename != "bookworm" {
-        as_root(&["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "runsc"])
-            .run()?;
-        return Ok(());
-    }
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().display().to_string();
-    std::fs::write(
-        dir.path().join("trixie.sources"),
-        "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\n\
-         Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
-    )?;
-    // Only trixie's list, in the temporary folder: the machine's sources and lists stay.
-    for sub in ["lists/partial", "cache/archives/partial"] {
-        std::fs::create_dir_all(dir.path().join(sub))?;
-    }
-    let options = [
-        "-q".to_string(),
-        "-o".into(),
-        "Dir::Etc::SourceList=/dev/null".into(),
-        "-o".into(),
-        format!("Dir::Etc::SourceParts={path}"),
-        "-o".into(),
-        format!("Dir::State::Lists={path}/lists"),
-        "-o".into(),
-        format!("Dir::Cache={path}/cache"),
-        "-o".into(),
-        "APT::Sandbox::User=root".into(),
-    ];
-    let _dir = sh.push_dir(dir.path());
-    let apt = |what: &'static str| {
-        let mut args: Vec<&str> = vec!["apt-get"];
-        args.extend(options.iter().map(String::as_str));
-        args.push(what);
-        args
-    };
-    as_root(&apt("update")).run().context("cannot read trixie's package list")?;
-    let mut download = apt("download");
-    download.push("runsc");
-    as_root(&download).run().context("cannot fetch trixie's runsc")?;
-    let deb = std::fs::read_dir(dir.path())?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .context("apt-get download left no runsc package")?;
-    as_root(&["dpkg", "-i", &deb.display().to_string()]).run().context("dpkg could not install runsc")?;
-    Ok(())
+    crate::trixie::install(sh, sudo, codename, &["runsc"])
 }
 
 /// Adds runsc to the engine's `daemon.json` and has a running engine read it again (SIGHUP
 /// reloads its runtimes).
 pub fn register(sh: &Shell, sudo: bool) -> anyhow::Result<()> {
-    let as_root = |args: &[&str]| as_root(sh, sudo, args);
+    let as_root = |args: &[&str]| crate::trixie::as_root(sh, sudo, args);
     let current = std::fs::read_to_string(DAEMON_JSON).unwrap_or_default();
     let next = with_runsc(&current).with_context(|| format!("cannot add runsc to {DAEMON_JSON}"))?;
     let staged = tempfile::NamedTempFile::new()?;
@@ -108,16 +54,6 @@ pub fn register(sh: &Shell, sudo: bool) -> anyhow::Result<()> {
     // The engine may not run yet (it reads the file when it starts).
     let _ = as_root(&["pkill", "-HUP", "-x", "dockerd"]).quiet().ignore_status().run();
     Ok(())
-}
-
-/// This machine's Debian codename (`VERSION_CODENAME` in /etc/os-release): on bookworm, runsc
-/// comes from trixie.
-pub fn codename() -> String {
-    std::fs::read_to_string("/etc/os-release")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VERSION_CODENAME=").map(|c| c.trim_matches('"').to_string()))
-        .unwrap_or_default()
 }
 
 /// Whether runsc is installed where the registration points.

@@ -29,4 +29,5 @@ pub mod report;
 pub mod setup;
 pub mod show;
 pub mod test;
+pub mod trixie;
 pub mod walk;

@@ -69,6 +69,8 @@ pub fn ci_tools(root: &Path) -> PathBuf {
 pub struct Missing {
     /// Distribution packages (Debian's names).
     pub packages: Vec<&'static str>,
+    /// Debian trixie's packages, on bookworm (trixie.rs): the engine.
+    pub trixie: Vec<&'static str>,
     /// No engine answers (it is started once installed).
     pub engine: bool,
     pub nextest: bool,
@@ -109,6 +111,8 @@ pub struct Found {
     pub python_venv: bool,
     /// Debian proper, whose archive keyring mmdebstrap has; Ubuntu needs Debian's.
     pub debian: bool,
+    /// Debian 12, whose engine (docker.io 20.10) is installed from trixie instead.
+    pub bookworm: bool,
     /// runsc is installed, and the engine has it registered.
     pub runsc: bool,
     pub runsc_registered: bool,
@@ -121,7 +125,11 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
     let has = |program: &str| found.on_path.contains(&program);
     let mut m = Missing { engine: !found.engine_answers, ..Missing::default() };
     if !found.engine_answers && !has("dockerd") {
-        m.packages.push("docker.io");
+        if found.bookworm {
+            m.trixie.extend(crate::trixie::ENGINE);
+        } else {
+            m.packages.push("docker.io");
+        }
     }
     if !has("mmdebstrap") {
         m.packages.push("mmdebstrap");
@@ -212,9 +220,10 @@ impl SetupFlags {
         let installer = installer();
         let tools = ci_tools(root).display().to_string();
         let wanted: Vec<String> = need
-            .packages
+            .trixie
             .iter()
-            .map(|p| p.to_string())
+            .map(|p| format!("{p} (Debian trixie's)"))
+            .chain(need.packages.iter().map(|p| p.to_string()))
             .chain(need.nextest.then(|| "cargo-nextest (cargo install)".to_string()))
             .chain(need.components.iter().map(|c| format!("{c} (rustup component)")))
             .chain(need.targets.iter().map(|t| format!("{t} (rustup target)")))
@@ -246,14 +255,14 @@ impl SetupFlags {
                     if self.tests { " --tests" } else { "" }
                 );
             }
-            if !need.packages.is_empty()
+            if !(need.packages.is_empty() && need.trixie.is_empty())
                 && let Installer::None(why) = &installer
             {
                 bail!(
                     "{why}: install {} with your distribution's package manager (Docker: \
                      https://docs.docker.com/engine/install/; without mmdebstrap the OS layer is \
                      pulled from a registry instead), then run this again",
-                    need.packages.join(" ")
+                    need.trixie.iter().chain(&need.packages).copied().collect::<Vec<_>>().join(" ")
                 );
             }
             if !self.yes && !ask(&format!("Install {}?", wanted.join(", ")))? {
@@ -264,18 +273,30 @@ impl SetupFlags {
         }
         let sh = Shell::new()?;
         sh.change_dir(root);
+        // Through sudo, or as root: `env` sets the variable either way.
+        let apt = |args: &[&str]| {
+            let mut command = sh.cmd(if installer == Installer::Sudo { "sudo" } else { "env" });
+            if installer == Installer::Sudo {
+                command = command.arg("env");
+            }
+            command.args(["DEBIAN_FRONTEND=noninteractive", "apt-get"]).args(args)
+        };
+        if !(need.packages.is_empty() && need.trixie.is_empty()) {
+            apt(&["update", "-q"]).run()?;
+        }
+        // The engine first: the packages that recommend docker.io (docker-compose) then find it.
+        // runsc, which comes from trixie too on bookworm, with it: one read of trixie's list.
+        let runsc_with_engine = need.runsc && !need.trixie.is_empty();
+        if !need.trixie.is_empty() {
+            let packages: Vec<&str> =
+                need.trixie.iter().copied().chain(runsc_with_engine.then_some("runsc")).collect();
+            eprintln!("==> {} from Debian trixie", packages.join(" "));
+            crate::trixie::install(&sh, installer == Installer::Sudo, "bookworm", &packages)?;
+            done.push(format!("installed trixie's {}", packages.join(", ")));
+        }
         if !need.packages.is_empty() {
             let packages = &need.packages;
-            // Through sudo, or as root: `env` sets the variable either way.
-            let apt = |args: &[&str]| {
-                let mut command = sh.cmd(if installer == Installer::Sudo { "sudo" } else { "env" });
-                if installer == Installer::Sudo {
-                    command = command.arg("env");
-                }
-                command.args(["DEBIAN_FRONTEND=noninteractive", "apt-get"]).args(args)
-            };
             eprintln!("==> apt-get install {}", packages.join(" "));
-            apt(&["update", "-q"]).run()?;
             apt(&["install", "-y", "-q"])
                 .args(packages)
                 .run()
@@ -288,9 +309,9 @@ impl SetupFlags {
                 "runsc needs root (or sudo) to install and to register with the engine"
             );
             let sudo = installer == Installer::Sudo;
-            if need.runsc {
+            if need.runsc && !runsc_with_engine {
                 eprintln!("==> runsc (gVisor), Debian trixie's");
-                crate::gvisor::install(&sh, sudo, &crate::gvisor::codename())?;
+                crate::gvisor::install(&sh, sudo, &crate::trixie::codename())?;
                 done.push("installed runsc".into());
             }
             // Before the engine starts, which then reads it; a running one is told (SIGHUP).
@@ -485,6 +506,7 @@ async fn look(root: &Path) -> Found {
             .output()
             .is_ok_and(|o| o.status.success()),
         debian: os_release.lines().any(|l| l == "ID=debian"),
+        bookworm: crate::trixie::codename_in(&os_release) == "bookworm",
     }
 }
 
@@ -595,6 +617,23 @@ mod tests {
     }
 
     #[test]
+    fn on_bookworm_the_engine_is_trixies_and_nothing_else_is() {
+        let bookworm = Found { debian: true, bookworm: true, ..Found::default() };
+        for tests in [false, true] {
+            let need = missing(&bookworm, tests);
+            assert_eq!(need.trixie, ["docker.io", "docker-cli"]);
+            assert!(!need.packages.contains(&"docker.io"), "{:?}", need.packages);
+            assert!(need.packages.contains(&"mmdebstrap") && need.engine);
+        }
+        assert!(missing(&Found { debian: true, ..Found::default() }, false).trixie.is_empty());
+        // An engine installed (running or not) is kept, whichever it is.
+        let installed = Found { on_path: vec!["dockerd"], ..bookworm.clone() };
+        assert!(missing(&installed, true).trixie.is_empty());
+        let answers = Found { engine_answers: true, ..bookworm };
+        assert!(missing(&answers, true).trixie.is_empty());
+    }
+
+    #[test]
     fn what_is_there_is_not_installed_again() {
         let ready = Found {
             engine_answers: true,
@@ -624,6 +663,7 @@ mod tests {
             nginx: true,
             python_venv: true,
             debian: true,
+            bookworm: true,
             runsc: true,
             runsc_registered: true,
             runs_arm64: true,
