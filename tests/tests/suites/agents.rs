@@ -274,8 +274,11 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
         out.stdout,
     );
     if acted {
-        sb.exec(&["rm", FILE]).await?;
+        sb.exec(&["rm", "-f", FILE]).await?;
     }
+    // What the mock logged from here on is the unattended turn's: a CLI that acts by default
+    // made a whole turn already, whose requests must not stand in for this one's.
+    let earlier = mock.log().await?.len();
     // Unattended, as SANDBOX_UNATTENDED=1 starts the session's command: the image's arguments
     // appended, its variables set.
     let unattended = format!(
@@ -288,7 +291,7 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
         tokio::time::timeout(std::time::Duration::from_secs(300), sb.as_agent(&["sh", "-c", &unattended]))
             .await??;
     let seconds = started.elapsed().as_secs_f64();
-    let log = mock.log().await?;
+    let log: Vec<String> = mock.log().await?.into_iter().skip(earlier).collect();
     let asked: Vec<String> = dns.dns_log().await?.into_iter().map(|q| q.name).collect();
     let others: std::collections::BTreeSet<&str> =
         asked.iter().map(|n| n.trim_end_matches('.')).filter(|n| !api_hosts().contains(n)).collect();
@@ -437,11 +440,14 @@ async fn without_unattended(
     let mut served: Option<std::time::Instant> = None;
     // One exec watches inside the container for up to 2 s: each `docker exec` costs the engine
     // and runc tens of milliseconds of CPU, and this polled three every half second.
+    // The file is looked for every 0.2 s and the sighting kept (/tmp/turn.wrote), so that a
+    // CLI that writes it and takes it back while it runs on has still acted.
     let watch = format!(
         "for i in 1 2 3 4 5 6 7 8 9 10; do \
-           if [ -e /tmp/turn.code ]; then cat /tmp/turn.code; exit; fi; \
+           if [ -e {FILE} ]; then : > /tmp/turn.wrote; fi; \
+           if [ -s /tmp/turn.code ]; then cat /tmp/turn.code; exit; fi; \
            sleep 0.2; \
-         done; if [ -e {FILE} ]; then echo file; else echo running; fi"
+         done; if [ -e /tmp/turn.wrote ]; then echo file; else echo running; fi"
     );
     let mut wrote: Option<std::time::Instant> = None;
     let ended = loop {
@@ -454,6 +460,9 @@ async fn without_unattended(
             let at = *wrote.get_or_insert_with(std::time::Instant::now);
             if at.elapsed() >= FINISH_GRACE {
                 break format!("it wrote the file, and ran on {} s after", FINISH_GRACE.as_secs());
+            }
+            if started.elapsed() >= std::time::Duration::from_secs(limit) {
+                break format!("it wrote the file, and ran on to {limit} s");
             }
             continue;
         }
@@ -476,7 +485,8 @@ async fn without_unattended(
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let acted = sb.exec(&["test", "-e", FILE]).await?.code == 0;
+    let acted =
+        sb.exec(&["sh", "-c", &format!("test -e {FILE} || test -e /tmp/turn.wrote")]).await?.code == 0;
     // What of its process group (`timeout` leads one) outlived the TERM goes now, before the
     // unattended run opens the same state; a process that left the group is not found here.
     // (dash's `kill` takes a negative pid only after `--`; the killed stay as zombies until

@@ -733,6 +733,23 @@ net_admin! {
             for addr in [world.peer.ipv4.to_string(), "169.254.169.254".into(), "100.100.100.200".into()] {
                 assert_blocked(&sb, &format!("{addr}:80")).await?;
             }
+            // And it was the sandbox's firewall that refused them (not a host that answers for
+            // those addresses): each is in its denial log, which the kernel's log group fills
+            // a moment after the refusal.
+            let refused = |log: &str| {
+                ["169.254.169.254", "100.100.100.200"].iter().all(|addr| {
+                    log.contains(&format!(r#""address":"{addr}","denied":"connection","port":80"#))
+                })
+            };
+            let mut log = String::new();
+            for _ in 0..40 {
+                log = sb.exec(&["cat", DENIAL_LOG]).await?.stdout;
+                if refused(&log) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(refused(&log), "the metadata addresses' refusals are not in the denial log: {log}");
             let elements = sb.set_elements().await?;
             assert!(elements.is_empty(), "an answer opened {elements:?}");
             let denials = sb.exec(&["cat", DENIAL_LOG]).await?.stdout;
