@@ -262,7 +262,13 @@ impl SetupFlags {
                     "{why}: install {} with your distribution's package manager (Docker: \
                      https://docs.docker.com/engine/install/; without mmdebstrap the OS layer is \
                      pulled from a registry instead), then run this again",
-                    need.trixie.iter().chain(&need.packages).copied().collect::<Vec<_>>().join(" ")
+                    // Without root, bookworm's own engine (it has no docker-cli package) will do.
+                    (!need.trixie.is_empty())
+                        .then_some("docker.io")
+                        .into_iter()
+                        .chain(need.packages.iter().copied())
+                        .collect::<Vec<_>>()
+                        .join(" ")
                 );
             }
             if !self.yes && !ask(&format!("Install {}?", wanted.join(", ")))? {
@@ -292,7 +298,10 @@ impl SetupFlags {
                 need.trixie.iter().copied().chain(runsc_with_engine.then_some("runsc")).collect();
             eprintln!("==> {} from Debian trixie", packages.join(" "));
             crate::trixie::install(&sh, installer == Installer::Sudo, "bookworm", &packages)?;
-            done.push(format!("installed trixie's {}", packages.join(", ")));
+            done.push(format!(
+                "installed trixie's {} (apt upgrade does not update them: docs/build.md)",
+                packages.join(", ")
+            ));
         }
         if !need.packages.is_empty() {
             let packages = &need.packages;
@@ -485,7 +494,12 @@ async fn look(root: &Path) -> Found {
         runsc_registered: runtimes.iter().any(|r| r == crate::gvisor::RUNTIME),
         runs_arm64: crate::emulation::runs(crate::platform::Platform::Arm64),
         engine_answers: engine.is_some(),
-        on_path: programs.into_iter().filter(|p| on_path(p)).collect(),
+        // dockerd where a user's PATH may not look (Debian's packages put it in /usr/sbin): an
+        // engine installed is never replaced, whether or not it answers this user.
+        on_path: programs
+            .into_iter()
+            .filter(|p| on_path(p) || (*p == "dockerd" && ENGINE_PATHS.iter().any(|d| Path::new(d).exists())))
+            .collect(),
         nextest: std::process::Command::new("cargo")
             .args(["nextest", "--version"])
             .output()
@@ -506,9 +520,13 @@ async fn look(root: &Path) -> Found {
             .output()
             .is_ok_and(|o| o.status.success()),
         debian: os_release.lines().any(|l| l == "ID=debian"),
-        bookworm: crate::trixie::codename_in(&os_release) == "bookworm",
+        bookworm: os_release.lines().any(|l| l == "ID=debian")
+            && crate::trixie::codename_in(&os_release) == "bookworm",
     }
 }
+
+/// Where distributions' packages put dockerd, whatever the user's PATH.
+const ENGINE_PATHS: [&str; 2] = ["/usr/sbin/dockerd", "/usr/bin/dockerd"];
 
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")

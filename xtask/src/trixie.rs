@@ -38,8 +38,9 @@ pub fn as_root<'a>(sh: &'a Shell, sudo: bool, args: &[&str]) -> xshell::Cmd<'a> 
 }
 
 /// Installs trixie's `packages`: apt-get on trixie and later; on bookworm fetched alone from
-/// trixie's archive and installed from the downloaded files, their dependencies from the
-/// machine's sources (whose lists the caller has updated).
+/// trixie's archive (or its security archive, where newer) and installed from the downloaded
+/// files, their dependencies from the machine's sources (whose lists the caller has updated).
+/// Bookworm's apt does not update them afterwards: nothing of trixie stays in its sources.
 pub fn install(sh: &Shell, sudo: bool, codename: &str, packages: &[&str]) -> anyhow::Result<()> {
     let as_root = |args: &[&str]| as_root(sh, sudo, args);
     let apt_get = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get"];
@@ -51,10 +52,14 @@ pub fn install(sh: &Shell, sudo: bool, codename: &str, packages: &[&str]) -> any
     }
     let dir = tempfile::tempdir()?;
     let path = dir.path().display().to_string();
+    // trixie and its security archive: the newest of either is fetched. Both are signed by
+    // Debian's archive keys, which apt checks the lists against and the files against the lists.
     std::fs::write(
         dir.path().join("trixie.sources"),
         "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\n\
-         Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+         Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+         Types: deb\nURIs: http://security.debian.org/debian-security\nSuites: trixie-security\n\
+         Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
     )?;
     // Only trixie's list, in the temporary folder: the machine's sources and lists stay.
     for sub in ["lists/partial", "cache/archives/partial"] {
@@ -90,12 +95,20 @@ pub fn install(sh: &Shell, sudo: bool, codename: &str, packages: &[&str]) -> any
         .filter(|p| p.extension().is_some_and(|e| e == "deb"))
         .map(|p| p.display().to_string())
         .collect();
-    anyhow::ensure!(
-        debs.len() == packages.len(),
-        "apt-get download left {} package(s) of {}",
-        debs.len(),
-        packages.len()
-    );
+    // Each file is one of the packages asked for, by its own control file, and all are there.
+    let mut names: Vec<String> = Vec::new();
+    for deb in &debs {
+        let name = sh.cmd("dpkg-deb").args(["--field", deb, "Package"]).read()?;
+        anyhow::ensure!(
+            packages.contains(&name.trim()),
+            "apt-get download left {deb}, not one of {packages:?}"
+        );
+        names.push(name.trim().to_string());
+    }
+    names.sort();
+    let mut asked: Vec<&str> = packages.to_vec();
+    asked.sort_unstable();
+    anyhow::ensure!(names == asked, "apt-get download left {names:?} for {asked:?}");
     // The machine's own apt-get: the files as they are, what they depend on from its sources.
     let args: Vec<&str> = apt_get
         .iter()
