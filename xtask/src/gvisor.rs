@@ -37,8 +37,8 @@ pub fn with_runsc(daemon_json: &str) -> anyhow::Result<String> {
 }
 
 /// Installs trixie's runsc (trixie.rs: on bookworm its package alone, from trixie's archive).
-pub fn install(sh: &Shell, sudo: bool, codename: &str) -> anyhow::Result<()> {
-    crate::trixie::install(sh, sudo, codename, &["runsc"])
+pub fn install(sh: &Shell, sudo: bool, bookworm: bool) -> anyhow::Result<()> {
+    crate::trixie::install(sh, sudo, bookworm, &["runsc"])
 }
 
 /// Adds runsc to the engine's `daemon.json` and has a running engine read it again (SIGHUP

@@ -297,7 +297,7 @@ impl SetupFlags {
             let packages: Vec<&str> =
                 need.trixie.iter().copied().chain(runsc_with_engine.then_some("runsc")).collect();
             eprintln!("==> {} from Debian trixie", packages.join(" "));
-            crate::trixie::install(&sh, installer == Installer::Sudo, "bookworm", &packages)?;
+            crate::trixie::install(&sh, installer == Installer::Sudo, true, &packages)?;
             done.push(format!(
                 "installed trixie's {} (apt upgrade does not update them: docs/build.md)",
                 packages.join(", ")
@@ -320,7 +320,7 @@ impl SetupFlags {
             let sudo = installer == Installer::Sudo;
             if need.runsc && !runsc_with_engine {
                 eprintln!("==> runsc (gVisor), Debian trixie's");
-                crate::gvisor::install(&sh, sudo, &crate::trixie::codename())?;
+                crate::gvisor::install(&sh, sudo, found.bookworm)?;
                 done.push("installed runsc".into());
             }
             // Before the engine starts, which then reads it; a running one is told (SIGHUP).

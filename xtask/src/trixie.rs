@@ -18,11 +18,6 @@ use xshell::Shell;
 /// The engine as trixie packages it: the daemon, and the client it moved into its own package.
 pub const ENGINE: [&str; 2] = ["docker.io", "docker-cli"];
 
-/// This machine's Debian codename (`VERSION_CODENAME` in /etc/os-release).
-pub fn codename() -> String {
-    codename_in(&std::fs::read_to_string("/etc/os-release").unwrap_or_default())
-}
-
 /// The codename an os-release file names. Pure.
 pub fn codename_in(os_release: &str) -> String {
     os_release
@@ -37,14 +32,15 @@ pub fn as_root<'a>(sh: &'a Shell, sudo: bool, args: &[&str]) -> xshell::Cmd<'a> 
     sh.cmd(program).args(rest)
 }
 
-/// Installs trixie's `packages`: apt-get on trixie and later; on bookworm fetched alone from
+/// Installs trixie's `packages`: apt-get elsewhere (trixie and later); on Debian's bookworm
+/// (`bookworm`: os-release's ID=debian and codename) fetched alone from
 /// trixie's archive (or its security archive, where newer) and installed from the downloaded
 /// files, their dependencies from the machine's sources (whose lists the caller has updated).
 /// Bookworm's apt does not update them afterwards: nothing of trixie stays in its sources.
-pub fn install(sh: &Shell, sudo: bool, codename: &str, packages: &[&str]) -> anyhow::Result<()> {
+pub fn install(sh: &Shell, sudo: bool, bookworm: bool, packages: &[&str]) -> anyhow::Result<()> {
     let as_root = |args: &[&str]| as_root(sh, sudo, args);
     let apt_get = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get"];
-    if codename != "bookworm" {
+    if !bookworm {
         let args: Vec<&str> =
             apt_get.iter().chain(&["install", "-y", "-q"]).chain(packages).copied().collect();
         as_root(&args).run()?;
@@ -58,7 +54,7 @@ pub fn install(sh: &Shell, sudo: bool, codename: &str, packages: &[&str]) -> any
         dir.path().join("trixie.sources"),
         "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\n\
          Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
-         Types: deb\nURIs: http://security.debian.org/debian-security\nSuites: trixie-security\n\
+         Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: trixie-security\n\
          Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
     )?;
     // Only trixie's list, in the temporary folder: the machine's sources and lists stay.

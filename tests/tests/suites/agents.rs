@@ -273,12 +273,20 @@ async fn completes_a_turn(name: &str) -> anyhow::Result<()> {
         turn.acts_without_unattended,
         out.stdout,
     );
-    if acted {
-        sb.exec(&["rm", "-f", FILE]).await?;
+    // Whatever the first half left, the unattended turn's file is its own.
+    sb.exec(&["rm", "-f", FILE]).await?;
+    // What the mock logs from here on is the unattended turn's: a CLI that acts by default made a
+    // whole turn already, whose requests must not stand in for this one's. Counted once the log
+    // has stopped growing (a request of the first half's still in flight lands before).
+    let mut earlier = mock.log().await?.len();
+    for _ in 0..20 {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let now = mock.log().await?.len();
+        if now == earlier {
+            break;
+        }
+        earlier = now;
     }
-    // What the mock logged from here on is the unattended turn's: a CLI that acts by default
-    // made a whole turn already, whose requests must not stand in for this one's.
-    let earlier = mock.log().await?.len();
     // Unattended, as SANDBOX_UNATTENDED=1 starts the session's command: the image's arguments
     // appended, its variables set.
     let unattended = format!(
@@ -485,14 +493,15 @@ async fn without_unattended(
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let acted =
-        sb.exec(&["sh", "-c", &format!("test -e {FILE} || test -e /tmp/turn.wrote")]).await?.code == 0;
     // What of its process group (`timeout` leads one) outlived the TERM goes now, before the
     // unattended run opens the same state; a process that left the group is not found here.
     // (dash's `kill` takes a negative pid only after `--`; the killed stay as zombies until
     // reaped, so the group is looked for among the processes that are not.)
     let killed = sb.as_agent(&["sh", "-c", KILL_THE_FIRST_HALF]).await?;
     anyhow::ensure!(killed.code == 0, "the first half's process group outlived a KILL: {killed:?}");
+    // Read once nothing of the half is left to write it.
+    let acted =
+        sb.exec(&["sh", "-c", &format!("test -e {FILE} || test -e /tmp/turn.wrote")]).await?.code == 0;
     Ok((acted, ended))
 }
 
