@@ -36,11 +36,6 @@ pub fn with_runsc(daemon_json: &str) -> anyhow::Result<String> {
     Ok(serde_json::to_string_pretty(&config)? + "\n")
 }
 
-/// Installs trixie's runsc (trixie.rs: on bookworm its package alone, from trixie's archive).
-pub fn install(sh: &Shell, sudo: bool, bookworm: bool) -> anyhow::Result<()> {
-    crate::trixie::install(sh, sudo, bookworm, &["runsc"])
-}
-
 /// Adds runsc to the engine's `daemon.json` and has a running engine read it again (SIGHUP
 /// reloads its runtimes).
 pub fn register(sh: &Shell, sudo: bool) -> anyhow::Result<()> {

@@ -84,9 +84,8 @@ pub struct Missing {
     pub scanners: bool,
     /// Debian's nginx, downloaded and unpacked under [`NGINX_DIR`].
     pub nginx: bool,
-    /// gVisor's runsc, for sidecar mode's agent containers (gvisor.rs): to install, and to
-    /// register with the engine.
-    pub runsc: bool,
+    /// gVisor's runsc (gvisor.rs; a package of `packages` or `trixie` where missing) to register
+    /// with the engine, for sidecar mode's agent containers.
     pub register_runsc: bool,
     /// arm64 programs are not run here yet: qemu-user-static to register with binfmt_misc, for
     /// the arm64 chain's images (emulation.rs).
@@ -194,7 +193,14 @@ pub fn missing(found: &Found, tests: bool) -> Missing {
         m.kubernetes_validate = !found.kubernetes_validate;
         m.scanners = !found.scanners;
         m.nginx = !found.nginx;
-        m.runsc = !found.runsc;
+        // Trixie's build (gvisor.rs): on bookworm beside the engine, in one read of trixie's list.
+        if !found.runsc {
+            if found.bookworm {
+                m.trixie.push("runsc");
+            } else {
+                m.packages.push("runsc");
+            }
+        }
         m.register_runsc = !found.runsc_registered;
         m.register_arm64 = !found.runs_arm64;
     }
@@ -238,7 +244,6 @@ impl SetupFlags {
             )
             .chain(need.scanners.then(|| format!("{} (PyPI, under {tools})", SCANNERS.join(", "))))
             .chain(need.nginx.then(|| format!("nginx (Debian's, unpacked under {tools})")))
-            .chain(need.runsc.then(|| "runsc (gVisor, Debian trixie's)".to_string()))
             .chain(need.register_runsc.then(|| format!("runsc registered in {}", crate::gvisor::DAEMON_JSON)))
             .chain(need.register_arm64.then(|| "qemu-aarch64 registered with binfmt_misc".to_string()))
             .collect();
@@ -291,13 +296,10 @@ impl SetupFlags {
             apt(&["update", "-q"]).run()?;
         }
         // The engine first: the packages that recommend docker.io (docker-compose) then find it.
-        // runsc, which comes from trixie too on bookworm, with it: one read of trixie's list.
-        let runsc_with_engine = need.runsc && !need.trixie.is_empty();
         if !need.trixie.is_empty() {
-            let packages: Vec<&str> =
-                need.trixie.iter().copied().chain(runsc_with_engine.then_some("runsc")).collect();
+            let packages = &need.trixie;
             eprintln!("==> {} from Debian trixie", packages.join(" "));
-            crate::trixie::install(&sh, installer == Installer::Sudo, true, &packages)?;
+            crate::trixie::install(&sh, installer == Installer::Sudo, packages)?;
             done.push(format!(
                 "installed trixie's {} (apt upgrade does not update them: docs/build.md)",
                 packages.join(", ")
@@ -312,19 +314,13 @@ impl SetupFlags {
                 .context("apt-get could not install the packages")?;
             done.push(format!("installed {}", packages.join(", ")));
         }
-        if need.runsc || need.register_runsc {
+        if need.register_runsc {
             anyhow::ensure!(
                 !matches!(installer, Installer::None(_)),
-                "runsc needs root (or sudo) to install and to register with the engine"
+                "runsc needs root (or sudo) to register with the engine"
             );
-            let sudo = installer == Installer::Sudo;
-            if need.runsc && !runsc_with_engine {
-                eprintln!("==> runsc (gVisor), Debian trixie's");
-                crate::gvisor::install(&sh, sudo, found.bookworm)?;
-                done.push("installed runsc".into());
-            }
             // Before the engine starts, which then reads it; a running one is told (SIGHUP).
-            crate::gvisor::register(&sh, sudo)?;
+            crate::gvisor::register(&sh, installer == Installer::Sudo)?;
             done.push(format!("registered runsc with the engine ({})", crate::gvisor::DAEMON_JSON));
         }
         if need.register_arm64 {
@@ -612,7 +608,8 @@ mod tests {
                 "kmod",
                 "chromium",
                 "chromium-driver",
-                "python3-venv"
+                "python3-venv",
+                "runsc"
             ]
         );
         assert_eq!(tests.components, ["rustfmt", "clippy"]);
@@ -621,7 +618,7 @@ mod tests {
         assert!(
             tests.nextest
                 && tests.devcontainer
-                && tests.runsc
+                && tests.packages.contains(&"runsc")
                 && tests.register_runsc
                 && tests.register_arm64
         );
@@ -631,23 +628,28 @@ mod tests {
         // Python's venv there already: only the validator.
         let with_venv = missing(&Found { python_venv: true, ..bare.clone() }, true);
         assert!(!with_venv.packages.contains(&"python3-venv") && with_venv.kubernetes_validate);
-        assert!(!quick.runsc && !quick.register_runsc, "gVisor is the suites' need, not the quick start's");
+        assert!(
+            !quick.packages.contains(&"runsc") && !quick.register_runsc,
+            "gVisor is the suites' need, not the quick start's"
+        );
     }
 
     #[test]
     fn on_bookworm_the_engine_is_trixies_and_nothing_else_is() {
         let bookworm = Found { debian: true, bookworm: true, ..Found::default() };
-        for tests in [false, true] {
+        for (tests, trixie) in
+            [(false, &["docker.io", "docker-cli"][..]), (true, &["docker.io", "docker-cli", "runsc"])]
+        {
             let need = missing(&bookworm, tests);
-            assert_eq!(need.trixie, ["docker.io", "docker-cli"]);
-            assert!(!need.packages.contains(&"docker.io"), "{:?}", need.packages);
+            assert_eq!(need.trixie, trixie);
+            assert!(!need.packages.iter().any(|p| trixie.contains(p)), "{:?}", need.packages);
             assert!(need.packages.contains(&"mmdebstrap") && need.engine);
         }
-        assert!(missing(&Found { debian: true, ..Found::default() }, false).trixie.is_empty());
-        // An engine installed (running or not) is kept, whichever it is.
+        assert!(missing(&Found { debian: true, ..Found::default() }, true).trixie.is_empty());
+        // An engine installed (running or not) is kept, whichever it is; runsc still comes.
         let installed = Found { on_path: vec!["dockerd"], ..bookworm.clone() };
-        assert!(missing(&installed, true).trixie.is_empty());
-        let answers = Found { engine_answers: true, ..bookworm };
+        assert_eq!(missing(&installed, true).trixie, ["runsc"]);
+        let answers = Found { engine_answers: true, runsc: true, ..bookworm };
         assert!(missing(&answers, true).trixie.is_empty());
     }
 

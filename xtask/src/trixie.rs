@@ -32,20 +32,14 @@ pub fn as_root<'a>(sh: &'a Shell, sudo: bool, args: &[&str]) -> xshell::Cmd<'a> 
     sh.cmd(program).args(rest)
 }
 
-/// Installs trixie's `packages`: apt-get elsewhere (trixie and later); on Debian's bookworm
-/// (`bookworm`: os-release's ID=debian and codename) fetched alone from
-/// trixie's archive (or its security archive, where newer) and installed from the downloaded
-/// files, their dependencies from the machine's sources (whose lists the caller has updated).
-/// Bookworm's apt does not update them afterwards: nothing of trixie stays in its sources.
-pub fn install(sh: &Shell, sudo: bool, bookworm: bool, packages: &[&str]) -> anyhow::Result<()> {
+/// Installs trixie's `packages` on Debian's bookworm: fetched alone from trixie's archive (or
+/// its security archive, where newer) and installed from the downloaded files, their
+/// dependencies from the machine's sources (whose lists the caller has updated). Bookworm's apt
+/// does not update them afterwards: nothing of trixie stays in its sources. (Elsewhere they
+/// are the distribution's own packages, which setup installs as the others.)
+pub fn install(sh: &Shell, sudo: bool, packages: &[&str]) -> anyhow::Result<()> {
     let as_root = |args: &[&str]| as_root(sh, sudo, args);
     let apt_get = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get"];
-    if !bookworm {
-        let args: Vec<&str> =
-            apt_get.iter().chain(&["install", "-y", "-q"]).chain(packages).copied().collect();
-        as_root(&args).run()?;
-        return Ok(());
-    }
     let dir = tempfile::tempdir()?;
     let path = dir.path().display().to_string();
     // trixie and its security archive: the newest of either is fetched. Both are signed by
@@ -91,20 +85,15 @@ pub fn install(sh: &Shell, sudo: bool, bookworm: bool, packages: &[&str]) -> any
         .filter(|p| p.extension().is_some_and(|e| e == "deb"))
         .map(|p| p.display().to_string())
         .collect();
-    // Each file is one of the packages asked for, by its own control file, and all are there.
-    let mut names: Vec<String> = Vec::new();
-    for deb in &debs {
-        let name = sh.cmd("dpkg-deb").args(["--field", deb, "Package"]).read()?;
-        anyhow::ensure!(
-            packages.contains(&name.trim()),
-            "apt-get download left {deb}, not one of {packages:?}"
-        );
-        names.push(name.trim().to_string());
-    }
+    // The files are the packages asked for, each by its own control file.
+    let mut names = debs
+        .iter()
+        .map(|deb| Ok(sh.cmd("dpkg-deb").args(["--field", deb, "Package"]).read()?.trim().to_string()))
+        .collect::<anyhow::Result<Vec<String>>>()?;
     names.sort();
-    let mut asked: Vec<&str> = packages.to_vec();
+    let mut asked = packages.to_vec();
     asked.sort_unstable();
-    anyhow::ensure!(names == asked, "apt-get download left {names:?} for {asked:?}");
+    anyhow::ensure!(names == asked, "apt-get download left {names:?} (from {debs:?}) for {asked:?}");
     // The machine's own apt-get: the files as they are, what they depend on from its sources.
     let args: Vec<&str> = apt_get
         .iter()
