@@ -38,6 +38,19 @@ where
     .join();
 }
 
+/// The exit status of container `id` once it has exited; None if it still runs after `within`.
+pub async fn exit_code(id: &str, within: std::time::Duration) -> anyhow::Result<Option<i64>> {
+    let docker = docker().await?;
+    let mut wait = docker.wait_container(id, None::<bollard::query_parameters::WaitContainerOptions>);
+    match tokio::time::timeout(within, wait.next()).await {
+        Ok(Some(Ok(response))) => Ok(Some(response.status_code)),
+        // bollard reports a non-zero exit as an error carrying the status.
+        Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. }))) => Ok(Some(code)),
+        Ok(other) => anyhow::bail!("waiting for {id} failed: {other:?}"),
+        Err(_) => Ok(None),
+    }
+}
+
 /// Force-removes a container.
 pub async fn force_remove(id: String) {
     if let Ok(docker) = docker().await {

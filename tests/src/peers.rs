@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
-use futures_util::StreamExt as _;
 
-use crate::docker::{TEST_LABEL, TestNet, container_logs, docker, drop_async, exec, force_remove};
+use crate::docker::{TEST_LABEL, TestNet, container_logs, docker, drop_async, exec, exit_code, force_remove};
 use crate::images::{forge_peer_image, peer_image};
 use crate::probe::{PROBE, Probe};
 
@@ -444,16 +443,42 @@ pub struct Helper {
 impl Helper {
     /// `volumes`: (volume name, path in the container).
     pub async fn start(cmd: &[&str], volumes: &[(&str, &str)]) -> anyhow::Result<Helper> {
+        Helper::create(
+            cmd,
+            HostConfig {
+                network_mode: Some("none".into()),
+                binds: Some(volumes.iter().map(|(v, path)| format!("{v}:{path}")).collect()),
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Runs the probe command `cmd` to its end in the network namespace of `container`, as root
+    /// with NET_ADMIN, and gives what it printed; an error if it did not exit 0.
+    pub async fn run_in_namespace_of(container: &str, cmd: &[&str]) -> anyhow::Result<String> {
+        let host_config = HostConfig {
+            network_mode: Some(format!("container:{container}")),
+            cap_add: Some(vec!["NET_ADMIN".into()]),
+            ..Default::default()
+        };
+        let helper = Helper::create(cmd, host_config).await?;
+        let code = exit_code(&helper.id, Duration::from_secs(60))
+            .await?
+            .with_context(|| format!("{cmd:?} in the namespace of {container} still ran after 60 s"))?;
+        let (stdout, stderr) = container_logs(&helper.id).await?;
+        anyhow::ensure!(code == 0, "{cmd:?} in the namespace of {container}: exit {code}\n{stdout}{stderr}");
+        Ok(stdout)
+    }
+
+    /// A container of the peer image running `cmd`, started.
+    async fn create(cmd: &[&str], host_config: HostConfig) -> anyhow::Result<Helper> {
         let docker = docker().await?;
         let body = ContainerCreateBody {
             image: Some(peer_image().await?),
             cmd: Some(cmd.iter().map(|c| c.to_string()).collect()),
             labels: Some(HashMap::from([(TEST_LABEL.to_string(), "helper".to_string())])),
-            host_config: Some(HostConfig {
-                network_mode: Some("none".into()),
-                binds: Some(volumes.iter().map(|(v, path)| format!("{v}:{path}")).collect()),
-                ..Default::default()
-            }),
+            host_config: Some(host_config),
             ..Default::default()
         };
         let created =
@@ -461,39 +486,6 @@ impl Helper {
         let helper = Helper { id: created.id };
         docker.start_container(&helper.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
         Ok(helper)
-    }
-
-    /// Runs the probe command `cmd` to its end in the network namespace of `container`, as root
-    /// with NET_ADMIN, and gives what it printed; an error if it did not exit 0.
-    pub async fn run_in_namespace_of(container: &str, cmd: &[&str]) -> anyhow::Result<String> {
-        let docker = docker().await?;
-        let body = ContainerCreateBody {
-            image: Some(peer_image().await?),
-            cmd: Some(cmd.iter().map(|c| c.to_string()).collect()),
-            labels: Some(HashMap::from([(TEST_LABEL.to_string(), "helper".to_string())])),
-            host_config: Some(HostConfig {
-                network_mode: Some(format!("container:{container}")),
-                cap_add: Some(vec!["NET_ADMIN".into()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let created =
-            docker.create_container(None::<bollard::query_parameters::CreateContainerOptions>, body).await?;
-        let helper = Helper { id: created.id };
-        docker.start_container(&helper.id, None::<bollard::query_parameters::StartContainerOptions>).await?;
-        let mut waited =
-            docker.wait_container(&helper.id, None::<bollard::query_parameters::WaitContainerOptions>);
-        let code = match waited.next().await {
-            Some(Ok(exit)) => exit.status_code,
-            // bollard reports a non-zero exit as an error carrying the code.
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-            Some(Err(e)) => return Err(e.into()),
-            None => anyhow::bail!("helper {} gave no exit", helper.id),
-        };
-        let (stdout, stderr) = container_logs(&helper.id).await?;
-        anyhow::ensure!(code == 0, "{cmd:?} in the namespace of {container}: exit {code}\n{stdout}{stderr}");
-        Ok(stdout)
     }
 
     /// Waits until the helper printed `line`.

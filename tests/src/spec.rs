@@ -10,14 +10,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bollard::models::{ContainerCreateBody, HealthConfig, HostConfig};
-use bollard::query_parameters::WaitContainerOptions;
-use futures_util::StreamExt as _;
 use testcontainers::core::WaitFor;
 use testcontainers::core::logs::LogFrame;
 use testcontainers::runners::AsyncRunner as _;
 use testcontainers::{GenericImage, ImageExt as _};
 
-use crate::docker::{RemoveOnDrop, TEST_LABEL, TestNet, container_logs, docker};
+use crate::docker::{RemoveOnDrop, TEST_LABEL, TestNet, container_logs, docker, exit_code};
 use crate::images::image;
 use crate::peers::{Peer, ResolvedNet};
 use crate::place::{Need, Shape};
@@ -549,12 +547,9 @@ impl SandboxSpec {
         let id = created.id;
         let guard = RemoveOnDrop(id.clone());
         docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await?;
-        let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
-        let code = match tokio::time::timeout(Duration::from_secs(30), wait.next()).await {
-            Ok(Some(Ok(response))) => response.status_code,
-            Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. }))) => code,
-            Ok(other) => anyhow::bail!("waiting for {id} failed: {other:?}"),
-            Err(_) => {
+        let code = match exit_code(&id, Duration::from_secs(30)).await? {
+            Some(code) => code,
+            None => {
                 let logs = container_logs(&id).await?;
                 anyhow::bail!(
                     "{} kept running (it should have exited); its output:\n{}{}",

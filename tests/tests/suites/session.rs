@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use anyhow::Context as _;
 use sandbox_tests::sandbox::Sandbox;
 use sandbox_tests::spec::SandboxSpec;
 
@@ -162,7 +163,6 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
     use tokio::io::AsyncWriteExt as _;
 
     let image = sandbox_tests::images::image(sandbox_tests::spec::SMALLEST).await?;
-    let docker = xtask::engine::Engine::connect().await?.docker().clone();
     let (container, mut attached) = sandbox_tests::docker::start_with_terminal(&image, "tty").await?;
     let id = container.0.clone();
 
@@ -193,12 +193,9 @@ async fn with_a_tty_the_session_is_the_containers_terminal() -> anyhow::Result<(
     attached.input.write_all(b"exit\r").await?;
     read_until("this shell keeps the session", &mut screen).await?;
     attached.input.write_all(b"exit 4\r").await?;
-    let mut wait = docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
-    let code = match tokio::time::timeout(Duration::from_secs(15), wait.next()).await? {
-        Some(Ok(response)) => response.status_code,
-        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-        other => anyhow::bail!("waiting failed: {other:?}"),
-    };
+    let code = sandbox_tests::docker::exit_code(&id, Duration::from_secs(15))
+        .await?
+        .context("the container still ran 15 s after the session's `exit 4`")?;
     assert_eq!(code, 4, "the container's exit status is the session's");
     Ok(())
 }
