@@ -1,6 +1,7 @@
-//! The launcher, `agent-sandbox`, as the launcher:: suite drives it: the real binary (built once
-//! per test process), run with a home folder of the test's and none of the user's keys, on
-//! projects that take every container and volume the launcher made for them when dropped.
+//! The launcher, `agent-sandbox`, as the launcher:: suite drives it: the real binary (the one
+//! `cargo xtask test` built, else built once per test process), run with a home folder of the
+//! test's and none of the user's keys, on projects that take every container and volume the
+//! launcher made for them when dropped.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -11,11 +12,17 @@ use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptions
 use crate::docker::{docker, drop_async, force_remove};
 use crate::root;
 
-/// The launcher binary, built by cargo (debug) once per test process.
+/// The launcher binary (debug): the one `cargo xtask test` built before the suites started,
+/// else built by cargo once per test process.
 pub fn binary() -> anyhow::Result<PathBuf> {
     static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     if let Some(path) = BINARY.get() {
         return Ok(path.clone());
+    }
+    if let Some(built) =
+        std::env::var_os(xtask::project::LAUNCHER_ENV).map(PathBuf::from).filter(|p| p.is_file())
+    {
+        return Ok(BINARY.get_or_init(|| built).clone());
     }
     let sh = xshell::Shell::new()?;
     let root = root();

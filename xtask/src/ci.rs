@@ -136,6 +136,8 @@ impl CiFlags {
                 // The launcher's suite runs the real binary, and the suites' peers the probe:
                 // both built here (fresh from the steps before), not by a test holding a slot.
                 lint_build(&sh)?;
+                // The test profile builds into the dev profile's folder.
+                crate::test::launcher_for_suites(&sh, root, "debug");
                 crate::test::probe_for_suites(&sh, root)?;
                 run_nextest(&sh, "default", CONTAINERS, &[])?;
             }

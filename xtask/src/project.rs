@@ -22,6 +22,9 @@ pub const OS_SOURCE_ENV: &str = "AGENT_SANDBOX_OS_SOURCE";
 pub const SUITE_IMAGES_ENV: &str = "AGENT_SANDBOX_SUITE_IMAGES";
 /// The probe `cargo xtask test` (or `ci`) built for the suites: its path.
 pub const PROBE_ENV: &str = "AGENT_SANDBOX_PROBE";
+/// The launcher (`agent-sandbox`, debug) `cargo xtask test` (or `ci`) built for the suites: its
+/// path.
+pub const LAUNCHER_ENV: &str = "AGENT_SANDBOX_LAUNCHER";
 
 /// The workspace root: the parent of the xtask crate.
 pub fn root() -> PathBuf {
