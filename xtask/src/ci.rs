@@ -22,35 +22,70 @@ use crate::flags::{CiFlags, CiStep};
 /// How many of the slowest tests the summary names.
 const SLOWEST: usize = 15;
 
-/// The arm64 walk, started with the run and awaited by the build step.
+/// The arm64 walk, started with the run: awaited by the build step if it is done by then, else
+/// after the container suites (its images are arm64::'s alone).
 type Pending =
     std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<build::BuildReport>> + Send>>;
+
+/// What the steps hand on to the next.
+#[derive(Default)]
+struct State {
+    /// The arm64 walk, while it runs.
+    arm64: Option<Pending>,
+    /// The static binaries' build, until the build step joins it.
+    binaries: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+    /// The suites' environment, from the build step.
+    env: Vec<(String, String)>,
+    /// Whether the container suites follow the build: the arm64 walk may then go on beside them.
+    suites_follow: bool,
+    /// The lock step found the arm64 walk still running: the lock is checked once it is done.
+    lock_deferred: bool,
+}
+
+/// Where the arm64 tests' JUnit report is kept when they run after the other suites, beside the
+/// first run's (`junit.xml`), for the summary.
+const ARM64_JUNIT: &str = "junit-arm64.xml";
 
 impl CiFlags {
     pub async fn run(self, root: &Path) -> anyhow::Result<()> {
         let steps: Vec<CiStep> =
             CiStep::value_variants().iter().copied().filter(|step| !self.skip.contains(step)).collect();
         let mut times: Vec<(CiStep, Duration)> = Vec::new();
-        // The arm64 chain waits on emulated build steps for minutes: it starts now, on a thread
-        // of its own (its cross build in a target folder of its own), beside fmt, clippy, the pure
-        // tests and the host's build, and the build step waits for it.
-        let mut arm64: Option<Pending> =
-            (steps.contains(&CiStep::Build) && Platform::host() != Platform::Arm64).then(|| {
+        // The arm64 chain waits on emulated build steps for minutes (on a cold machine base's
+        // package step alone takes nine, one core's work): it starts now, on a thread of its own
+        // (its cross build in a target folder of its own), beside fmt, clippy, the pure tests,
+        // the host's build and, if it is still running then, the container suites.
+        let mut state = State {
+            arm64: (steps.contains(&CiStep::Build) && Platform::host() != Platform::Arm64).then(|| {
                 let mut opts = self.build_options(root);
                 opts.platform = Platform::Arm64;
                 opts.images = EMULATED_IMAGES.iter().map(|i| i.to_string()).collect();
                 opts.jobs = 1;
                 Box::pin(build::spawn_build(opts)) as Pending
-            });
-        // The static binaries the build step and the suites need, from the start as well.
-        let mut binaries = steps.contains(&CiStep::Build).then(|| spawn_static_binaries(root));
-        let mut env = Vec::new();
+            }),
+            // The static binaries the build step and the suites need, from the start as well.
+            binaries: steps.contains(&CiStep::Build).then(|| spawn_static_binaries(root)),
+            suites_follow: steps.contains(&CiStep::Test),
+            ..State::default()
+        };
         for (n, step) in steps.iter().enumerate() {
             eprintln!("==> ci [{}/{}] {}", n + 1, steps.len(), describe(*step));
             let started = Instant::now();
-            let result = self.step(*step, root, &mut arm64, &mut binaries, &mut env).await;
+            let mut result = self.step(*step, root, &mut state).await;
+            // The last step done, what the arm64 walk still owes: its images and the lock.
+            if result.is_ok() && n + 1 == steps.len() {
+                result = finish_arm64(root, &mut state).await;
+            }
             times.push((*step, started.elapsed()));
             if let Err(e) = result {
+                // The walk cannot be stopped mid-step (the engine goes on building): waited for,
+                // and said, rather than holding the exit silently.
+                if state.arm64.is_some() {
+                    eprintln!("==> waiting for the arm64 chain's build to end before exiting");
+                    if let Err(arm64) = finish_arm64(root, &mut state).await {
+                        eprintln!("{arm64:#}");
+                    }
+                }
                 eprintln!("{}", summary(&times, root));
                 let rest: Vec<String> = steps[n + 1..].iter().map(|s| name(*s)).collect();
                 let rest = if rest.is_empty() {
@@ -75,14 +110,7 @@ impl CiFlags {
         opts
     }
 
-    async fn step(
-        &self,
-        step: CiStep,
-        root: &Path,
-        arm64: &mut Option<Pending>,
-        binaries: &mut Option<std::thread::JoinHandle<anyhow::Result<()>>>,
-        env: &mut Vec<(String, String)>,
-    ) -> anyhow::Result<()> {
+    async fn step(&self, step: CiStep, root: &Path, state: &mut State) -> anyhow::Result<()> {
         let sh = Shell::new()?;
         let _dir = sh.push_dir(root);
         // Every build of the workspace in the run lints as it compiles, so that each finds the
@@ -91,11 +119,13 @@ impl CiFlags {
             sh.set_var(name, value);
         }
         match step {
-            CiStep::Fmt => cmd!(sh, "cargo fmt --all -- --check").run().context("cargo fmt: run `cargo fmt --all`")?,
+            CiStep::Fmt => {
+                cmd!(sh, "cargo fmt --all -- --check").run().context("cargo fmt: run `cargo fmt --all`")?
+            }
             CiStep::Clippy => lint_build(&sh)?,
             CiStep::Pure => run_nextest(&sh, "pure", PURE, &[])?,
             CiStep::Build => {
-                if let Some(binaries) = binaries.take() {
+                if let Some(binaries) = state.binaries.take() {
                     binaries
                         .join()
                         .map_err(|_| anyhow::anyhow!("the static binaries' build panicked"))?
@@ -103,24 +133,41 @@ impl CiFlags {
                 }
                 let mut opts = self.build_options(root);
                 let host = build::build(&opts).await;
-                let other = match arm64.take() {
-                    Some(walk) => Some(walk.await),
-                    None => None,
-                };
+                // Done already (its images up to date, as on a warm machine): judged now. Else,
+                // with the suites to follow, it goes on beside them; without, it is waited for.
+                if let Some(mut walk) = state.arm64.take() {
+                    let polled =
+                        std::future::poll_fn(|cx| std::task::Poll::Ready(walk.as_mut().poll(cx))).await;
+                    match polled {
+                        std::task::Poll::Ready(other) => {
+                            other.context("the arm64 chain")?.ensure_success()?;
+                        }
+                        std::task::Poll::Pending if state.suites_follow && host.is_ok() => {
+                            eprintln!(
+                                "==> the arm64 chain goes on under emulation beside the container suites; \
+                                 images.lock and arm64:: wait for it"
+                            );
+                            state.arm64 = Some(walk);
+                        }
+                        std::task::Poll::Pending => {
+                            walk.await.context("the arm64 chain")?.ensure_success()?
+                        }
+                    }
+                }
                 let host = host?;
                 host.ensure_success()?;
-                if let Some(other) = other {
-                    other.context("the arm64 chain")?.ensure_success()?;
-                }
                 // The suites find these images up to date: the same settings, the OS source
                 // pinned to the one just used, and their ids.
                 let suites = crate::test::suites_env(&mut opts, &host);
-                *env = suites.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                state.env = suites.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
             }
-            CiStep::Lock => cmd!(sh, "git diff --exit-code -- images.lock").run().context(
-                "the build changed images.lock: commit what `cargo xtask build` recorded with the change that caused it",
-            )?,
+            CiStep::Lock if state.arm64.is_some() => {
+                eprintln!("images.lock is checked once the arm64 chain is built, after the container suites");
+                state.lock_deferred = true;
+            }
+            CiStep::Lock => check_lock(&sh)?,
             CiStep::Test => {
+                let env = &mut state.env;
                 if env.is_empty() {
                     // The build step was skipped: the suites' own settings, as `cargo xtask
                     // test` would build them.
@@ -139,11 +186,55 @@ impl CiFlags {
                 // The test profile builds into the dev profile's folder.
                 crate::test::launcher_for_suites(&sh, root, "debug");
                 crate::test::probe_for_suites(&sh, root)?;
-                run_nextest(&sh, "default", CONTAINERS, &[])?;
+                let _ = std::fs::remove_file(junit_path(root, "default").with_file_name(ARM64_JUNIT));
+                if state.arm64.is_none() {
+                    return run_nextest(&sh, "default", CONTAINERS, &[]);
+                }
+                // The arm64 chain still builds: its tests run once it is done, after the others.
+                run_nextest(&sh, "default", &format!("{CONTAINERS} & not test(/^arm64::/)"), &[])?;
+                finish_arm64(root, state).await?;
+                run_after(&sh, root, &format!("{CONTAINERS} & test(/^arm64::/)"))?;
             }
         }
         Ok(())
     }
+}
+
+/// images.lock as the checkout has it: the build recorded nothing new.
+fn check_lock(sh: &Shell) -> anyhow::Result<()> {
+    cmd!(sh, "git diff --exit-code -- images.lock").run().context(
+        "the build changed images.lock: commit what `cargo xtask build` recorded with the change that caused it",
+    )
+}
+
+/// Waits for the arm64 walk if it still runs, fails if it failed, and checks the lock if the lock
+/// step left that to it.
+async fn finish_arm64(root: &Path, state: &mut State) -> anyhow::Result<()> {
+    if let Some(walk) = state.arm64.take() {
+        eprintln!("==> waiting for the arm64 chain (under emulation)");
+        walk.await.context("the arm64 chain")?.ensure_success()?;
+    }
+    if std::mem::take(&mut state.lock_deferred) {
+        eprintln!("==> images.lock unchanged by the build, the arm64 chain's included");
+        let sh = Shell::new()?;
+        sh.change_dir(root);
+        check_lock(&sh)?;
+    }
+    Ok(())
+}
+
+/// A second nextest run of the default profile over `filter`: its JUnit report goes beside the
+/// first run's ([`ARM64_JUNIT`]), which stays where the summary reads it.
+fn run_after(sh: &Shell, root: &Path, filter: &str) -> anyhow::Result<()> {
+    let junit = junit_path(root, "default");
+    let first = junit.with_file_name("junit-first.xml");
+    let moved = std::fs::rename(&junit, &first).is_ok();
+    let result = run_nextest(sh, "default", filter, &[]);
+    let _ = std::fs::rename(&junit, junit.with_file_name(ARM64_JUNIT));
+    if moved {
+        let _ = std::fs::rename(&first, &junit);
+    }
+    result
 }
 
 /// What clippy-driver, as the workspace's rustc wrapper, takes: its arguments joined by its
@@ -217,6 +308,11 @@ fn summary(times: &[(CiStep, Duration)], root: &Path) -> String {
             _ => *step == CiStep::Test,
         });
         if let (true, Ok(xml)) = (ran, std::fs::read_to_string(junit_path(root, profile))) {
+            cases.extend(test_cases(&xml));
+        }
+        // The arm64 tests' own run, where they ran after the others.
+        let arm64 = junit_path(root, profile).with_file_name(ARM64_JUNIT);
+        if let (true, "default", Ok(xml)) = (ran, profile, std::fs::read_to_string(arm64)) {
             cases.extend(test_cases(&xml));
         }
     }
@@ -324,6 +420,29 @@ mod tests {
             steps_table(&[(CiStep::Fmt, Duration::from_secs(2)), (CiStep::Test, Duration::from_secs(61))]),
             "ci steps:\n  fmt           2 s\n  test         61 s\n  total        63 s"
         );
+    }
+
+    /// Where the arm64 tests ran after the others (their chain still building when the suites
+    /// started), the summary counts both runs' reports; a report of arm64's left from a run
+    /// whose test step did not run is not read.
+    #[test]
+    fn the_summary_counts_the_arm64_tests_run_after_the_others() {
+        let root = tempfile::tempdir().unwrap();
+        let junit = junit_path(root.path(), "default");
+        std::fs::create_dir_all(junit.parent().unwrap()).unwrap();
+        let case = |name: &str| {
+            format!(
+                r#"<testsuites><testcase name="{name}" classname="sandbox-tests::suites" time="2.0"/></testsuites>"#
+            )
+        };
+        std::fs::write(&junit, case("firewall::net_admin::single::a")).unwrap();
+        std::fs::write(junit.with_file_name(ARM64_JUNIT), case("arm64::the_shell_runs")).unwrap();
+        let text = summary(&[(CiStep::Test, Duration::from_secs(9))], root.path());
+        assert!(text.contains("NET_ADMIN, one container              1"), "{text}");
+        assert!(text.contains("containers, no capability             1"), "{text}");
+        assert!(text.contains("arm64::the_shell_runs"), "{text}");
+        let text = summary(&[(CiStep::Build, Duration::from_secs(9))], root.path());
+        assert!(!text.contains("arm64::"), "{text}");
     }
 
     /// nextest's JUnit report, as it writes one: each case's binary, name and time; the places
