@@ -211,7 +211,8 @@ pub fn probe_for_suites(sh: &Shell, root: &Path) -> anyhow::Result<()> {
 /// ([`crate::project::LAUNCHER_ENV`]): each test process that runs it would otherwise ask cargo
 /// whether it is fresh (a third of a CPU-second, about 60 times a run).
 pub fn launcher_for_suites(sh: &Shell, root: &Path, profile: &str) {
-    let built = crate::project::target_dir(root).join(profile).join("agent-sandbox");
+    // Absolute: the tests run in their package's folder, and CARGO_TARGET_DIR may be relative.
+    let built = root.join(crate::project::target_dir(root)).join(profile).join("agent-sandbox");
     sh.set_var(crate::project::LAUNCHER_ENV, built);
 }
 
