@@ -36,7 +36,8 @@ struct State {
     binaries: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
     /// The suites' environment, from the build step.
     env: Vec<(String, String)>,
-    /// Whether the container suites follow the build: the arm64 walk may then go on beside them.
+    /// Whether the container suites follow the build: the arm64 walk may then go on beside them
+    /// (the test step, last of all, then sees it end, or the run's failure waits for it).
     suites_follow: bool,
     /// The lock step found the arm64 walk still running: the lock is checked once it is done.
     lock_deferred: bool,
@@ -78,11 +79,7 @@ impl CiFlags {
         for (n, step) in steps.iter().enumerate() {
             eprintln!("==> ci [{}/{}] {}", n + 1, steps.len(), describe(*step));
             let started = Instant::now();
-            let mut result = self.step(*step, root, &mut state).await;
-            // The last step done, what the arm64 walk still owes: its images and the lock.
-            if result.is_ok() && n + 1 == steps.len() {
-                result = finish_arm64(root, &mut state).await;
-            }
+            let result = self.step(*step, root, &mut state).await;
             times.push((*step, started.elapsed()));
             if let Err(e) = result {
                 // The walk cannot be stopped mid-step (the engine goes on building): waited for,
@@ -194,8 +191,7 @@ impl CiFlags {
                 // The launcher's suite runs the real binary, and the suites' peers the probe:
                 // both built here (fresh from the steps before), not by a test holding a slot.
                 lint_build(&sh)?;
-                // The test profile builds into the dev profile's folder.
-                crate::test::launcher_for_suites(&sh, root, "debug");
+                crate::test::launcher_for_suites(&sh, root);
                 crate::test::probe_for_suites(&sh, root)?;
                 if state.arm64.is_none() {
                     return run_nextest(&sh, "default", CONTAINERS, &[]);
@@ -217,10 +213,8 @@ fn check_lock(sh: &Shell) -> anyhow::Result<()> {
     )
 }
 
-/// Waits for the arm64 walk if it still runs, fails if it failed, and checks the lock if the lock
-/// step left that to it.
-/// The lock is checked whatever the walk's outcome; the walk's error comes first, and names
-/// what it leaves unchecked.
+/// Waits for the arm64 walk if it still runs and checks the lock if the lock step left that to
+/// it: whatever the walk's outcome, its error first, naming what it leaves unchecked.
 async fn finish_arm64(root: &Path, state: &mut State) -> anyhow::Result<()> {
     let walk = match state.arm64.take() {
         Some(walk) => {

@@ -94,7 +94,7 @@ async fn run(root: &Path, flags: TestFlags) -> anyhow::Result<()> {
         cmd!(sh, "cargo build --quiet --package agent-sandbox")
             .run()
             .context("cannot build agent-sandbox")?;
-        launcher_for_suites(&sh, root, "debug");
+        launcher_for_suites(&sh, root);
         // The peers' and sandboxes' probe likewise.
         probe_for_suites(&sh, root)?;
         warn_without_runsc(&flags).await?;
@@ -207,12 +207,12 @@ pub fn probe_for_suites(sh: &Shell, root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Gives the suites the path of the launcher just built in `profile`'s folder
-/// ([`crate::project::LAUNCHER_ENV`]): each test process that runs it would otherwise ask cargo
-/// whether it is fresh (a third of a CPU-second, about 60 times a run).
-pub fn launcher_for_suites(sh: &Shell, root: &Path, profile: &str) {
+/// Gives the suites the path of the launcher just built ([`crate::project::LAUNCHER_ENV`]): each
+/// test process that runs it would otherwise ask cargo whether it is fresh (a third of a
+/// CPU-second, about 60 times a run). The dev and test profiles both build into `debug/`.
+pub fn launcher_for_suites(sh: &Shell, root: &Path) {
     // Absolute: the tests run in their package's folder, and CARGO_TARGET_DIR may be relative.
-    let built = root.join(crate::project::target_dir(root)).join(profile).join("agent-sandbox");
+    let built = root.join(crate::project::target_dir(root)).join("debug").join("agent-sandbox");
     sh.set_var(crate::project::LAUNCHER_ENV, built);
 }
 
